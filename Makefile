@@ -1,0 +1,33 @@
+# Two commands: `make demo` runs the bundled example, `make test` runs the tests.
+# Both create .venv with Python 3.11+ and install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "SpanEdge needs Python 3.11+; run make PYTHON=python3.11 ..."'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/spanedge deploy examples/cold_chain/app.py --sites examples/cold_chain/sites.yaml --dry-run --compare central,local-first
+	$(BIN)/spanedge simulate examples/cold_chain/sites.yaml examples/cold_chain/app.py --duration 60
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/placement.py
+
+clean:
+	rm -rf $(VENV) .spanedge .pytest_cache .mypy_cache .ruff_cache
