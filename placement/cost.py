@@ -1,0 +1,89 @@
+"""The cost model every solver and baseline is measured with.
+
+The objective is dimensionless, so that its two weights are comparable::
+
+    objective = traffic × Σ_crossing(bytes/s × link cost) / source bytes/s
+              + latency × mean source-to-sink path latency / reference ms
+
+The traffic term is 1.0 when as many bytes cross the WAN (at cost 1) as all
+sources emit, i.e. when every raw record is shipped once. The reference
+latency is the mean, over source replicas, of the latency from the source's
+site to its nearest hub, so the latency term is 1.0 when a path costs one
+direct hop to the hub. The mean over paths is linear in the edges (each edge
+weighs the share of source-to-sink paths through it), which keeps the
+integer program small; the worst path is checked against the SLO afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placement.problem import Edge, Problem
+from spanedge.errors import SpanEdgeError
+from spanedge.plan import Totals
+
+
+class InvalidWeights(SpanEdgeError, ValueError):
+    """Objective weights are negative or not numbers."""
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights of the objective's terms: WAN traffic and mean path latency (both >= 0)."""
+
+    traffic: float = 1.0
+    latency: float = 1.0
+
+    def __post_init__(self) -> None:
+        for label, value in (("traffic", self.traffic), ("latency", self.latency)):
+            if not value >= 0:
+                msg = f"objective weight {label} must be a number >= 0, got {value!r}"
+                raise InvalidWeights(msg)
+
+
+def edge_cost(problem: Problem, weights: Weights, edge: Edge, a: str, b: str) -> float:
+    """The objective's share of ``edge`` when its ends run at ``a`` and ``b``."""
+    if a == b:
+        return 0.0
+    m = problem.latency
+    traffic = edge.bytes_per_s * m.cost(a, b) / problem.source_bytes
+    latency = edge.paths * m.latency(a, b) / problem.reference_ms
+    return weights.traffic * traffic + weights.latency * latency
+
+
+def objective(problem: Problem, weights: Weights, placement: dict[str, str]) -> float:
+    """The objective of a complete placement (every replica, sources and sinks included)."""
+    return sum(edge_cost(problem, weights, e, placement[e.src], placement[e.dst]) for e in problem.edges)
+
+
+def evaluate(problem: Problem, weights: Weights, placement: dict[str, str]) -> Totals:
+    """Totals of a complete placement: WAN bytes/s, worst and mean path latency, objective, hub cores."""
+    m = problem.latency
+    wan = 0.0
+    mean = 0.0
+    reach: dict[str, float] = {}
+    for rid in problem.order:
+        ins = problem.in_edges.get(rid, ())
+        reach[rid] = max((reach[e.src] + m.latency(placement[e.src], placement[rid]) for e in ins), default=0.0)
+    for e in problem.edges:
+        a, b = placement[e.src], placement[e.dst]
+        if a != b:
+            wan += e.bytes_per_s
+            mean += e.paths * m.latency(a, b)
+    worst = max((reach[r] for r in problem.order if r not in problem.out_edges), default=0.0)
+    hub_cpu = sum(r.load for r in problem.replicas.values() if problem.is_hub(placement[r.id]))
+    return Totals(
+        wan_bytes_per_s=wan,
+        worst_latency_ms=worst,
+        mean_latency_ms=mean,
+        objective=objective(problem, weights, placement),
+        hub_cpu=hub_cpu,
+    )
+
+
+def site_loads(problem: Problem, placement: dict[str, str]) -> dict[str, float]:
+    """Cores used at each site by a complete placement."""
+    loads = dict.fromkeys(problem.sites.sites, 0.0)
+    for r in problem.replicas.values():
+        loads[placement[r.id]] += r.load
+    return loads

@@ -1,0 +1,171 @@
+"""Turn an app and its sites into a :class:`~spanedge.plan.Plan`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from placement.baselines import BASELINES, RULES
+from placement.constraints import diagnose, explain_infeasible, violations
+from placement.cost import Weights, evaluate, objective
+from placement.explain import fmt_bytes, reasons
+from placement.greedy import greedy
+from placement.ilp import solve_ilp
+from placement.latency import LatencyMatrix
+from placement.problem import Problem, build_problem
+from spanedge.app import App
+from spanedge.errors import SpanEdgeError
+from spanedge.loader import load_app
+from spanedge.operators import Kind
+from spanedge.plan import Assignment, Flow, Plan, SolverInfo
+from spanedge.sites import Sites, load_sites
+
+METHODS = ("ilp", "greedy", *BASELINES)
+
+
+def _check_names(names: Sequence[str], valid: Sequence[str], what: str) -> None:
+    for name in names:
+        if name not in valid:
+            msg = f"unknown {what} {name!r}; valid: {', '.join(valid)}"
+            raise SpanEdgeError(msg)
+
+
+def solve(
+    app: App,
+    sites: Sites,
+    *,
+    latency: LatencyMatrix | None = None,
+    weights: Weights = Weights(),  # noqa: B008 - frozen dataclass
+    slo_ms: float | None = None,
+    method: str = "ilp",
+    time_limit: float = 10.0,
+    version: int = 1,
+    baselines: Sequence[str] = (),
+) -> Plan:
+    """Place ``app`` on ``sites`` and return the plan, with the totals of the requested baselines.
+
+    ``method`` is ``ilp`` (the integer program, with the greedy heuristic as
+    fallback), ``greedy``, ``central`` or ``local-first``. Raises
+    :class:`~spanedge.errors.InfeasiblePlacement` naming the binding
+    constraint if no placement fits.
+    """
+    _check_names([method], METHODS, "placement method")
+    _check_names(baselines, BASELINES, "baseline")
+    start = time.perf_counter()
+    streams = {op.stream or op.name for op in app.operators.values() if op.kind is Kind.SOURCE}
+    sites.check_app_streams(streams, app.name)
+    matrix = latency or LatencyMatrix.from_sites(sites)
+    problem = build_problem(app, sites, matrix)
+    if method in RULES:
+        placement, hub = RULES[method](problem, weights)
+        info = SolverInfo(method, "baseline", time.perf_counter() - start, None)
+    else:
+        diagnose(problem)
+        placement, hub, info = _optimise(problem, weights, method, time_limit, start)
+    totals = evaluate(problem, weights, placement)
+    why = reasons(problem, weights, placement, hub, method)
+    assignments = tuple(
+        Assignment(rid, problem.replicas[rid].op.name, problem.replicas[rid].group, placement[rid], why[rid])
+        for rid in problem.order
+    )
+    flows = tuple(Flow(e.src, e.dst, e.rate, e.bytes_per_s) for e in problem.edges)
+    compared = {name: evaluate(problem, weights, RULES[name](problem, weights)[0]) for name in baselines}
+    warnings = _warnings(problem, placement, hub, totals.worst_latency_ms, slo_ms)
+    return Plan(
+        app=app.name,
+        version=version,
+        hub=hub,
+        assignments=assignments,
+        flows=flows,
+        totals=totals,
+        solver=info,
+        baselines=compared,
+        slo_ms=slo_ms,
+        warnings=tuple(warnings),
+    )
+
+
+def _optimise(
+    problem: Problem, weights: Weights, method: str, time_limit: float, start: float
+) -> tuple[dict[str, str], str, SolverInfo]:
+    quick = greedy(problem, weights)
+    if method == "greedy":
+        if quick is None:
+            raise explain_infeasible(problem, "the greedy heuristic found no placement; try method='ilp'")
+        return quick[0], quick[1], SolverInfo("greedy", "heuristic", time.perf_counter() - start, None)
+    result = solve_ilp(problem, weights, time_limit)
+    seconds = time.perf_counter() - start
+    if result.placement is None or result.hub is None:
+        if quick is None or result.infeasible:
+            raise explain_infeasible(problem, result.status)
+        return (
+            quick[0],
+            quick[1],
+            SolverInfo(f"greedy (ilp/{result.solver}: {result.status})", "heuristic", seconds, None),
+        )
+    if not result.optimal and quick is not None:
+        found = objective(problem, weights, result.placement)
+        heuristic = objective(problem, weights, quick[0])
+        if heuristic < found - 1e-9:
+            gap = None if result.bound is None else max(0.0, (heuristic - result.bound) / max(abs(heuristic), 1e-12))
+            info = SolverInfo(f"greedy (ilp/{result.solver}: {result.status})", "feasible", seconds, gap)
+            return quick[0], quick[1], info
+    return result.placement, result.hub, SolverInfo(f"ilp/{result.solver}", result.status, seconds, result.gap)
+
+
+def _warnings(problem: Problem, placement: dict[str, str], hub: str, worst: float, slo_ms: float | None) -> list[str]:
+    out: list[str] = []
+    if slo_ms is not None and worst > slo_ms:
+        out.append(
+            f"worst source-to-sink latency {worst:.0f} ms exceeds the SLO of {slo_ms:.0f} ms; "
+            "raise latency_weight, add closer hubs, or relax the SLO"
+        )
+    per_link: dict[tuple[str, str], float] = {}
+    for e in problem.edges:
+        a, b = placement[e.src], placement[e.dst]
+        if a != b:
+            per_link[a, b] = per_link.get((a, b), 0.0) + e.bytes_per_s
+    for (a, b), load in sorted(per_link.items()):
+        mbps = load * 8 / 1e6
+        capacity = problem.latency.bandwidth(a, b)
+        if mbps > capacity:
+            out.append(f"link {a} -> {b} carries {fmt_bytes(load)} ({mbps:.3g} Mbit/s) but has {capacity:.3g} Mbit/s")
+    broken = violations(problem, placement, hub)
+    if broken:
+        out.append("this placement breaks: " + "; ".join(broken[:5]))
+    return out
+
+
+def plan_app(
+    app_file: Path,
+    sites_file: Path,
+    *,
+    latency_file: Path | None = None,
+    slo_ms: float | None = None,
+    traffic_weight: float = 1.0,
+    latency_weight: float = 1.0,
+    baselines: Sequence[str] = (),
+    app_name: str | None = None,
+) -> Plan:
+    """Load an app file and a ``sites.yaml`` (and measured latencies, if given) and plan the app."""
+    _check_names(baselines, BASELINES, "baseline")
+    app_path = Path(app_file).resolve()
+    app = load_app(app_path, app_name)
+    sites = load_sites(sites_file)
+    matrix = LatencyMatrix.from_sites(sites)
+    if latency_file is not None:
+        matrix = matrix.with_measurements(Path(latency_file))
+    plan = solve(
+        app,
+        sites,
+        latency=matrix,
+        weights=Weights(traffic_weight, latency_weight),
+        slo_ms=slo_ms,
+        baselines=baselines,
+    )
+    return replace(plan, app_file=str(app_path), app_source=app_path.read_text())
+
+
+__all__ = ["METHODS", "plan_app", "solve"]

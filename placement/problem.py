@@ -1,0 +1,418 @@
+"""The placement problem: operator replicas, their rates, loads, candidate sites and edges.
+
+Sources become one pinned replica ``"<stream>@<site>"`` per site that sources
+the stream. An operator is *replicated* (one replica ``"<op>@<site>"`` per
+source site upstream of it) if it is ``@local``, or if it is unscoped, is a
+record-level operator, a union or a sink, and all its inputs are replicated.
+A replicated replica reads the replicas of its inputs for the same source
+site; every other operator is a singleton (its bare name) reading all
+replicas of its inputs. A singleton that merges the streams of several source
+sites runs at a hub.
+
+Replicas that belong to the source site ``s`` (its *home*) and run at a spoke
+all run at the same spoke: ``s`` itself, or a nearby spoke that reads ``s``'s
+broker over the WAN. Hub-placed replicas all run at one hub, and everything
+downstream of a hub-placed replica is hub-placed too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from placement.latency import LatencyMatrix, nearest
+from spanedge.app import App
+from spanedge.errors import InfeasiblePlacement, InvalidSites
+from spanedge.operators import Kind, Operator
+from spanedge.plan import replica_id
+from spanedge.scope import Scope
+from spanedge.sites import Sites, Tier
+
+#: A replica may be offloaded to at most this many other spokes...
+OFFLOAD_NEIGHBOURS = 4
+#: ...that are at most this far (ms) from its source site.
+OFFLOAD_MS = 100.0
+
+
+@dataclass
+class Replica:
+    """One instance of an operator, with its estimated load and where it may run.
+
+    ``home`` is the source site whose spoke the replica follows (``None`` if it
+    merges several sites' streams); ``group`` is the source site in the
+    replica id (``None`` for singletons). ``rate_in``/``rate_out`` are
+    records/s, ``bytes_out`` the bytes/s it emits, ``load`` the cores it uses.
+    ``colocate`` names the replica a sink must share a site with; ``attached``
+    lists the sinks that share this replica's site.
+    """
+
+    id: str
+    op: Operator
+    group: str | None
+    home: str | None
+    inputs: tuple[str, ...]
+    rate_in: float
+    rate_out: float
+    record_bytes: float
+    load: float
+    candidates: tuple[str, ...] = ()
+    colocate: str | None = None
+    merged: frozenset[str] = frozenset()
+    attached: tuple[str, ...] = ()
+
+    @property
+    def bytes_out(self) -> float:
+        """Bytes per second this replica emits."""
+        return self.rate_out * self.record_bytes
+
+    @property
+    def is_source(self) -> bool:
+        """True for pinned source replicas."""
+        return self.op.kind is Kind.SOURCE
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A replica-level edge: ``bytes_per_s`` it carries and the share of source-to-sink paths through it."""
+
+    src: str
+    dst: str
+    rate: float
+    bytes_per_s: float
+    paths: float
+
+
+@dataclass
+class Problem:
+    """Everything the solvers need, built by :func:`build_problem`."""
+
+    app: App
+    sites: Sites
+    latency: LatencyMatrix
+    replicas: dict[str, Replica]
+    edges: list[Edge]
+    hubs: tuple[str, ...]
+    spokes: tuple[str, ...]
+    source_bytes: float
+    reference_ms: float
+    order: tuple[str, ...] = ()
+    out_edges: dict[str, list[Edge]] = field(default_factory=dict)
+    in_edges: dict[str, list[Edge]] = field(default_factory=dict)
+
+    def is_hub(self, site: str) -> bool:
+        """True if ``site`` is a hub."""
+        return site in self._hub_set
+
+    def __post_init__(self) -> None:
+        self._hub_set = frozenset(self.hubs)
+        for e in self.edges:
+            self.out_edges.setdefault(e.src, []).append(e)
+            self.in_edges.setdefault(e.dst, []).append(e)
+
+    def load(self, rid: str) -> float:
+        """Cores a decision replica and the sinks attached to it use."""
+        r = self.replicas[rid]
+        return r.load + sum(self.replicas[a].load for a in r.attached)
+
+    def cpu(self, site: str) -> float:
+        """CPU cores of ``site``."""
+        return self.sites.sites[site].cpu
+
+    def decisions(self) -> list[Replica]:
+        """Replicas whose site is a decision (not sources, not co-located sinks), in topological order."""
+        return [r for r in (self.replicas[i] for i in self.order) if not r.is_source and r.colocate is None]
+
+    def resolve(self, placement: dict[str, str]) -> dict[str, str]:
+        """Complete a placement of the decisions with sources and co-located sinks."""
+        full = dict(placement)
+        for rid in self.order:
+            r = self.replicas[rid]
+            if r.is_source:
+                full[rid] = r.candidates[0]
+            elif r.colocate is not None:
+                full[rid] = full[r.colocate]
+        return full
+
+
+def _stream_of(op: Operator) -> str:
+    return op.stream or op.name
+
+
+def build_problem(app: App, sites: Sites, latency: LatencyMatrix) -> Problem:
+    """Expand the app's DAG into replicas over ``sites`` and compute rates, loads, candidates and edges."""
+    missing = [s for s in sites.sites if s not in latency.sites]
+    if missing:
+        msg = (
+            f"the latency matrix knows nothing about site(s) {', '.join(missing)}; build it with "
+            "LatencyMatrix.from_sites(sites).with_measurements(rows) so that declared links fill the gaps"
+        )
+        raise InvalidSites(msg)
+    graph = app.graph()
+    hubs = tuple(s.name for s in sites.hubs)
+    spokes = tuple(s.name for s in sites.spokes)
+    replicas: dict[str, Replica] = {}
+    of_op: dict[str, list[str]] = {}
+    order: list[str] = []
+    for name in nx.topological_sort(graph):
+        op: Operator = graph.nodes[name]["op"]
+        made = _expand(op, sites, replicas, of_op)
+        of_op[name] = [r.id for r in made]
+        for r in made:
+            replicas[r.id] = r
+            order.append(r.id)
+    _candidates(replicas, order, sites, latency, hubs, spokes)
+    _colocate_sinks(replicas, order)
+    _propagate(replicas, order, hubs)
+    _fit(replicas, order, sites, hubs)
+    for rid in order:
+        r = replicas[rid]
+        if r.colocate is not None:
+            host = replicas[r.colocate]
+            r.candidates = host.candidates
+            host.attached += (rid,)
+    edges = _edges(replicas, order)
+    source_bytes = sum(r.bytes_out for r in replicas.values() if r.is_source)
+    homes = [r.candidates[0] for r in replicas.values() if r.is_source]
+    ref = sum(min(latency.latency(s, h) for h in hubs) for s in homes) / max(len(homes), 1)
+    return Problem(
+        app=app,
+        sites=sites,
+        latency=latency,
+        replicas=replicas,
+        edges=edges,
+        hubs=hubs,
+        spokes=spokes,
+        source_bytes=source_bytes or 1.0,
+        reference_ms=ref if ref > 0 else 1.0,
+        order=tuple(order),
+    )
+
+
+def _expand(op: Operator, sites: Sites, replicas: dict[str, Replica], of_op: dict[str, list[str]]) -> list[Replica]:
+    if op.kind is Kind.SOURCE:
+        stream = _stream_of(op)
+        out = []
+        for site in sites.sources_of(stream):
+            b = site.streams[stream]
+            out.append(
+                Replica(
+                    id=replica_id(op.name, site.name),
+                    op=op,
+                    group=site.name,
+                    home=site.name,
+                    inputs=(),
+                    rate_in=b.rate,
+                    rate_out=b.rate,
+                    record_bytes=op.record_bytes or b.record_bytes,
+                    load=0.0,
+                    candidates=(site.name,),
+                    merged=frozenset({site.name}),
+                )
+            )
+        return out
+    ups = [replicas[r] for name in op.inputs for r in of_op[name]]
+    all_grouped = all(replicas[of_op[name][0]].group is not None for name in op.inputs if of_op[name])
+    replicated = op.scope is Scope.LOCAL or (
+        op.scope is Scope.ANY and (op.record_level or op.kind in (Kind.UNION, Kind.SINK)) and all_grouped
+    )
+    if replicated:
+        bad = [u for u in ups if u.group is None and len(u.merged) > 1]
+        if bad:
+            msg = (
+                f"operator {op.describe()} is @local but reads from {bad[0].op.describe()}, which "
+                f"merges the streams of {len(bad[0].merged)} sites and so runs at a hub; "
+                f"make {bad[0].op.name!r} @local too, or drop @local from {op.name!r}"
+            )
+            raise InfeasiblePlacement(msg)
+        groups = list(dict.fromkeys(g for u in ups for g in sorted(u.merged)))
+        out = []
+        for g in groups:
+            # The same source site's replicas, or a singleton fed by that site alone.
+            ins = [u for u in ups if u.merged == {g}]
+            out.append(_derived(op, replica_id(op.name, g), g, g, ins))
+        return out
+    merged = frozenset(g for u in ups for g in u.merged)
+    return [_derived(op, op.name, None, next(iter(merged)) if len(merged) == 1 else None, ups)]
+
+
+def _derived(op: Operator, rid: str, group: str | None, home: str | None, ins: Sequence[Replica]) -> Replica:
+    rate_in = sum(u.rate_out for u in ins)
+    in_bytes = sum(u.bytes_out for u in ins)
+    record_bytes = op.record_bytes or (in_bytes / rate_in if rate_in > 0 else 200.0)
+    return Replica(
+        id=rid,
+        op=op,
+        group=group,
+        home=home,
+        inputs=tuple(u.id for u in ins),
+        rate_in=rate_in,
+        rate_out=op.output_rate(rate_in),
+        record_bytes=record_bytes,
+        load=op.cost * rate_in,
+        merged=frozenset(g for u in ins for g in u.merged),
+    )
+
+
+def _candidates(
+    replicas: dict[str, Replica],
+    order: list[str],
+    sites: Sites,
+    latency: LatencyMatrix,
+    hubs: tuple[str, ...],
+    spokes: tuple[str, ...],
+) -> None:
+    """Give every replica its candidate sites.
+
+    A source site's replicas may be offloaded to its nearest spokes (at most
+    :data:`OFFLOAD_NEIGHBOURS`, within :data:`OFFLOAD_MS`) only where that can
+    matter: when the site (or a spoke its tight neighbours offload to) may run
+    out of CPU, or when the neighbour is cheaper or faster to reach a hub
+    from. Otherwise moving the replicas there never lowers the objective.
+    """
+    demand: dict[str, float] = {}
+    for r in replicas.values():
+        if not r.is_source and r.home is not None and not r.op.hub_only:
+            demand[r.home] = demand.get(r.home, 0.0) + r.load
+    around: dict[str, list[str]] = {}
+    for home in {r.home for r in replicas.values() if r.home is not None}:
+        others = [p for p in spokes if p != home and latency.latency(home, p) <= OFFLOAD_MS]
+        around[home] = nearest(latency, home, others)[:OFFLOAD_NEIGHBOURS]
+    tight = {h for h, d in demand.items() if d > sites.sites[h].cpu}
+    tight |= {p for h in tight for p in around[h] if demand.get(p, 0.0) + demand[h] > sites.sites[p].cpu}
+    near = {
+        home: ps if home in tight else [p for p in ps if _may_help(latency, hubs, home, p)]
+        for home, ps in around.items()
+    }
+    for rid in order:
+        r = replicas[rid]
+        if r.is_source:
+            continue
+        op = r.op
+        if op.hub_only or r.home is None:
+            r.candidates = hubs
+        elif op.scope is Scope.LOCAL:
+            r.candidates = (r.home, *near[r.home])
+        else:
+            own = (r.home,) if sites.sites[r.home].tier is Tier.SPOKE else ()
+            r.candidates = own + tuple(near[r.home]) + hubs
+
+
+def _may_help(latency: LatencyMatrix, hubs: tuple[str, ...], home: str, spoke: str) -> bool:
+    """True if some hub is cheaper or faster to reach from ``spoke`` (via it) than from ``home``."""
+    for h in hubs:
+        if latency.cost(spoke, h) < latency.cost(home, h) - 1e-12:
+            return True
+        if latency.latency(home, spoke) + latency.latency(spoke, h) < latency.latency(home, h) - 1e-9:
+            return True
+    return False
+
+
+def _propagate(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, ...]) -> None:
+    """Narrow candidates so that nothing runs at a spoke after a hub-only replica, or at a hub before a spoke-only one."""
+    # A replica after a hub-only one is hub-only; one before a spoke-only one is spoke-only.
+    for rid in order:
+        r = replicas[rid]
+        if r.is_source:
+            continue
+        if any(_hub_only(replicas[u], hubs) for u in r.inputs if not replicas[u].is_source):
+            kept = tuple(c for c in r.candidates if c in hubs)
+            _restrict(r, kept, "it reads from an operator that runs at a hub")
+    downstream: dict[str, list[str]] = {}
+    for rid in order:
+        for u in replicas[rid].inputs:
+            downstream.setdefault(u, []).append(rid)
+    for rid in reversed(order):
+        r = replicas[rid]
+        if r.is_source:
+            continue
+        spoke_only = [d for d in downstream.get(rid, ()) if not any(c in hubs for c in replicas[d].candidates)]
+        if spoke_only:
+            kept = tuple(c for c in r.candidates if c not in hubs or c == r.home)
+            _restrict(r, kept, f"{replicas[spoke_only[0]].op.describe()} after it must run at a spoke")
+
+
+def _fit(replicas: dict[str, Replica], order: list[str], sites: Sites, hubs: tuple[str, ...]) -> None:
+    """Drop spokes too small for a source site's spoke-only replicas from all that site's replicas.
+
+    The spoke-placed replicas of a source site share one spoke, which must
+    hold at least the replicas that cannot run at a hub. Left as is when no
+    spoke fits, so that the diagnosis can name the site.
+    """
+    need: dict[str, float] = {}
+    sinks: dict[str, float] = {}
+    for rid in order:
+        r = replicas[rid]
+        if r.colocate is not None:
+            sinks[r.colocate] = sinks.get(r.colocate, 0.0) + r.load
+    for rid in order:
+        r = replicas[rid]
+        if not r.is_source and r.colocate is None and r.home is not None and not any(c in hubs for c in r.candidates):
+            need[r.home] = need.get(r.home, 0.0) + r.load + sinks.get(rid, 0.0)
+    for home, load in need.items():
+        group = [replicas[rid] for rid in order if replicas[rid].home == home and not replicas[rid].is_source]
+        small = {c for r in group for c in r.candidates if c not in hubs and sites.sites[c].cpu < load}
+        if not small:
+            continue
+        pruned = {r.id: tuple(c for c in r.candidates if c not in small) for r in group}
+        if all(pruned[r.id] for r in group):
+            for r in group:
+                r.candidates = pruned[r.id]
+
+
+def _hub_only(r: Replica, hubs: tuple[str, ...]) -> bool:
+    return all(c in hubs for c in r.candidates)
+
+
+def _restrict(r: Replica, kept: tuple[str, ...], why: str) -> None:
+    if not kept:
+        msg = f"operator {r.op.describe()} (replica {r.id}) has nowhere to run: {why}; check the scopes along its path"
+        raise InfeasiblePlacement(msg)
+    r.candidates = kept
+
+
+def _colocate_sinks(replicas: dict[str, Replica], order: list[str]) -> None:
+    """Tie a sink with one input replica to that replica's site, narrowing the input's candidates."""
+    for rid in order:
+        r = replicas[rid]
+        if r.op.kind is not Kind.SINK or len(r.inputs) != 1:
+            continue
+        up = replicas[r.inputs[0]]
+        r.colocate = up.id
+        allowed = r.candidates
+        if r.op.scope is Scope.ANY:
+            continue
+        kept = tuple(c for c in up.candidates if c in allowed)
+        if not kept:
+            msg = (
+                f"sink {r.op.describe()} is @{r.op.scope.value} but its input {up.op.describe()} "
+                f"can only run at {', '.join(up.candidates)}; a sink runs where its input runs: "
+                f"change the sink's scope or its input's"
+            )
+            raise InfeasiblePlacement(msg)
+        up.candidates = kept
+        r.candidates = kept
+
+
+def _edges(replicas: dict[str, Replica], order: list[str]) -> list[Edge]:
+    """Replica edges, each with the share of source-to-sink paths that run through it."""
+    into: dict[str, float] = {}
+    children: dict[str, list[str]] = {}
+    for rid in order:
+        r = replicas[rid]
+        into[rid] = 1.0 if r.is_source else sum(into[u] for u in r.inputs)
+        for u in r.inputs:
+            children.setdefault(u, []).append(rid)
+    out_of: dict[str, float] = {}
+    for rid in reversed(order):
+        kids = children.get(rid)
+        out_of[rid] = sum(out_of[k] for k in kids) if kids else 1.0
+    total = sum(out_of[rid] for rid in order if replicas[rid].is_source) or 1.0
+    edges = []
+    for rid in order:
+        r = replicas[rid]
+        for u in r.inputs:
+            up = replicas[u]
+            edges.append(Edge(u, rid, up.rate_out, up.bytes_out, into[u] * out_of[rid] / total))
+    return edges

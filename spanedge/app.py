@@ -1,0 +1,344 @@
+"""The user-facing dataflow API: :class:`App` and :class:`Stream`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from spanedge.aggregations import Agg
+from spanedge.durations import parse_duration
+from spanedge.errors import InvalidDataflow
+from spanedge.operators import Kind, Operator, SinkSpec, WindowKind, WindowSpec
+from spanedge.schema import to_ddl
+from spanedge.scope import Scope, hints_of
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_location() -> str:
+    """Return ``file:line`` of the first stack frame outside this package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR):
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>"
+
+
+def _func_location(func: Callable[..., Any]) -> str:
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return _caller_location()
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def _parse_scope(scope: str | Scope | None, where: str) -> Scope:
+    if scope is None:
+        return Scope.ANY
+    try:
+        return Scope(scope)
+    except ValueError:
+        msg = f"{where}: scope must be 'local', 'global' or None, got {scope!r}"
+        raise InvalidDataflow(msg) from None
+
+
+class App:
+    """One dataflow: named sources, operators and sinks.
+
+    >>> from spanedge import App
+    >>> app = App("demo")
+    >>> app.source("readings").map(lambda r: r).sink(console())  # doctest: +SKIP
+    """
+
+    def __init__(self, name: str) -> None:
+        """Create an empty app; ``name`` appears in MQTT topics and REST paths."""
+        if not name or any(c in name for c in "/+#") or name.strip() != name:
+            msg = f"app name must be non-empty without '/', '+', '#' or surrounding spaces, got {name!r}"
+            raise InvalidDataflow(msg)
+        self.name = name
+        self._ops: dict[str, Operator] = {}
+        self._auto: dict[str, int] = {}
+
+    @property
+    def operators(self) -> Mapping[str, Operator]:
+        """Operators by name, in the order they were added."""
+        return dict(self._ops)
+
+    def _auto_name(self, kind: str) -> str:
+        self._auto[kind] = self._auto.get(kind, 0) + 1
+        return f"{kind}_{self._auto[kind]}"
+
+    def _add(self, op: Operator) -> Stream:
+        existing = self._ops.get(op.name)
+        if existing is not None:
+            msg = (
+                f"operator name '{op.name}' ({op.location}) is already used by {existing.describe()}; "
+                "operator names must be unique: rename the function or pass name=..."
+            )
+            raise InvalidDataflow(msg)
+        self._ops[op.name] = op
+        return Stream(self, op.name)
+
+    def _replace(self, op: Operator) -> None:
+        self._ops[op.name] = op
+
+    def source(
+        self,
+        stream: str,
+        *,
+        time_field: str | None = None,
+        schema: Any = None,
+        record_bytes: float | None = None,
+    ) -> Stream:
+        """A named sensor stream; each site binds it to an MQTT topic filter in sites.yaml.
+
+        ``time_field`` names the record field holding the event time (seconds
+        since the epoch); without it the arrival time is used.
+        """
+        location = _caller_location()
+        if not stream or any(c in stream for c in "/+#"):
+            msg = f"source at {location}: stream name must be non-empty without '/', '+' or '#', got {stream!r}"
+            raise InvalidDataflow(msg)
+        ddl = self._schema(schema, f"source '{stream}' ({location})")
+        return self._add(
+            Operator(
+                name=stream,
+                kind=Kind.SOURCE,
+                location=location,
+                cost=0.0,
+                schema=ddl,
+                stream=stream,
+                time_field=time_field,
+                record_bytes=record_bytes,
+            )
+        )
+
+    @staticmethod
+    def _schema(schema: Any, where: str) -> str | None:
+        if schema is None:
+            return None
+        try:
+            return to_ddl(schema)
+        except TypeError as exc:
+            msg = f"{where}: {exc}"
+            raise InvalidDataflow(msg) from None
+
+    def union(self, *streams: Stream, name: str | None = None, scope: str | None = None) -> Stream:
+        """Merge several streams into one."""
+        location = _caller_location()
+        if len(streams) < 2:
+            msg = f"union at {location}: needs at least two streams, got {len(streams)}"
+            raise InvalidDataflow(msg)
+        for s in streams:
+            if s.app is not self:
+                msg = f"union at {location}: stream '{s.name}' belongs to another app"
+                raise InvalidDataflow(msg)
+        return self._add(
+            Operator(
+                name=name or self._auto_name("union"),
+                kind=Kind.UNION,
+                inputs=tuple(s.name for s in streams),
+                scope=_parse_scope(scope, f"union at {location}"),
+                location=location,
+                cost=1e-6,
+            )
+        )
+
+    def graph(self) -> nx.DiGraph:
+        """Return the validated DAG: nodes are operator names with ``op`` attributes."""
+        from spanedge.dag import build_graph
+
+        return build_graph(self)
+
+    def __repr__(self) -> str:
+        """Show the app's name and operator count."""
+        return f"App({self.name!r}, {len(self._ops)} operators)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    """The output of one operator; methods add downstream operators."""
+
+    app: App
+    name: str
+
+    def _record_op(
+        self,
+        kind: Kind,
+        func: Callable[..., Any],
+        name: str | None,
+        default_selectivity: float,
+    ) -> Stream:
+        if not callable(func):
+            msg = f"{kind.value} at {_caller_location()}: expected a function, got {func!r}"
+            raise InvalidDataflow(msg)
+        hints = hints_of(func)
+        fname = getattr(func, "__name__", "")
+        chosen = name or hints.name or (fname if fname.isidentifier() else None)
+        op = Operator(
+            name=chosen or self.app._auto_name(kind.value),
+            kind=kind,
+            inputs=(self.name,),
+            scope=hints.scope,
+            location=_func_location(func),
+            func=func,
+            cost=hints.cost if hints.cost is not None else 2e-5,
+            selectivity=hints.selectivity if hints.selectivity is not None else default_selectivity,
+        )
+        return self.app._add(op)
+
+    def map(self, func: Callable[[Any], Any], *, name: str | None = None) -> Stream:
+        """Apply ``func`` to every record."""
+        return self._record_op(Kind.MAP, func, name, 1.0)
+
+    def filter(self, func: Callable[[Any], bool], *, name: str | None = None) -> Stream:
+        """Keep the records for which ``func`` is true."""
+        return self._record_op(Kind.FILTER, func, name, 0.5)
+
+    def flat_map(self, func: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> Stream:
+        """Replace each record by the records ``func`` returns."""
+        return self._record_op(Kind.FLAT_MAP, func, name, 1.0)
+
+    def transform(self, func: Callable[[Any], Any], *, name: str | None = None) -> Stream:
+        """Apply a PySpark ``DataFrame -> DataFrame`` function; runs at the hub only."""
+        hints = hints_of(func)
+        location = _func_location(func)
+        fname = getattr(func, "__name__", "")
+        chosen = name or hints.name or (fname if fname.isidentifier() else None)
+        if hints.scope is Scope.LOCAL:
+            msg = (
+                f"transform '{chosen}' ({location}) is marked @local, but transforms are "
+                "PySpark DataFrame functions that run at the hub only; remove @local "
+                "(or mark it @global_), or use map/filter/flat_map for edge processing"
+            )
+            raise InvalidDataflow(msg)
+        op = Operator(
+            name=chosen or self.app._auto_name("transform"),
+            kind=Kind.TRANSFORM,
+            inputs=(self.name,),
+            scope=Scope.GLOBAL,
+            location=location,
+            func=func,
+            cost=hints.cost if hints.cost is not None else 5e-5,
+            selectivity=hints.selectivity if hints.selectivity is not None else 1.0,
+        )
+        return self.app._add(op)
+
+    def window(
+        self,
+        *,
+        key: str | None,
+        aggs: Mapping[str, Agg],
+        size: str | float | None = None,
+        slide: str | float | None = None,
+        gap: str | float | None = None,
+        allowed_lateness: str | float = 0.0,
+        name: str | None = None,
+        scope: str | None = None,
+        keys: int = 100,
+    ) -> Stream:
+        """Aggregate keyed records over event-time windows.
+
+        Give ``size`` alone for tumbling windows, ``size`` and ``slide`` for
+        sliding windows, ``gap`` alone for session windows. ``aggs`` maps output
+        field names to aggregations from :mod:`spanedge.aggregations`. ``keys``
+        estimates the distinct keys per window, for placement.
+        """
+        location = _caller_location()
+        op_name = name or self.app._auto_name("window")
+        where = f"window '{op_name}' ({location})"
+        if not key or not isinstance(key, str):
+            msg = f"{where}: windows are keyed; got key={key!r}; pass key='<record field>', e.g. key='device'"
+            raise InvalidDataflow(msg)
+        if not aggs:
+            msg = f"{where}: needs at least one aggregation, e.g. aggs={{'n': agg.count()}}"
+            raise InvalidDataflow(msg)
+        for out, a in aggs.items():
+            if not isinstance(a, Agg):
+                msg = f"{where}: aggregation '{out}' must come from spanedge.agg (count, sum, mean, min, max, custom), got {a!r}"
+                raise InvalidDataflow(msg)
+
+        def seconds(label: str, value: str | float | None) -> float | None:
+            if value is None:
+                return None
+            try:
+                return parse_duration(value)
+            except ValueError as exc:
+                msg = f"{where}: bad {label}: {exc}"
+                raise InvalidDataflow(msg) from None
+
+        size_s, slide_s, gap_s = seconds("size", size), seconds("slide", slide), seconds("gap", gap)
+        lateness = 0.0 if allowed_lateness in (0, 0.0, "0", "0s") else seconds("allowed_lateness", allowed_lateness)
+        if gap_s is not None:
+            if size_s is not None or slide_s is not None:
+                msg = f"{where}: give gap= alone for session windows, not with size= or slide="
+                raise InvalidDataflow(msg)
+            kind = WindowKind.SESSION
+        elif size_s is None:
+            msg = f"{where}: give size='10s' (tumbling), size= and slide= (sliding) or gap= (session)"
+            raise InvalidDataflow(msg)
+        elif slide_s is None or slide_s == size_s:
+            kind = WindowKind.TUMBLING
+        else:
+            if slide_s > size_s:
+                msg = f"{where}: slide ({slide_s}s) must not exceed size ({size_s}s)"
+                raise InvalidDataflow(msg)
+            kind = WindowKind.SLIDING
+        spec = WindowSpec(
+            key,
+            kind,
+            size_s,
+            slide_s if kind is WindowKind.SLIDING else None,
+            gap_s,
+            tuple(aggs.items()),
+            lateness or 0.0,
+            keys,
+        )
+        op = Operator(
+            name=op_name,
+            kind=Kind.WINDOW,
+            inputs=(self.name,),
+            scope=_parse_scope(scope, where),
+            location=location,
+            cost=5e-6,
+            window=spec,
+            record_bytes=float(40 + 24 * len(aggs)),
+        )
+        return self.app._add(op)
+
+    def union(self, *others: Stream, name: str | None = None, scope: str | None = None) -> Stream:
+        """Merge this stream with ``others``."""
+        return self.app.union(self, *others, name=name, scope=scope)
+
+    def schema(self, schema: Any) -> Stream:
+        """Declare the fields of this stream's records (a dataclass or Spark DDL)."""
+        op = self.app._ops[self.name]
+        ddl = App._schema(schema, f"schema of {op.describe()}")
+        self.app._replace(dataclasses.replace(op, schema=ddl))
+        return self
+
+    def sink(self, spec: SinkSpec, *, name: str | None = None, scope: str | None = None) -> Stream:
+        """Send this stream's records to ``spec`` (see :mod:`spanedge.sinks`)."""
+        location = _caller_location()
+        if not isinstance(spec, SinkSpec):
+            msg = f"sink at {location}: expected spanedge.sinks.mqtt/file/console/memory(...), got {spec!r}"
+            raise InvalidDataflow(msg)
+        return self.app._add(
+            Operator(
+                name=name or self.app._auto_name(f"sink_{spec.kind}"),
+                kind=Kind.SINK,
+                inputs=(self.name,),
+                scope=_parse_scope(scope, f"sink at {location}"),
+                location=location,
+                cost=5e-6,
+                selectivity=1.0,
+                sink=spec,
+            )
+        )

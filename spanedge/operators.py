@@ -1,0 +1,135 @@
+"""Operators: frozen dataclasses, one per node of the dataflow DAG.
+
+The runtime core is small: record-level operators (``map``, ``filter`` and
+``flat_map`` all run as a flat-map), windows, unions, hub-only transforms,
+sources and sinks.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from spanedge.aggregations import Agg
+from spanedge.scope import Scope
+
+
+class Kind(enum.StrEnum):
+    """The kind of an operator."""
+
+    SOURCE = "source"
+    MAP = "map"
+    FILTER = "filter"
+    FLAT_MAP = "flat_map"
+    WINDOW = "window"
+    UNION = "union"
+    TRANSFORM = "transform"
+    SINK = "sink"
+
+
+RECORD_LEVEL = frozenset({Kind.MAP, Kind.FILTER, Kind.FLAT_MAP})
+
+
+class WindowKind(enum.StrEnum):
+    """The shape of a window over event time."""
+
+    TUMBLING = "tumbling"
+    SLIDING = "sliding"
+    SESSION = "session"
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """A keyed event-time window and its aggregations.
+
+    ``key`` is a record field; ``size`` the window length (tumbling, sliding),
+    ``slide`` the hop (sliding), ``gap`` the inactivity gap (session); all in
+    seconds. ``aggs`` maps output field names to aggregations.
+    """
+
+    key: str
+    kind: WindowKind
+    size: float | None
+    slide: float | None
+    gap: float | None
+    aggs: tuple[tuple[str, Agg], ...]
+    allowed_lateness: float = 0.0
+    keys: int = 100
+
+    @property
+    def period(self) -> float:
+        """Seconds between two results per key (the slide, size or gap)."""
+        return self.slide or self.size or self.gap or 1.0
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Where a stream's records end: ``mqtt`` topic, ``file`` path, ``console`` or ``memory``."""
+
+    kind: str
+    target: str = ""
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One node of the dataflow.
+
+    ``inputs`` names upstream operators; ``func`` is the user's function for
+    record-level operators and transforms; ``location`` is ``file:line`` of
+    the user's code that defined it, for error messages. ``cost`` is CPU
+    core-seconds per input record, ``selectivity`` output records per input
+    record, ``record_bytes`` the estimated size of an output record (``None``:
+    same as the input). ``schema`` is a Spark DDL string describing the
+    output records' fields, if declared.
+    """
+
+    name: str
+    kind: Kind
+    inputs: tuple[str, ...] = ()
+    scope: Scope = Scope.ANY
+    location: str = "<unknown>"
+    func: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    cost: float = 2e-5
+    selectivity: float = 1.0
+    record_bytes: float | None = None
+    schema: str | None = None
+    window: WindowSpec | None = None
+    sink: SinkSpec | None = None
+    stream: str | None = None
+    time_field: str | None = None
+
+    @property
+    def hub_only(self) -> bool:
+        """True if the operator can only run at a hub."""
+        return self.scope is Scope.GLOBAL or self.kind is Kind.TRANSFORM
+
+    @property
+    def record_level(self) -> bool:
+        """True for map, filter and flat_map."""
+        return self.kind in RECORD_LEVEL
+
+    def describe(self) -> str:
+        """Return ``'name' (file:line)`` for messages."""
+        return f"'{self.name}' ({self.location})"
+
+    def output_rate(self, input_rate: float) -> float:
+        """Estimated output records/s given the input records/s."""
+        if self.window is not None:
+            return min(input_rate, self.window.keys / self.window.period)
+        return input_rate * self.selectivity
+
+    def apply(self, value: Any) -> Iterable[Any]:
+        """Run a record-level operator on one record value; return its outputs."""
+        if self.func is None:
+            msg = f"operator {self.describe()} of kind {self.kind} has no function"
+            raise TypeError(msg)
+        if self.kind is Kind.MAP:
+            return (self.func(value),)
+        if self.kind is Kind.FILTER:
+            return (value,) if self.func(value) else ()
+        if self.kind is Kind.FLAT_MAP:
+            return self.func(value)  # type: ignore[no-any-return]
+        msg = f"operator {self.describe()} of kind {self.kind} is not record-level"
+        raise TypeError(msg)
