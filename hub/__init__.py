@@ -1,0 +1,1 @@
+"""The SpanEdge hub: REST control plane, ingest and the Spark engine."""

@@ -1,0 +1,281 @@
+"""MQTT ingest: edge batches into the durable per-app log, effectively once.
+
+A paho-mqtt client subscribes (QoS 1, persistent session, manual
+acknowledgement) to every data topic. Messages go to a writer thread that
+drops records already seen (per app, site and stream, by ``seq`` against a
+persisted high-water mark), appends the rest to the app's log, fsyncs, and
+only then acknowledges the messages to the broker. A crash before the ack
+makes the broker redeliver; the high-water mark turns the redelivery into
+counted duplicates. Several messages share one fsync (group commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from hub.log import AppLog, encode_records
+from spanedge import topics
+from spanedge.envelope import Record, decode_batch
+from spanedge.sites import Broker
+
+log = logging.getLogger(__name__)
+
+SUBSCRIPTION = f"{topics.PREFIX}/+/+/+"
+_MAX_GROUP = 1000
+
+
+@dataclass
+class StreamStats:
+    """Counters of one (app, site, stream)."""
+
+    records: int = 0
+    duplicates: int = 0
+    last_seq: int | None = None
+    last_event_time: float | None = None
+    lag_s: float | None = None
+
+
+@dataclass
+class _Totals:
+    messages: int = 0
+    records: int = 0
+    duplicates: int = 0
+    malformed: int = 0
+    commits: int = 0
+    connects: int = 0
+    streams: dict[tuple[str, str, str], StreamStats] = field(default_factory=dict)
+
+
+class Ingest:
+    """Subscribe to the hub broker and append every new record to its app's log.
+
+    ``log_dir`` holds one sub-directory per app (see :mod:`hub.log`).
+    """
+
+    def __init__(self, broker: Broker, log_dir: Path, client_id: str = "spanedge-hub-ingest") -> None:
+        """Prepare the client; nothing connects until :meth:`start`."""
+        self.broker = broker
+        self.log_dir = Path(log_dir)
+        self.client_id = client_id
+        self._queue: queue.Queue[mqtt.MQTTMessage | None] = queue.Queue()
+        self._logs: dict[str, AppLog] = {}
+        self._totals = _Totals()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._client: mqtt.Client | None = None
+        self._connected = threading.Event()
+        self._stopping = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect (retrying with backoff in the background) and start the writer thread."""
+        if self._thread is not None:
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            clean_session=False,
+            protocol=mqtt.MQTTv311,
+            manual_ack=True,
+        )
+        self.broker.authenticate(client)
+        client.reconnect_delay_set(min_delay=1, max_delay=30)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        client.on_subscribe = self._on_subscribe
+        self._client = client
+        self._thread = threading.Thread(target=self._write_loop, name="spanedge-ingest-writer", daemon=True)
+        self._thread.start()
+        client.connect_async(self.broker.host, self.broker.port, keepalive=30)
+        client.loop_start()
+
+    def wait_connected(self, timeout: float = 10.0) -> bool:
+        """Block until subscribed to the broker (or ``timeout``); return whether it is."""
+        return self._connected.wait(timeout)
+
+    def stop(self) -> None:
+        """Disconnect, write what was received, and close the logs."""
+        self._stopping = True
+        if self._client is not None:
+            self._client.disconnect()
+            self._client.loop_stop()
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+            self._thread = None
+        for app_log in self._logs.values():
+            app_log.close()
+        self._logs.clear()
+
+    # -- MQTT callbacks (network thread) -------------------------------------
+
+    def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        if reason.is_failure:
+            log.warning("ingest: connection to %s refused: %s", self.broker.url, reason)
+            return
+        with self._lock:
+            self._totals.connects += 1
+        log.info("ingest: connected to %s (session present: %s)", self.broker.url, flags.session_present)
+        client.subscribe(SUBSCRIPTION, qos=1)
+
+    def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, reasons: Any, props: Any) -> None:
+        if any(getattr(r, "is_failure", False) for r in reasons):
+            log.warning("ingest: the broker %s refused the subscription %s: %s", self.broker.url, SUBSCRIPTION, reasons)
+            return
+        self._connected.set()
+
+    def _on_disconnect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        self._connected.clear()
+        if not self._stopping:
+            log.warning("ingest: disconnected from %s (%s); reconnecting with backoff", self.broker.url, reason)
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        self._queue.put(message)
+
+    # -- writer thread -------------------------------------------------------
+
+    def _app_log(self, app: str) -> AppLog:
+        app_log = self._logs.get(app)
+        if app_log is None:
+            app_log = AppLog(self.log_dir / app)
+            self._logs[app] = app_log
+        return app_log
+
+    def _write_loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            group = [first]
+            stop = False
+            while len(group) < _MAX_GROUP:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                group.append(nxt)
+            try:
+                self._write_group(group)
+            except Exception:
+                log.exception("ingest: writing %d messages failed; they stay unacknowledged", len(group))
+                continue
+            if stop:
+                return
+
+    def _write_group(self, group: list[mqtt.MQTTMessage]) -> None:
+        touched: set[str] = set()
+        now = time.time()
+        for message in group:
+            parsed = topics.parse_data(message.topic)
+            if parsed is None:
+                continue
+            self._accept(message, parsed, now, touched)
+        for app in touched:
+            self._logs[app].flush()
+        with self._lock:
+            self._totals.commits += 1
+        client = self._client
+        if client is None:
+            return
+        for message in group:
+            if message.qos > 0:
+                client.ack(message.mid, message.qos)
+
+    def _accept(self, message: mqtt.MQTTMessage, parsed: tuple[str, str, str], now: float, touched: set[str]) -> None:
+        topic_app, _, topic_site = parsed
+        try:
+            app, records = decode_batch(bytes(message.payload))
+            if app != topic_app:
+                msg = f"batch says app {app!r} but was published on {message.topic}"
+                raise ValueError(msg)
+        except ValueError as exc:
+            self._dead_letter(topic_app, topic_site, message, str(exc))
+            return
+        app_log = self._app_log(app)
+        fresh: list[Record] = [r for r in records if app_log.hwm.accept(r)]
+        app_log.append(encode_records(fresh))
+        if fresh:
+            touched.add(app)
+        with self._lock:
+            totals = self._totals
+            totals.messages += 1
+            totals.records += len(fresh)
+            totals.duplicates += len(records) - len(fresh)
+            if records:
+                first = records[0]
+                stats = totals.streams.setdefault((app, first.site, first.stream), StreamStats())
+                stats.records += len(fresh)
+                stats.duplicates += len(records) - len(fresh)
+                if fresh:
+                    last = fresh[-1]
+                    stats.last_seq = last.seq
+                    stats.last_event_time = last.event_time
+                    stats.lag_s = max(0.0, now - last.event_time)
+
+    def _dead_letter(self, app: str, site: str, message: mqtt.MQTTMessage, reason: str) -> None:
+        log.warning("ingest: dropping malformed message on %s: %s", message.topic, reason)
+        with self._lock:
+            self._totals.malformed += 1
+        client = self._client
+        if client is None:
+            return
+        payload = orjson.dumps(
+            {"topic": message.topic, "reason": reason, "payload": message.payload.decode("utf-8", "replace")}
+        )
+        client.publish(topics.dlq(app, site), payload, qos=1)
+
+    # -- introspection -------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while subscribed to the broker."""
+        return self._connected.is_set()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters overall and per app, site and stream.
+
+        Returns:
+            ``{"connected", "messages", "records", "duplicates", "malformed",
+            "commits", "connects", "queued", "apps": {app: {site: {stream:
+            {"records", "duplicates", "last_seq", "last_event_time",
+            "lag_s"}}}}}``; ``lag_s`` is arrival time minus event time of the
+            last accepted record.
+        """
+        with self._lock:
+            t = self._totals
+            apps: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+            for (app, site, stream), s in sorted(t.streams.items()):
+                apps.setdefault(app, {}).setdefault(site, {})[stream] = {
+                    "records": s.records,
+                    "duplicates": s.duplicates,
+                    "last_seq": s.last_seq,
+                    "last_event_time": s.last_event_time,
+                    "lag_s": s.lag_s,
+                }
+            return {
+                "connected": self.connected,
+                "messages": t.messages,
+                "records": t.records,
+                "duplicates": t.duplicates,
+                "malformed": t.malformed,
+                "commits": t.commits,
+                "connects": t.connects,
+                "queued": self._queue.qsize(),
+                "apps": apps,
+            }

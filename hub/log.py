@@ -1,0 +1,395 @@
+"""The hub's durable ingest log: segmented, append-only files per app.
+
+Layout of one app's log under ``<state>/ingest/<app>/``::
+
+    00000000000000000000.jsonl   segment whose first byte has global offset 0
+    00000000000016777310.jsonl   next segment, named by its first global offset
+    hwm.json                     dedupe high-water marks and the log position they cover
+    readers/<reader>.json        the offset each Spark query has committed
+
+Offsets are byte positions in the concatenation of all segments ever
+written, so a reader finds the bytes of ``[start, end)`` from the file
+names alone. Every line is one record as JSON: ``site``, ``stream``,
+``seq``, ``event_time``, ``key`` and ``value`` (the record value as JSON
+text). Only whole lines are visible: the tail position is the end of the
+last complete line. Segments wholly below the smallest committed reader
+offset are deleted (never the active one).
+
+The writer (:class:`AppLog`) lives in the ingest process; the functions at
+module level are used by Spark's source (other processes), so they only
+touch the files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from spanedge.envelope import Record
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".jsonl"
+DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
+HWM_FILE = "hwm.json"
+READERS_DIR = "readers"
+
+
+def segment_name(base: int) -> str:
+    """Return the file name of the segment starting at global offset ``base``."""
+    return f"{base:020d}{SUFFIX}"
+
+
+def segments(log_dir: Path) -> list[tuple[int, Path]]:
+    """Return ``(base offset, path)`` of the segments of a log, oldest first."""
+    found: list[tuple[int, Path]] = []
+    try:
+        entries = list(os.scandir(log_dir))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        name = entry.name
+        if name.endswith(SUFFIX) and name[: -len(SUFFIX)].isdigit():
+            found.append((int(name[: -len(SUFFIX)]), Path(entry.path)))
+    found.sort()
+    return found
+
+
+def _complete_size(path: Path) -> int:
+    """Return the size of ``path`` up to and including its last newline."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with path.open("rb") as fh:
+        pos = size
+        while pos > 0:
+            step = min(pos, 65536)
+            fh.seek(pos - step)
+            chunk = fh.read(step)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                return pos - step + idx + 1
+            pos -= step
+    return 0
+
+
+def tail(log_dir: Path) -> int:
+    """Return the global offset just after the last complete record of the log."""
+    segs = segments(log_dir)
+    if not segs:
+        return 0
+    base, path = segs[-1]
+    return base + _complete_size(path)
+
+
+def head(log_dir: Path) -> int:
+    """Return the global offset of the oldest retained byte of the log."""
+    segs = segments(log_dir)
+    return segs[0][0] if segs else 0
+
+
+def read_bytes(log_dir: Path, start: int, end: int) -> bytes:
+    """Return the raw lines between global offsets ``start`` and ``end``.
+
+    Raises:
+        FileNotFoundError: part of the range was already deleted.
+    """
+    if end <= start:
+        return b""
+    segs = segments(log_dir)
+    parts: list[bytes] = []
+    covered = start
+    for i, (base, path) in enumerate(segs):
+        seg_end = segs[i + 1][0] if i + 1 < len(segs) else end
+        if seg_end <= start or base >= end:
+            continue
+        if base > covered:
+            break
+        lo = max(start, base)
+        hi = min(end, seg_end)
+        with path.open("rb") as fh:
+            fh.seek(lo - base)
+            data = fh.read(hi - lo)
+        parts.append(data)
+        covered = lo + len(data)
+    if covered < end:
+        msg = f"log {log_dir}: bytes [{covered}, {end}) are missing (deleted or never written)"
+        raise FileNotFoundError(msg)
+    return b"".join(parts)
+
+
+def split_ranges(log_dir: Path, start: int, end: int) -> list[tuple[int, int]]:
+    """Split ``[start, end)`` at segment boundaries (each piece holds whole lines)."""
+    ranges: list[tuple[int, int]] = []
+    segs = segments(log_dir)
+    bounds = [b for b, _ in segs[1:]]
+    lo = start
+    for b in bounds:
+        if lo < b < end:
+            ranges.append((lo, b))
+            lo = b
+    if lo < end:
+        ranges.append((lo, end))
+    return ranges
+
+
+def limit_end(log_dir: Path, start: int, end: int, max_segments: int) -> int:
+    """Cap ``end`` so that ``[start, end)`` spans at most ``max_segments`` segments."""
+    ranges = split_ranges(log_dir, start, end)
+    if len(ranges) <= max_segments:
+        return end
+    return ranges[max_segments - 1][1]
+
+
+def _write_atomic(path: Path, data: bytes, fsync: bool = False) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        if fsync:
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def reader_path(log_dir: Path, reader: str) -> Path:
+    """Return the file holding the committed offset of ``reader``."""
+    return log_dir / READERS_DIR / f"{reader}.json"
+
+
+def register_reader(log_dir: Path, reader: str, offset: int | None = None) -> int:
+    """Make ``reader`` hold back segment deletion; return its committed offset.
+
+    A reader that is already registered keeps its offset; a new one starts at
+    ``offset`` (default: the oldest retained byte).
+    """
+    existing = reader_offset(log_dir, reader)
+    if existing is not None:
+        return existing
+    (log_dir / READERS_DIR).mkdir(parents=True, exist_ok=True)
+    start = head(log_dir) if offset is None else offset
+    _write_atomic(reader_path(log_dir, reader), json.dumps({"offset": start}).encode())
+    return start
+
+
+def unregister_reader(log_dir: Path, reader: str) -> None:
+    """Forget ``reader``; it no longer holds back segment deletion."""
+    with contextlib.suppress(FileNotFoundError):
+        reader_path(log_dir, reader).unlink()
+
+
+def reader_offset(log_dir: Path, reader: str) -> int | None:
+    """Return the committed offset of ``reader``, or ``None`` if unknown."""
+    try:
+        return int(json.loads(reader_path(log_dir, reader).read_bytes())["offset"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+def readers(log_dir: Path) -> dict[str, int]:
+    """Return the committed offset of every registered reader."""
+    out: dict[str, int] = {}
+    folder = log_dir / READERS_DIR
+    if not folder.is_dir():
+        return out
+    for path in folder.glob("*.json"):
+        offset = reader_offset(log_dir, path.stem)
+        if offset is not None:
+            out[path.stem] = offset
+    return out
+
+
+def commit(log_dir: Path, reader: str, offset: int) -> list[Path]:
+    """Record that ``reader`` processed everything below ``offset``; delete what no reader needs.
+
+    Returns:
+        The segments deleted.
+    """
+    (log_dir / READERS_DIR).mkdir(parents=True, exist_ok=True)
+    _write_atomic(reader_path(log_dir, reader), json.dumps({"offset": offset}).encode())
+    return collect_garbage(log_dir)
+
+
+def collect_garbage(log_dir: Path) -> list[Path]:
+    """Delete the segments every registered reader has committed past (never the active one)."""
+    committed = readers(log_dir)
+    if not committed:
+        return []
+    floor = min(committed.values())
+    segs = segments(log_dir)
+    deleted: list[Path] = []
+    for i in range(len(segs) - 1):
+        next_base = segs[i + 1][0]
+        if next_base <= floor:
+            with contextlib.suppress(FileNotFoundError):
+                segs[i][1].unlink()
+                deleted.append(segs[i][1])
+        else:
+            break
+    return deleted
+
+
+def encode_records(records: Iterable[Record]) -> bytes:
+    """Encode records as log lines."""
+    dumps = orjson.dumps
+    return b"".join(
+        dumps(
+            {
+                "site": r.site,
+                "stream": r.stream,
+                "seq": r.seq,
+                "event_time": r.event_time,
+                "key": r.key,
+                "value": dumps(r.value).decode(),
+            }
+        )
+        + b"\n"
+        for r in records
+    )
+
+
+def iter_lines(log_dir: Path, start: int, end: int) -> Iterator[dict[str, Any]]:
+    """Yield the decoded records between two offsets (slow path, for recovery and tests)."""
+    data = read_bytes(log_dir, start, end)
+    for line in data.splitlines():
+        if line:
+            yield orjson.loads(line)
+
+
+@dataclass
+class HighWaterMarks:
+    """The last accepted ``seq`` per (site, stream) of one app, and the log position they cover."""
+
+    marks: dict[tuple[str, str], int]
+    position: int = 0
+
+    def accept(self, record: Record) -> bool:
+        """Return True (and advance the mark) if ``record`` was not seen before."""
+        key = (record.site, record.stream)
+        last = self.marks.get(key)
+        if last is not None and record.seq <= last:
+            return False
+        self.marks[key] = record.seq
+        return True
+
+    def to_json(self) -> bytes:
+        """Serialise the marks and the position."""
+        return orjson.dumps(
+            {
+                "position": self.position,
+                "marks": [[site, stream, seq] for (site, stream), seq in sorted(self.marks.items())],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> HighWaterMarks:
+        """Parse :meth:`to_json` output; raise ``ValueError`` if malformed."""
+        try:
+            raw = orjson.loads(data)
+            marks = {(str(s), str(t)): int(q) for s, t, q in raw["marks"]}
+            return cls(marks, int(raw["position"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            msg = f"malformed high-water marks: {exc}"
+            raise ValueError(msg) from None
+
+
+class AppLog:
+    """The writer side of one app's log, with its dedupe high-water marks.
+
+    Only one process may write a log. On open, a partial last line (left by
+    a crash mid-write) is cut off, and the high-water marks are rebuilt from
+    their snapshot plus the records appended after it, so a crash between
+    the append and the snapshot cannot let a duplicate through.
+    """
+
+    def __init__(self, log_dir: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+        """Open (or create) the log in ``log_dir``."""
+        self.dir = log_dir
+        self.segment_bytes = segment_bytes
+        log_dir.mkdir(parents=True, exist_ok=True)
+        segs = segments(log_dir)
+        if not segs:
+            self._base = 0
+            self._path = log_dir / segment_name(0)
+            self._path.touch()
+        else:
+            self._base, self._path = segs[-1]
+            complete = _complete_size(self._path)
+            if complete != self._path.stat().st_size:
+                log.warning("log %s: cutting a partial record at the end of %s", log_dir, self._path.name)
+                with self._path.open("r+b") as fh:
+                    fh.truncate(complete)
+                    os.fsync(fh.fileno())
+        self._fh = self._path.open("ab")
+        self.position = self._base + self._path.stat().st_size
+        self.hwm = self._recover_marks()
+        self._dirty = False
+
+    def _recover_marks(self) -> HighWaterMarks:
+        path = self.dir / HWM_FILE
+        hwm = HighWaterMarks({}, head(self.dir))
+        if path.exists():
+            try:
+                hwm = HighWaterMarks.from_json(path.read_bytes())
+            except ValueError as exc:
+                log.warning("log %s: %s; rebuilding the marks from the retained segments", self.dir, exc)
+        start = max(hwm.position, head(self.dir))
+        replayed = 0
+        for row in iter_lines(self.dir, start, self.position):
+            key = (str(row["site"]), str(row["stream"]))
+            seq = int(row["seq"])
+            if seq > hwm.marks.get(key, -(2**63)):
+                hwm.marks[key] = seq
+            replayed += 1
+        if replayed:
+            log.info("log %s: replayed %d records after the marks snapshot", self.dir, replayed)
+        hwm.position = self.position
+        return hwm
+
+    def append(self, data: bytes) -> None:
+        """Append encoded lines (not yet durable: call :meth:`flush`)."""
+        if not data:
+            return
+        if self.position - self._base >= self.segment_bytes:
+            self._roll()
+        self._fh.write(data)
+        self.position += len(data)
+        self._dirty = True
+
+    def _roll(self) -> None:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        self._base = self.position
+        self._path = self.dir / segment_name(self._base)
+        self._fh = self._path.open("ab")
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def flush(self) -> None:
+        """Make everything appended durable (fsync), then snapshot the high-water marks."""
+        if not self._dirty:
+            return
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.hwm.position = self.position
+        _write_atomic(self.dir / HWM_FILE, self.hwm.to_json())
+        self._dirty = False
+
+    def close(self) -> None:
+        """Flush and close the active segment."""
+        self.flush()
+        self._fh.close()

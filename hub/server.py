@@ -1,0 +1,183 @@
+"""The running hub: REST API, control connection, coordinator, plan distribution and data plane.
+
+:class:`Hub` composes the parts around one state directory::
+
+    <state_dir>/apps/, distribution.json    deployed apps and plan versions (hub.state)
+    <state_dir>/ingest/<app>/               the durable ingest logs (hub.ingest)
+    <state_dir>/checkpoints/<app>/          Spark checkpoints and sink state (hub.engine)
+
+and :meth:`Hub.serve` runs uvicorn in the foreground until SIGINT/SIGTERM.
+Without Spark (``spark=False``) only the control plane runs: the API,
+heartbeats, planning and plan distribution.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hub.coordinator import Coordinator, SiteRegistry
+from hub.distribution import MqttControl, PlanDistributor
+from hub.state import StateStore
+from spanedge.sites import Sites
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """Everything ``spanedge hub`` can set."""
+
+    token: str
+    secret: bytes
+    state_dir: Path = Path(".spanedge/hub")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    spark: bool = True
+    spark_master: str = "local[2]"
+    trigger: str = "500 milliseconds"
+    hub_site: str | None = None
+    down_after_s: float = 15.0
+    latency_alpha: float = 0.3
+    drift_threshold: float = 0.5
+    min_replan_interval_s: float = 60.0
+    check_interval_s: float = 5.0
+
+
+class Hub:
+    """The hub's parts, started and stopped together."""
+
+    def __init__(self, sites: Sites, config: HubConfig) -> None:
+        """Prepare the hub for ``sites``; nothing connects until :meth:`start`."""
+        self.sites = sites
+        self.config = config
+        site = sites.site(config.hub_site) if config.hub_site is not None else sites.hubs[0]
+        self.site = site
+        self.broker = site.mqtt()
+        self.state_dir = Path(config.state_dir)
+        self.store = StateStore(self.state_dir)
+        self.registry = SiteRegistry(sites, down_after_s=config.down_after_s, alpha=config.latency_alpha)
+        self.control = MqttControl(
+            self.broker, client_id=f"spanedge-hub-control-{site.name}", on_heartbeat=self.registry.heartbeat
+        )
+        self.distributor = PlanDistributor(self.control, config.secret, self.store)
+        self.ingest: Any = None
+        self.engine: Any = None
+        self.coordinator = Coordinator(
+            self.registry,
+            distributor=self.distributor,
+            store=self.store,
+            drift_threshold=config.drift_threshold,
+            min_replan_interval_s=config.min_replan_interval_s,
+        )
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def start(self) -> Hub:
+        """Connect to the broker, start the data plane, resume the deployed apps, start drift checks."""
+        log.info("hub site %s, broker %s, state in %s", self.site.name, self.broker.url, self.state_dir)
+        self.control.start()
+        if self.config.spark:
+            self._start_data_plane()
+        self.coordinator.resume()
+        self._ticker = threading.Thread(target=self._tick, name="spanedge-drift", daemon=True)
+        self._ticker.start()
+        return self
+
+    def _start_data_plane(self) -> None:
+        try:
+            from hub.engine import Engine
+            from hub.ingest import Ingest
+        except ImportError as exc:
+            from spanedge.errors import MissingExtra
+
+            raise MissingExtra(exc.name or "pyspark", "hub") from None
+        self.engine = Engine(
+            self.state_dir,
+            self.sites,
+            spark_master=self.config.spark_master,
+            trigger=self.config.trigger,
+        )
+        self.coordinator.engine = self.engine
+        self.ingest = Ingest(self.broker, self.state_dir / "ingest", client_id=f"spanedge-hub-ingest-{self.site.name}")
+        self.ingest.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.config.check_interval_s):
+            try:
+                self.coordinator.check_drift()
+            except Exception:
+                log.exception("drift check failed")
+
+    def stop(self) -> None:
+        """Stop drift checks, the engine, ingest and the control connection."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
+        for part in (self.engine, self.ingest):
+            if part is not None:
+                try:
+                    part.stop()
+                except Exception:
+                    log.exception("stopping %s failed", type(part).__name__)
+        self.control.stop()
+
+    def health(self) -> dict[str, Any]:
+        """Fields ``/healthz`` adds: broker connectivity and which planes run."""
+        out: dict[str, Any] = {"broker": self.broker.url, "broker_connected": self.control.connected}
+        out["spark"] = self.engine is not None
+        if self.ingest is not None:
+            out["ingest_connected"] = bool(self.ingest.connected)
+        return out
+
+    def api(self) -> Any:
+        """The FastAPI app over this hub."""
+        from hub.api import create_app
+
+        return create_app(
+            self.coordinator,
+            self.config.token,
+            ingest_stats=(lambda: self.ingest.stats()) if self.ingest is not None else None,
+            engine_metrics=(lambda: self.engine.metrics()) if self.engine is not None else None,
+            health=self.health,
+        )
+
+    def serve(self) -> None:
+        """Start everything, serve the API until SIGINT or SIGTERM, then stop everything."""
+        try:
+            import uvicorn
+        except ImportError:
+            from spanedge.errors import MissingExtra
+
+            module = "uvicorn"
+            raise MissingExtra(module, "hub") from None
+        # uvicorn shuts down gracefully on a signal, then raises it again with the previous
+        # handler; turning SIGTERM into an exception lets the data plane stop cleanly too
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _terminate) if main else None
+        try:
+            self.start()
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    self.api(), host=self.config.host, port=self.config.port, log_level="info", access_log=False
+                )
+            )
+            server.run()
+        except (_Terminated, KeyboardInterrupt):
+            log.info("hub stopping")
+        finally:
+            self.stop()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated

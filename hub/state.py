@@ -1,0 +1,155 @@
+"""The hub's persisted control state: deployed apps, their plans and history.
+
+Layout under the state directory::
+
+    apps/<app>.json        one record per deployed app (source, options, plan, history)
+    distribution.json      the last plan-message version published per site
+
+Every file is replaced atomically (write, fsync, rename), so a hub killed at
+any moment restarts with either the old or the new record, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spanedge.errors import SpanEdgeError
+from spanedge.plan import Plan
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` atomically and durably."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass
+class HistoryEntry:
+    """One plan version of an app and why it was made."""
+
+    version: int
+    at: float
+    reason: str
+    totals: dict[str, Any]
+    changed: bool = True
+
+
+@dataclass
+class AppRecord:
+    """A deployed app as the hub keeps it."""
+
+    name: str
+    source: str
+    filename: str
+    plan: Plan
+    app_name: str | None = None
+    slo_ms: float | None = None
+    weights: dict[str, float] | None = None
+    deployed_at: float = 0.0
+    history: list[HistoryEntry] = field(default_factory=list)
+    basis: dict[str, Any] = field(default_factory=dict)
+    """The latencies and rates the current plan was computed from (for drift detection)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "filename": self.filename,
+            "app_name": self.app_name,
+            "slo_ms": self.slo_ms,
+            "weights": self.weights,
+            "deployed_at": self.deployed_at,
+            "plan": self.plan.to_dict(),
+            "history": [asdict(h) for h in self.history],
+            "basis": self.basis,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AppRecord:
+        """Rebuild a record from :meth:`to_dict` output."""
+        return cls(
+            name=str(data["name"]),
+            source=str(data["source"]),
+            filename=str(data["filename"]),
+            plan=Plan.from_dict(data["plan"]),
+            app_name=data.get("app_name"),
+            slo_ms=data.get("slo_ms"),
+            weights=data.get("weights"),
+            deployed_at=float(data.get("deployed_at", 0.0)),
+            history=[HistoryEntry(**h) for h in data.get("history", [])],
+            basis=dict(data.get("basis", {})),
+        )
+
+
+class StateStore:
+    """Reads and writes the hub's control state under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        """Use ``root`` (created if missing) as the state directory."""
+        self.root = Path(root)
+        self.apps_dir = self.root / "apps"
+        self.apps_dir.mkdir(parents=True, exist_ok=True)
+
+    def _app_path(self, name: str) -> Path:
+        return self.apps_dir / f"{_SAFE.sub('_', name)}.json"
+
+    def save_app(self, record: AppRecord) -> None:
+        """Persist ``record``, replacing any earlier one of the same app."""
+        write_json_atomic(self._app_path(record.name), record.to_dict())
+
+    def delete_app(self, name: str) -> None:
+        """Forget app ``name`` (no error if it is not stored)."""
+        self._app_path(name).unlink(missing_ok=True)
+
+    def load_apps(self) -> list[AppRecord]:
+        """Every stored app, by name.
+
+        Raises:
+            SpanEdgeError: a record cannot be parsed; the message names the file.
+        """
+        records = []
+        for path in sorted(self.apps_dir.glob("*.json")):
+            try:
+                records.append(AppRecord.from_dict(json.loads(path.read_text())))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                msg = f"cannot read the deployed app record {path}: {exc}; fix or delete the file and restart the hub"
+                raise SpanEdgeError(msg) from None
+        return records
+
+    def load_versions(self) -> dict[str, int]:
+        """The last plan-message version published per site."""
+        path = self.root / "distribution.json"
+        if not path.exists():
+            return {}
+        try:
+            return {str(k): int(v) for k, v in json.loads(path.read_text()).items()}
+        except (OSError, ValueError, AttributeError) as exc:
+            msg = f"cannot read {path}: {exc}; delete it and restart the hub (versions restart from the clock)"
+            raise SpanEdgeError(msg) from None
+
+    def save_versions(self, versions: dict[str, int]) -> None:
+        """Persist the last plan-message version published per site."""
+        write_json_atomic(self.root / "distribution.json", versions)
