@@ -1,0 +1,382 @@
+"""Hub data plane: MQTT ingest, the ingest log into Spark, and publish-to-sink latency.
+
+    .venv/bin/python bench/hub.py [--records 100000] [--seconds 10] [--rate 2000]
+
+Measured in one run, against a real Mosquitto and Spark in local mode:
+
+* ingest: records/s from a QoS 1 publisher through ``Ingest`` (dedupe,
+  append, fsync, ack) into the log, batches of 500 records;
+* log -> Spark: records/s through a query with no Python operator (log
+  source, filter, Parquet sink) and through a keyed 1 s tumbling window
+  (count, mean), both over the backlog the ingest phase wrote;
+* latency, for triggers of 250 ms and 1 s: publish -> memory sink of each
+  record of a stateless query (p50/p99), and window end -> window result at
+  the sink for the windowed query (p50/p99), at a steady ``--rate``.
+
+The baseline in the same run is the publisher alone: how fast a paho client
+gets QoS 1 acknowledgements from Mosquitto for the same batches when nobody
+writes them anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PASS_APP = """
+from spanedge import App, sinks
+
+app = App("bench-pass")
+app.source("readings", time_field="ts").sink(SINK, name="pass_out")
+"""
+
+WINDOW_APP = """
+from spanedge import App, agg, sinks
+
+app = App("bench-window")
+app.source("readings", time_field="ts").window(
+    name="per_key", key="k", size="1s", aggs={"n": agg.count(), "mean_v": agg.mean("v")}
+).sink(sinks.memory("windows"), name="win_out")
+"""
+
+SITES = """
+sites:
+  cloud: {{tier: hub, broker: "{url}"}}
+  edge:
+    tier: spoke
+    broker: "{url}"
+    streams:
+      readings: {{topic: "bench/+", rate: 10000}}
+"""
+KEYS = 10
+BATCH = 500
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def plan_for(app: Any) -> Any:
+    """The source at the edge site, every other operator at the hub."""
+    from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals
+
+    graph = app.graph()
+    assignments = [Assignment("readings@edge", "readings", "edge", "edge")]
+    flows = []
+    for name in graph.nodes:
+        if name == "readings":
+            continue
+        assignments.append(Assignment(name, name, None, "cloud"))
+    for u, v in graph.edges:
+        flows.append(Flow("readings@edge" if u == "readings" else u, v, 1, 1))
+    return Plan(
+        app.name, 1, "cloud", tuple(assignments), tuple(flows), Totals(0, 0, 0, 0), SolverInfo("bench", "ok", 0)
+    )
+
+
+class Publisher:
+    """A QoS 1 paho publisher of record batches, as an edge agent sends them."""
+
+    def __init__(self, url: str, app: str) -> None:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        host, port = url.split("//")[1].split(":")
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2)
+        self.client.max_inflight_messages_set(100)
+        self.client.max_queued_messages_set(0)
+        self.client.connect(host, int(port))
+        self.client.loop_start()
+        self.app = app
+        self.seq = 0
+
+    def batches(self, n: int, t0: float, spacing: float) -> list[bytes]:
+        """Encode ``n`` records in batches of :data:`BATCH`, event times from ``t0``."""
+        from spanedge.envelope import Record, encode_batch
+
+        out = []
+        for start in range(0, n, BATCH):
+            recs = []
+            for i in range(start, min(n, start + BATCH)):
+                t = t0 + i * spacing
+                value = {"k": f"k{i % KEYS}", "ts": t, "v": float(i % 100)}
+                recs.append(Record("edge", "readings", self.seq, t, value["k"], value))
+                self.seq += 1
+            out.append(encode_batch(self.app, recs))
+        return out
+
+    def send(self, payloads: list[bytes], stream: str = "readings") -> None:
+        """Publish the batches (QoS 1) and wait for every acknowledgement."""
+        from spanedge import topics
+
+        topic = topics.data(self.app, stream, "edge")
+        infos = [self.client.publish(topic, p, qos=1) for p in payloads]
+        for info in infos:
+            info.wait_for_publish(timeout=120)
+
+    def close(self) -> None:
+        """Disconnect."""
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def wait(predicate: Any, timeout: float, what: str) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.monotonic()
+        time.sleep(0.02)
+    msg = f"timed out waiting for {what}"
+    raise TimeoutError(msg)
+
+
+def caught_up(engine: Any, app: str, replica: str, tail: int) -> bool:
+    import json
+
+    q = engine._apps[app].queries[replica].handle
+    error = q.exception()
+    if error is not None:
+        raise RuntimeError(str(error))
+    progress = q.lastProgress
+    if not progress or not progress.get("sources"):
+        return False
+    end = progress["sources"][0].get("endOffset")
+    end = json.loads(end) if isinstance(end, str) else end
+    return bool(end) and int(end["pos"]) >= tail
+
+
+def apps(work: Path) -> list[Any]:
+    from spanedge.loader import load_app_source
+
+    return [
+        load_app_source(PASS_APP.replace("SINK", f'sinks.file("{work / "parquet"}")'), "bench_pass.py"),
+        load_app_source(WINDOW_APP, "bench_window.py"),
+    ]
+
+
+def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> dict[str, float]:
+    from hub import log as ingest_log
+    from hub.engine import Engine
+    from hub.ingest import Ingest
+    from spanedge.sites import parse_sites
+
+    sites = parse_sites(SITES.format(url=url))
+    out: dict[str, float] = {}
+    n = args.records
+    # Baseline: the publisher against the broker alone (nobody subscribed).
+    pub = Publisher(url, "bench-base")
+    start = time.monotonic()
+    pub.send(pub.batches(n, 1_700_000_000.0, 1e-4))
+    out["publish only (baseline)"] = n / (time.monotonic() - start)
+    pub.close()
+
+    pass_app, window_app = apps(work)
+    state = work / "throughput"
+    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id="bench-ingest")
+    ingest.start()
+    ingest.wait_connected()
+    pubs = {a.name: Publisher(url, a.name) for a in (pass_app, window_app)}
+    t0 = time.time() - 3600
+    payloads = {name: p.batches(n, t0, 1e-4) for name, p in pubs.items()}
+    start = time.monotonic()
+    for name, p in pubs.items():
+        p.send(payloads[name])
+    done = wait(lambda: ingest.stats()["records"] >= 2 * n, 300, "the ingest")
+    out["MQTT -> ingest log"] = 2 * n / (done - start)
+    ingest.stop()
+
+    # The backlog through each query alone, with an availableNow trigger; the second run is warm.
+    batch_engine = Engine(state, sites, spark=spark, trigger="availableNow")
+    try:
+        for app, label in ((pass_app, "log -> Spark, no Python op"), (window_app, "log -> Spark, 1 s window")):
+            for attempt in ("cold", "warm"):
+                start = time.monotonic()
+                batch_engine.deploy(app, plan_for(app))
+                handles = [q.handle for q in batch_engine._apps[app.name].queries.values()]
+                done = wait(lambda h=handles: not any(x.isActive for x in h), 300, label)
+                for h in handles:
+                    if h.exception() is not None:
+                        raise RuntimeError(str(h.exception()))
+                out[f"{label} ({attempt})"] = n / (done - start)
+                progress = [p for h in handles for p in h.recentProgress if p.get("numInputRows")]
+                busy_ms = sum(p["durationMs"]["triggerExecution"] for p in progress)
+                if attempt == "warm" and busy_ms:
+                    out[f"{label}, in micro-batches"] = sum(p["numInputRows"] for p in progress) / busy_ms * 1000
+                batch_engine.undeploy(app.name)
+    finally:
+        batch_engine.stop()
+
+    # Live: both apps deployed and warm; publisher, ingest and Spark all running at once.
+    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id="bench-ingest")
+    ingest.start()
+    ingest.wait_connected()
+    engine = Engine(state, sites, spark=spark, trigger="250 milliseconds")
+    try:
+        for app in (pass_app, window_app):
+            engine.deploy(app, plan_for(app))
+        for app in (pass_app, window_app):
+            tail = ingest_log.tail(engine.log_dir(app.name))
+            wait(lambda a=app, t=tail: all_caught_up(engine, a.name, t), 300, "the warm-up")
+        payloads = {name: p.batches(n, t0 + 20, 1e-4) for name, p in pubs.items()}
+        before = ingest.stats()["records"]
+        start = time.monotonic()
+        senders = [threading.Thread(target=p.send, args=(payloads[name],)) for name, p in pubs.items()]
+        for thread in senders:
+            thread.start()
+        for thread in senders:
+            thread.join()
+        wait(lambda: ingest.stats()["records"] >= before + 2 * n, 300, "the ingest")
+        for app in (pass_app, window_app):
+            tail = ingest_log.tail(engine.log_dir(app.name))
+            wait(lambda a=app, t=tail: all_caught_up(engine, a.name, t), 300, "the live run")
+        out["MQTT -> Spark live, both queries"] = 2 * n / (time.monotonic() - start)
+    finally:
+        engine.stop()
+        ingest.stop()
+        for p in pubs.values():
+            p.close()
+    return out
+
+
+def all_caught_up(engine: Any, app: str, tail: int) -> bool:
+    return all(caught_up(engine, app, replica, tail) for replica in engine._apps[app].queries)
+
+
+def ingest_log_broker(url: str) -> Any:
+    from spanedge.sites import Broker
+
+    host, port = url.split("//")[1].split(":")
+    return Broker(scheme="mqtt", host=host, port=int(port))
+
+
+def latency(args: argparse.Namespace, url: str, spark: Any, work: Path, trigger: str) -> dict[str, float]:
+    from hub.engine import Engine
+    from hub.ingest import Ingest
+    from spanedge.loader import load_app_source
+    from spanedge.sites import parse_sites
+
+    sites = parse_sites(SITES.format(url=url))
+    pass_app = load_app_source(PASS_APP.replace("SINK", 'sinks.memory("passed")'), "bench_latency.py")
+    window_app = load_app_source(WINDOW_APP, "bench_window.py")
+    state = work / f"latency-{trigger.split()[0]}"
+    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-{trigger.split()[0]}")
+    ingest.start()
+    ingest.wait_connected()
+    engine = Engine(state, sites, spark=spark, trigger=trigger)
+    pub = Publisher(url, pass_app.name)
+    stop = threading.Event()
+    try:
+        engine.deploy(pass_app, plan_for(pass_app))
+        engine.deploy(window_app, plan_for(window_app))
+        per_tick = max(1, int(args.rate / 50))
+
+        def run() -> None:
+            from spanedge import topics
+            from spanedge.envelope import Record, encode_batch
+
+            names = (pass_app.name, window_app.name)
+            nxt = time.monotonic()
+            while not stop.is_set():
+                now = time.time()
+                recs = []
+                for _ in range(per_tick):
+                    value = {"k": f"k{pub.seq % KEYS}", "ts": now, "v": 1.0, "sent": now}
+                    recs.append(Record("edge", "readings", pub.seq, now, value["k"], value))
+                    pub.seq += 1
+                for name in names:
+                    pub.client.publish(topics.data(name, "readings", "edge"), encode_batch(name, recs), qos=1)
+                nxt += 0.02
+                time.sleep(max(0.0, nxt - time.monotonic()))
+
+        # Warm up until results flow, then measure a steady stretch.
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        wait(lambda: len(engine.memory("windows")) > 0 and len(engine.memory("passed")) > 0, 180, "warm-up")
+        begin = time.time() + 1.0
+        time.sleep(args.seconds + 1.0)
+        end_send = time.time()
+        stop.set()
+        thread.join()
+        time.sleep(3.0)
+        passed = [
+            arrived - row["value"]["sent"]
+            for arrived, row in engine._memory.timed("passed")
+            if begin <= row["value"]["sent"] <= end_send
+        ]
+        windows = [
+            arrived - row["value"]["window_end"]
+            for arrived, row in engine._memory.timed("windows")
+            if begin <= row["value"]["window_start"] and row["value"]["window_end"] <= end_send
+        ]
+        return {
+            "stateless p50 ms": 1000 * percentile(passed, 0.5),
+            "stateless p99 ms": 1000 * percentile(passed, 0.99),
+            "window p50 ms": 1000 * percentile(windows, 0.5),
+            "window p99 ms": 1000 * percentile(windows, 0.99),
+            "samples": float(len(passed)),
+            "windows": float(len(windows)),
+            "mean batch ms": statistics.fmean(
+                [m.get("batch_ms") or 0 for a in engine.metrics().values() for m in a["queries"].values()]
+            ),
+        }
+    finally:
+        stop.set()
+        engine.stop()
+        pub.close()
+        ingest.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured stretch of each latency run")
+    parser.add_argument("--rate", type=float, default=2000.0, help="records/s during the latency runs")
+    parser.add_argument("--spark-master", default="local[2]")
+    args = parser.parse_args()
+
+    import pyspark
+
+    from hub.spark_session import build_session
+    from simulate.broker import Mosquitto
+
+    started = time.monotonic()
+    with Mosquitto(name="bench-hub") as broker, tempfile.TemporaryDirectory(prefix="spanedge-bench-hub-") as tmp:
+        work = Path(tmp)
+        spark = build_session(args.spark_master, app_name="spanedge-bench-hub")
+        try:
+            rates = throughput(args, broker.url, spark, work)
+            lat = {t: latency(args, broker.url, spark, work, t) for t in ("250 milliseconds", "1 second")}
+        finally:
+            spark.stop()
+    print(f"\nhub data plane — pyspark {pyspark.__version__}, {args.spark_master}, {args.records} records of ~80 bytes")
+    print(f"{'path':<46}{'records/s':>12}{'vs publish only':>18}")
+    base = rates["publish only (baseline)"]
+    for label, value in rates.items():
+        print(f"{label:<46}{value:>12,.0f}{value / base:>17.2f}x")
+    print(f"\nlatency at {args.rate:.0f} records/s ({args.seconds:.0f} s measured per trigger)")
+    print(f"{'trigger':<18}{'stateless p50':>14}{'p99':>9}{'window p50':>12}{'p99':>9}{'batch ms':>10}{'samples':>9}")
+    for trigger, m in lat.items():
+        print(
+            f"{trigger:<18}{m['stateless p50 ms']:>12.0f}ms{m['stateless p99 ms']:>7.0f}ms"
+            f"{m['window p50 ms']:>10.0f}ms{m['window p99 ms']:>7.0f}ms{m['mean batch ms']:>10.0f}{m['samples']:>9.0f}"
+        )
+    print("cold/warm: deploy to last record, first query of its kind in the session / run again;")
+    print("in micro-batches: rows over the time Spark spent in the warm run's batches (no query start)")
+    print("(window latency: from the window's end in wall time to its result at the sink)")
+    print(f"total {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

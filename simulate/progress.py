@@ -1,0 +1,76 @@
+"""The live progress display: records flowing, backlog per site, elapsed and remaining time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SiteStatus:
+    """One site's numbers at one moment."""
+
+    site: str
+    tier: str
+    sent: int = 0
+    pending: int = 0
+    results: int = 0
+    backlog: int | None = None
+    dead: int = 0
+    wan_bytes: int = 0
+    up: bool = True
+    note: str = ""
+
+
+@dataclass
+class Status:
+    """A snapshot of a running simulation."""
+
+    label: str
+    phase: str
+    elapsed: float
+    duration: float
+    sites: list[SiteStatus] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    sent_rate: float = 0.0
+    result_rate: float = 0.0
+
+
+def render_status(status: Status) -> Any:
+    """A rich table of the snapshot."""
+    from rich.table import Table
+
+    remaining = max(0.0, status.duration - status.elapsed)
+    title = (
+        f"{status.label}: {status.phase}, {status.elapsed:.0f}s elapsed, {remaining:.0f}s of sensors left, "
+        f"{status.sent_rate:.0f} msg/s in, {status.result_rate:.0f} results/s out"
+    )
+    table = Table(title=title, title_justify="left")
+    for name, justify in (
+        ("site", "left"),
+        ("tier", "left"),
+        ("sensor msgs", "right"),
+        ("buffered", "right"),
+        ("results", "right"),
+        ("outbox backlog", "right"),
+        ("dead letters", "right"),
+        ("WAN bytes", "right"),
+        ("state", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for s in status.sites:
+        table.add_row(
+            s.site,
+            s.tier,
+            str(s.sent),
+            str(s.pending),
+            str(s.results),
+            "-" if s.backlog is None else str(s.backlog),
+            str(s.dead),
+            f"{s.wan_bytes / 1000:.1f} kB",
+            ("up" if s.up else "[red]down[/red]") + (f" {s.note}" if s.note else ""),
+        )
+    if status.events:
+        table.caption = "  ".join(status.events[-4:])
+        table.caption_justify = "left"
+    return table

@@ -1,0 +1,375 @@
+"""The simulation report: records in and out, latencies, WAN bytes, losses, duplicates, dead letters.
+
+:func:`check_sink` compares what one sink published with the reference; window
+results are matched on ``(key, window_start)``: a window received twice is a
+duplicate, a window missing or short of records is a loss (in records when the
+window counts them). Only windows that end at least ``settle`` seconds before
+the last event time are checked: later ones may still be open.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from simulate.reference import Item
+from simulate.results import Result
+from spanedge.operators import WindowSpec
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0–100) by nearest rank; ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def epoch(value: Any) -> float | None:
+    """Seconds since the epoch from a number or an ISO-8601 string."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        try:
+            parsed = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=datetime.UTC)
+        return parsed.timestamp()
+    return None
+
+
+@dataclass
+class Latency:
+    """End-to-end latency percentiles in milliseconds."""
+
+    count: int = 0
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> Latency:
+        """Percentiles of latencies given in seconds."""
+        ms = [s * 1000.0 for s in seconds]
+        return cls(len(ms), percentile(ms, 50), percentile(ms, 95), percentile(ms, 99))
+
+
+@dataclass
+class SinkCheck:
+    """One sink's results against the reference."""
+
+    sink: str
+    tier: str
+    received: int = 0
+    expected: int = 0
+    checked: int = 0
+    missing: int = 0
+    duplicates: int = 0
+    unexpected: int = 0
+    wrong: int = 0
+    lost_records: int = 0
+    extra_records: int = 0
+    open_at_end: int = 0
+    unchecked: str | None = None
+    latency: Latency = field(default_factory=Latency)
+    examples: list[str] = field(default_factory=list)
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-3)
+    return bool(a == b)
+
+
+def _count_field(spec: WindowSpec) -> str | None:
+    return next((name for name, agg in spec.aggs if agg.func == "count" and agg.custom is None), None)
+
+
+def check_sink(
+    sink: str,
+    tier: str,
+    received: Sequence[Result],
+    expected: Sequence[Item] | None,
+    window: WindowSpec | None,
+    cutoff: float,
+    time_field: str | None = None,
+    latency_from: float = 0.0,
+) -> tuple[SinkCheck, list[float]]:
+    """Compare one sink's results with the reference (``expected=None``: not checkable).
+
+    Returns the check and the sink's latencies in seconds (first arrival of each result).
+    """
+    check = SinkCheck(sink, tier, received=len(received))
+    latencies: list[float] = []
+    if window is not None:
+        got: dict[tuple[str, float], list[Result]] = defaultdict(list)
+        for r in received:
+            start = epoch(r.value.get("window_start")) if isinstance(r.value, dict) else None
+            if start is None:
+                check.unexpected += 1
+                continue
+            got[(str(r.value.get(window.key)), round(start, 3))].append(r)
+        for rs in list(got.values()):
+            check.duplicates += len(rs) - 1
+            end = epoch(rs[0].value.get("window_end"))
+            if end is not None and end >= latency_from:
+                latencies.append(rs[0].received_at - end)
+        if expected is not None:
+            count = _count_field(window)
+            want = {(str(i.value[window.key]), round(float(i.value["window_start"]), 3)): i for i in expected}
+            check.expected = len(want)
+            for k, item in want.items():
+                if float(item.value["window_end"]) > cutoff:
+                    check.open_at_end += 1
+                    continue
+                check.checked += 1
+                hits = got.get(k)
+                n = int(item.value[count]) if count else 0
+                if not hits:
+                    check.missing += 1
+                    check.lost_records += n if count else 1
+                    _example(check, f"missing {k} (n={n})")
+                    continue
+                value = hits[0].value
+                if count is not None:
+                    have = int(value.get(count) or 0)
+                    check.lost_records += max(0, n - have)
+                    check.extra_records += max(0, have - n)
+                    if have != n:
+                        _example(check, f"{k}: {have} records, want {n}")
+                        continue  # the other aggregates differ for the same reason
+                if any(not _close(value.get(name), item.value[name]) for name, _ in window.aggs):
+                    check.wrong += 1
+                    _example(check, f"wrong {k}: got {_short(value)}, want {_short(item.value)}")
+            for k, rs in got.items():
+                end = epoch(rs[0].value.get("window_end"))
+                if k not in want and end is not None and end <= cutoff:
+                    check.unexpected += 1
+                    _example(check, f"unexpected {k}: {_short(rs[0].value)}")
+    else:
+        for r in received:
+            t = epoch(r.value.get(time_field)) if time_field and isinstance(r.value, dict) else None
+            if t is not None and t >= latency_from:
+                latencies.append(r.received_at - t)
+        if expected is not None:
+            want_c = Counter(_canon(i.value) for i in expected)
+            got_c = Counter(_canon(r.value) for r in received)
+            check.expected = check.checked = sum(want_c.values())
+            check.missing = check.lost_records = sum((want_c - got_c).values())
+            surplus = got_c - want_c
+            check.duplicates = sum(n for v, n in surplus.items() if v in want_c)
+            check.unexpected = sum(n for v, n in surplus.items() if v not in want_c)
+    check.latency = Latency.of(latencies)
+    return check, latencies
+
+
+def _canon(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def _short(value: Any) -> str:
+    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _example(check: SinkCheck, text: str) -> None:
+    if len(check.examples) < 5:
+        check.examples.append(text)
+
+
+@dataclass
+class StreamCount:
+    """Sensor messages of one stream at one site."""
+
+    stream: str
+    site: str
+    sent: int = 0
+    malformed: int = 0
+
+
+@dataclass
+class SiteCount:
+    """What the agent of one site reported, and what the dead-letter topic carried."""
+
+    site: str
+    dead_lettered: int = 0
+    expected_dead: int = 0
+    late: int = 0
+    dropped: int = 0
+    backlog: int | None = None
+    max_backlog: int = 0
+    sensor_failures: int = 0
+
+
+@dataclass
+class Report:
+    """Everything a simulation run measured."""
+
+    label: str
+    app: str
+    placement: str
+    broker: str
+    duration: float
+    streams: list[StreamCount] = field(default_factory=list)
+    operators: dict[str, dict[str, int]] = field(default_factory=dict)
+    sinks: list[SinkCheck] = field(default_factory=list)
+    local_latency: Latency = field(default_factory=Latency)
+    global_latency: Latency = field(default_factory=Latency)
+    wan_bytes: dict[str, dict[str, int]] = field(default_factory=dict)
+    wan_total: int = 0
+    sites: list[SiteCount] = field(default_factory=list)
+    replans: int | None = None
+    plan_changes: int | None = None
+    hub_cpu_s: float | None = None
+    faults: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    drained: bool = True
+    started_at: float = 0.0
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def lost(self) -> int:
+        """Records lost over every checked sink (records short in windows, or results missing)."""
+        return sum(s.lost_records for s in self.sinks)
+
+    @property
+    def duplicates(self) -> int:
+        """Results received more than once."""
+        return sum(s.duplicates for s in self.sinks)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        data = asdict(self)
+        data["lost"] = self.lost
+        data["duplicates"] = self.duplicates
+        return data
+
+
+def combine_latency(checks: Iterable[SinkCheck], results: dict[str, list[float]], tier: str) -> Latency:
+    """Latency over every sink of ``tier`` (``results`` holds each sink's raw latencies in seconds)."""
+    values = [v for c in checks if c.tier == tier for v in results.get(c.sink, [])]
+    return Latency.of(values)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def render(reports: Sequence[Report]) -> Any:
+    """A rich renderable with the reports side by side (one column per run)."""
+    from rich.console import Group
+    from rich.table import Table
+
+    table = Table(title=f"SpanEdge simulation: app '{reports[0].app}'", show_lines=False)
+    table.add_column("measure", style="bold")
+    for r in reports:
+        table.add_column(f"{r.label} ({r.placement})", justify="right")
+
+    def row(name: str, cells: Iterable[str]) -> None:
+        table.add_row(name, *cells)
+
+    row("broker", (r.broker for r in reports))
+    row("sensor run (s)", (f"{r.duration:.0f}" for r in reports))
+    for i, s in enumerate(reports[0].streams):
+        row(f"in {s.stream}@{s.site}", (_stream_cell(r, i) for r in reports))
+    for op in reports[0].operators:
+        row(f"edge op {op} in -> out", (_op_cell(r, op) for r in reports))
+    for i, c in enumerate(reports[0].sinks):
+        row(f"out {c.sink} ({c.tier})", (_sink_cell(r, i) for r in reports))
+    for tier, attr in (("local", "local_latency"), ("global", "global_latency")):
+        row(
+            f"{tier} result latency p50/p95/p99 ms",
+            (f"{_ms(lat.p50)} / {_ms(lat.p95)} / {_ms(lat.p99)}" for lat in (getattr(r, attr) for r in reports)),
+        )
+    links = sorted({k for r in reports for k in r.wan_bytes})
+    for link in links:
+        row(f"WAN {link}", (_bytes(sum(r.wan_bytes.get(link, {}).values())) for r in reports))
+    row("WAN total", (_bytes(r.wan_total) for r in reports))
+    if len(reports) > 1 and reports[1].wan_total:
+        table.add_row("WAN vs second run", f"{reports[0].wan_total / reports[1].wan_total:.1%}", "")
+    row("lost records", (str(r.lost) + ("" if r.drained else " (not drained)") for r in reports))
+    row("duplicate results", (str(r.duplicates) for r in reports))
+    row("dead-lettered (expected)", (_dead_cell(r) for r in reports))
+    row("late records", (str(sum(s.late for s in r.sites)) for r in reports))
+    row("outbox backlog max / at end", (_backlog_cell(r) for r in reports))
+    row("re-plans (placement changed)", (_replan_cell(r) for r in reports))
+    row("hub CPU (s)", ("-" if r.hub_cpu_s is None else f"{r.hub_cpu_s:.1f}" for r in reports))
+    row("faults", (", ".join(r.faults) or "none" for r in reports))
+    notes = [f"[{r.label}] {p}" for r in reports for p in r.problems]
+    notes += [f"[{r.label}] {c.sink}: {e}" for r in reports for c in r.sinks for e in c.examples]
+    from rich.text import Text
+
+    return Group(table, *(Text(n, style="yellow") for n in notes))
+
+
+def _backlog_cell(report: Report) -> str:
+    return f"{max((s.max_backlog for s in report.sites), default=0)} / {sum(s.backlog or 0 for s in report.sites)}"
+
+
+def _op_cell(report: Report, op: str) -> str:
+    counts = report.operators.get(op)
+    return "-" if counts is None else f"{counts.get('in', 0)} -> {counts.get('out', 0)}"
+
+
+def operator_counts(heartbeats: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Records in and out per operator, summed over its replicas, from the agents' latest heartbeats."""
+    out: dict[str, dict[str, int]] = {}
+    for beat in heartbeats:
+        operators = beat.get("operators")
+        if not isinstance(operators, dict):
+            continue
+        for replica, counts in operators.items():
+            if not isinstance(counts, dict):
+                continue
+            total = out.setdefault(str(replica).partition("@")[0], {"in": 0, "out": 0})
+            for k in ("in", "out"):
+                value = counts.get(k)
+                if isinstance(value, int | float):
+                    total[k] += int(value)
+    return out
+
+
+def _replan_cell(report: Report) -> str:
+    if report.replans is None:
+        return "-"
+    return f"{report.replans} ({report.plan_changes if report.plan_changes is not None else '?'})"
+
+
+def _stream_cell(report: Report, i: int) -> str:
+    if i >= len(report.streams):
+        return "-"
+    s = report.streams[i]
+    return f"{s.sent}" + (f" ({s.malformed} malformed)" if s.malformed else "")
+
+
+def _sink_cell(report: Report, i: int) -> str:
+    if i >= len(report.sinks):
+        return "-"
+    c = report.sinks[i]
+    if c.unchecked:
+        return f"{c.received} (unchecked)"
+    return f"{c.received} ({c.checked} checked, {c.missing} missing, {c.wrong} wrong)"
+
+
+def _dead_cell(report: Report) -> str:
+    return f"{sum(s.dead_lettered for s in report.sites)} ({sum(s.expected_dead for s in report.sites)})"
