@@ -1,0 +1,73 @@
+"""The cold-chain example across 3 simulated spokes and a hub: results, faults and bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+def _sink(outcome: Any, name: str) -> Any:
+    return next(c for c in outcome.report.sinks if c.sink == name)
+
+
+def _assert_exact(outcome: Any) -> None:
+    """Every checked window arrived once, with the reference's values."""
+    for check in outcome.report.sinks:
+        assert check.unchecked is None, check
+        assert check.checked > 0, f"{check.sink}: nothing to check; see {outcome.run_dir}"
+        assert check.missing == 0, (check.sink, check.examples, outcome.run_dir)
+        assert check.lost_records == 0, (check.sink, check.examples, outcome.run_dir)
+        assert check.duplicates == 0, (check.sink, check.examples, outcome.run_dir)
+        assert check.wrong == 0, (check.sink, check.examples, outcome.run_dir)
+        assert check.unexpected == 0, (check.sink, check.examples, outcome.run_dir)
+        assert check.extra_records == 0, (check.sink, check.examples, outcome.run_dir)
+    assert outcome.report.lost == 0
+    assert outcome.report.duplicates == 0
+    assert not outcome.report.problems, outcome.report.problems
+
+
+def test_results_match_the_reference(clean_run: Any) -> None:
+    _assert_exact(clean_run)
+    units = {r.value["unit"].rsplit("-u", 1)[0] for r in clean_run.collector.results if r.sink == "local_stats"}
+    assert units == {"truck-7", "truck-9", "warehouse-north"}
+    assert _sink(clean_run, "fleet_alerts").checked > 0  # the hub's global results were checked too
+    assert clean_run.report.local_latency.count > 0
+    assert clean_run.report.global_latency.count > 0
+    assert clean_run.report.wan_total > 0
+
+
+def test_malformed_messages_are_all_dead_lettered(clean_run: Any) -> None:
+    sites = {s.site: s for s in clean_run.report.sites}
+    bad = {s.site: s.malformed for s in clean_run.report.streams}
+    assert bad["warehouse-north"] > 0
+    assert bad["truck-7"] == bad["truck-9"] == 0
+    assert sites["warehouse-north"].expected_dead == bad["warehouse-north"]
+    assert sites["warehouse-north"].dead_lettered == bad["warehouse-north"]
+    assert sites["truck-7"].dead_lettered == sites["truck-9"].dead_lettered == 0
+    _assert_exact(clean_run)  # everything else unaffected
+
+
+def test_partition_loses_and_duplicates_nothing_and_drains(fault_run: Any) -> None:
+    assert any("healed truck-9" in e for e in fault_run.events)
+    _assert_exact(fault_run)
+    assert all(s.backlog == 0 for s in fault_run.report.sites), fault_run.report.sites
+    truck9 = [
+        r for r in fault_run.collector.results if r.sink == "fleet_alerts" and r.value["unit"].startswith("truck-9")
+    ]
+    assert truck9, "no global result of the partitioned spoke arrived"
+    healed = fault_run.started_at + 8 + 20
+    held_back = [r for r in truck9 if r.value["window_end"] < healed - 5 and r.received_at > healed]
+    assert held_back, "no global result of truck-9 was held back by the partition and delivered after the heal"
+
+
+def test_agent_sigkill_and_restart_lose_and_duplicate_nothing(fault_run: Any) -> None:
+    assert any("killed agent truck-7" in e for e in fault_run.events)
+    assert any("restarted agent truck-7" in e for e in fault_run.events)
+    _assert_exact(fault_run)
+    truck7 = [
+        r for r in fault_run.collector.results if r.sink == "local_stats" and r.value["unit"].startswith("truck-7")
+    ]
+    assert truck7

@@ -1,0 +1,168 @@
+"""The agent's intake without a broker: commit before ack, and redeliveries counted once."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import edge_agent.agent as agent_module
+from edge_agent.agent import Agent, AgentConfig
+from edge_agent.transport import Message
+from spanedge.loader import load_app
+from spanedge.sites import parse_sites
+from spanedge.testing import local_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_FILE = ROOT / "examples" / "cold_chain" / "app.py"
+SITES = """
+sites:
+  cloud: {tier: hub, broker: "mqtt://127.0.0.1:9"}
+  truck-7:
+    tier: spoke
+    broker: "mqtt://127.0.0.1:9"
+    streams:
+      readings: {topic: "trucks/7/+/temp", rate: 10}
+"""
+
+
+class FakeTransport:
+    """Stands in for a broker connection; records acknowledgements and publishes."""
+
+    def __init__(self, broker: Any, client_id: str, name: str, **_: Any) -> None:
+        self.broker, self.name = broker, name
+        self.filters: list[tuple[str, int]] = []
+        self.acked: list[int] = []
+        self.published: list[tuple[str, bytes]] = []
+        self.connected = False
+        self.on_connected = None
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def subscribe(self, filters: list[tuple[str, int]]) -> None:
+        self.filters.extend(f for f in filters if f not in self.filters)
+
+    def unsubscribe(self, topics: list[str]) -> None:
+        self.filters = [f for f in self.filters if f[0] not in topics]
+
+    def ack(self, mid: int, qos: int) -> None:
+        self.acked.append(mid)
+
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int:
+        self.published.append((topic, payload))
+        return len(self.published)
+
+
+@pytest.fixture
+def make_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    monkeypatch.setattr(agent_module, "PahoTransport", FakeTransport)
+    sites = parse_sites(SITES)
+    plan = dataclasses.replace(local_plan(load_app(APP_FILE), sites), app_source=APP_FILE.read_text())
+
+    def make() -> Agent:
+        agent = Agent(AgentConfig("truck-7", sites, tmp_path / "state"), [plan])
+        agent.apply([plan])
+        return agent
+
+    return make
+
+
+def _msg(agent: Agent, mid: int, ts: float) -> Message:
+    source = agent._intake["truck-7"]
+    body = orjson.dumps({"unit": "u1", "ts": ts, "temp_f": 41.0})
+    return Message("trucks/7/u1/temp", body, 1, mid, source, 0.0)  # type: ignore[arg-type]
+
+
+def _count(agent: Agent) -> int:
+    window = agent.pipelines["cold-chain"].windows[0].window
+    assert window is not None
+    return sum(slot[3][0] for slot in window.snapshot()["open"])
+
+
+def test_acks_only_after_commit_and_redeliveries_count_once(make_agent: Any) -> None:
+    first = make_agent()
+    source = first._intake["truck-7"]
+    assert source.filters == [("trucks/7/+/temp", 1)]
+    first._handle([_msg(first, mid, 1000.0 + mid) for mid in range(1, 6)])
+    assert source.acked == []  # processed, not yet committed
+    first._flush()
+    assert source.acked == [1, 2, 3, 4, 5]
+    assert _count(first) == 5
+    first.outbox.close()
+
+    # a crash after the commit, before the broker saw the acks: it redelivers 3..5
+    second = make_agent()
+    assert _count(second) == 5  # restored from the checkpoint
+    second._handle([_msg(second, mid, 1000.0 + mid) for mid in (3, 4, 5, 6)])
+    second._flush()
+    assert second._intake["truck-7"].acked == [3, 4, 5, 6]
+    assert _count(second) == 6
+    assert second.pipelines["cold-chain"].metrics()["readings@truck-7"]["in"] == 1
+
+
+def test_uncommitted_messages_are_processed_again_after_a_crash(make_agent: Any) -> None:
+    first = make_agent()
+    first._handle([_msg(first, 1, 1000.0)])
+    first._flush()
+    first._handle([_msg(first, 2, 1001.0)])  # crash before this commit: not acked, not in the checkpoint
+    first.outbox.close()
+    second = make_agent()
+    second._handle([_msg(second, 2, 1001.0)])
+    second._flush()
+    assert _count(second) == 2
+
+
+def _moved(plan: Any, to: dict[str, str]) -> Any:
+    """The plan with the replicas named in ``to`` moved to other sites."""
+    moved = tuple(dataclasses.replace(a, site=to.get(a.replica, a.site)) for a in plan.assignments)
+    return dataclasses.replace(plan, assignments=moved)
+
+
+def test_offloaded_replicas_subscribe_to_the_source_sites_broker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(agent_module, "PahoTransport", FakeTransport)
+    sites = parse_sites((ROOT / "examples" / "cold_chain" / "sites.yaml").read_text())
+    base = dataclasses.replace(local_plan(load_app(APP_FILE), sites), app_source=APP_FILE.read_text())
+    offload = {f"{op}@truck-9": "warehouse-north" for op in ("to_celsius", "plausible", "unit_stats", "local_stats")}
+    plan = _moved(base, offload)
+    agent = Agent(AgentConfig("warehouse-north", sites, tmp_path / "state"), [plan])
+    agent.apply([plan])
+    assert sorted(agent._intake) == ["truck-9", "warehouse-north"]
+    assert agent._intake["truck-9"].filters == [("trucks/9/+/temp", 1)]
+    pipeline = agent.pipelines["cold-chain"]
+    assert sorted(pipeline.sources) == ["readings@truck-9", "readings@warehouse-north"]
+    source = agent._intake["truck-9"]
+    body = orjson.dumps({"unit": "t9", "ts": 1000.0, "temp_f": 41.0})
+    agent._handle([Message("trucks/9/t9/temp", body, 1, 1, source, 0.0)])  # type: ignore[arg-type]
+    assert pipeline.metrics()["to_celsius@truck-9"]["in"] == 1
+    assert pipeline.metrics()["to_celsius@warehouse-north"]["in"] == 0
+    pipeline.flush()
+    out = pipeline.take()
+    assert [(r.site, r.stream) for r in out.to_hub] == [("truck-9", "unit_stats")]  # the group site, not the host
+    agent.outbox.close()
+
+    # truck-9's own agent now runs only its source replica, with no consumer here: it subscribes to nothing
+    own = Agent(AgentConfig("truck-9", sites, tmp_path / "state9"), [plan])
+    own.apply([plan])
+    assert own._intake == {}
+    own.outbox.close()
+
+
+def test_central_placement_forwards_raw_readings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from spanedge.testing import run_edge
+
+    sites = parse_sites((ROOT / "examples" / "cold_chain" / "sites.yaml").read_text())
+    app = load_app(APP_FILE)
+    base = local_plan(app, sites)
+    central = _moved(base, {a.replica: "cloud" for a in base.assignments if not a.replica.startswith("readings@")})
+    result = run_edge(app, {"readings": [{"unit": "u", "ts": 5.0, "temp_f": 50.0}]}, site="truck-7", plan=central)
+    assert [(r.stream, r.site, r.value) for r in result.to_hub["readings"]] == [
+        ("readings", "truck-7", {"unit": "u", "ts": 5.0, "temp_f": 50.0})
+    ]
+    assert result.sinks == {}

@@ -1,0 +1,155 @@
+"""The SQLite outbox: order, batches, bounds and drop policies, seqs and snapshots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from edge_agent.outbox import Drainer, Outbox
+from edge_agent.runtime import HubRecord
+from spanedge.envelope import decode_batch
+
+
+def _rec(stream: str, i: int, site: str = "s1") -> HubRecord:
+    value = {"i": i, "pad": "x" * (60 - len(str(i)))}  # every record has the same size
+    return HubRecord(stream, site, float(i), f"{i:03d}", value, orjson.dumps(value))
+
+
+def test_records_keep_order_and_get_contiguous_seqs(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", i) for i in range(5)]})
+    box.commit({"app": [_rec("b", 0), _rec("a", 5)]})
+    batches = box.batches(0, 100)
+    decoded = [decode_batch(b.payload) for b in batches]
+    assert [(b.stream, len(b.ids)) for b in batches] == [("a", 5), ("b", 1), ("a", 1)]
+    assert [r.seq for _, recs in decoded for r in recs] == [1, 2, 3, 4, 5, 1, 6]
+    assert decoded[0][0] == "app"
+    assert decoded[0][1][0].value["i"] == 0
+    assert decoded[0][1][0].key == "000"
+    assert box.stats()["records"] == 7
+
+
+def test_batches_split_by_size_and_resume_after_cursor(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", i) for i in range(25)]})
+    batches = box.batches(0, 100, batch_size=10)
+    assert [len(b.ids) for b in batches] == [10, 10, 5]
+    later = box.batches(batches[0].last_id, 100, batch_size=10)
+    assert later[0].ids == batches[1].ids
+
+
+def test_ack_removes_and_counts_sent(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", i) for i in range(4)]})
+    first = box.batches(0, 2)[0]
+    box.ack(first.ids)
+    box.ack(first.ids)  # a second PUBACK for the same batch changes nothing
+    assert box.stats()["records"] == 2
+    assert box.stats()["sent"] == 2
+    assert [r.seq for r in decode_batch(box.batches(0, 100)[0].payload)[1]] == [3, 4]
+
+
+def test_drop_oldest_when_full_is_counted(tmp_path: Path) -> None:
+    one = len(_rec("a", 0).encoded) + 3 + 48
+    box = Outbox(tmp_path / "o.db", max_bytes=one * 10, policy="oldest")
+    box.commit({"app": [_rec("a", i) for i in range(15)]})
+    stats = box.stats()
+    assert stats["dropped"] == 5
+    assert stats["records"] == 10
+    assert stats["bytes"] <= one * 10
+    seqs = [r.seq for b in box.batches(0, 100) for r in decode_batch(b.payload)[1]]
+    assert seqs == list(range(6, 16))
+
+
+def test_drop_newest_refuses_new_records(tmp_path: Path) -> None:
+    one = len(_rec("a", 0).encoded) + 3 + 48
+    box = Outbox(tmp_path / "o.db", max_bytes=one * 10, policy="newest")
+    stored = box.commit({"app": [_rec("a", i) for i in range(15)]})
+    assert stored == 10
+    assert box.stats()["dropped"] == 5
+    seqs = [r.seq for b in box.batches(0, 100) for r in decode_batch(b.payload)[1]]
+    assert seqs == list(range(1, 11))
+
+
+def test_bad_policy_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="drop policy"):
+        Outbox(tmp_path / "o.db", policy="random")
+
+
+def test_backlog_seqs_and_state_survive_reopen(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", i) for i in range(3)]}, {"app": b'{"w": 1}'})
+    box.ack(box.batches(0, 1)[0].ids)
+    box.close()
+    again = Outbox(tmp_path / "o.db")
+    assert again.stats() == {"records": 2, "bytes": again.bytes, "dropped": 0, "sent": 1}
+    assert again.load_state("app") == b'{"w": 1}'
+    again.commit({"app": [_rec("a", 9)]})
+    seqs = [r.seq for b in again.batches(0, 100) for r in decode_batch(b.payload)[1]]
+    assert seqs == [2, 3, 4]
+
+
+def test_failed_commit_stores_neither_records_nor_state(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", 0)]}, {"app": b"old"})
+
+    class Broken(dict):
+        def items(self):  # type: ignore[override]
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        box.commit({"app": [_rec("a", 1)]}, Broken(app=b"new"))
+    assert box.stats()["records"] == 1
+    assert box.load_state("app") == b"old"
+    box.commit({"app": [_rec("a", 2)]})
+    assert [r.seq for b in box.batches(0, 100) for r in decode_batch(b.payload)[1]] == [1, 2]
+
+
+class _FakeLink:
+    """Records publishes; the test plays the broker's PUBACKs."""
+
+    def __init__(self) -> None:
+        self.connected = True
+        self.sent: list[tuple[int, str, bytes]] = []
+
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int:
+        mid = len(self.sent) + 1
+        self.sent.append((mid, topic, payload))
+        return mid
+
+
+def test_drainer_publishes_in_order_bounded_and_removes_on_ack(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", i) for i in range(50)]})
+    link = _FakeLink()
+    drainer = Drainer(box, link, rate=1e9, max_inflight=2, batch_size=10)
+    drainer.step()
+    assert len(link.sent) == 2
+    assert drainer.inflight == 2
+    assert link.sent[0][1] == "spanedge/v1/app/a/s1"
+    drainer.acked(1)
+    drainer.step()
+    assert box.stats()["records"] == 40
+    assert len(link.sent) == 3
+    link.connected = False
+    drainer.acked(2)
+    drainer.acked(3)
+    drainer.step()  # disconnected: settles acks, publishes nothing
+    assert len(link.sent) == 3
+    assert box.stats()["records"] == 20
+    link.connected = True
+    drainer.step()
+    seqs = [r.seq for _, _, p in link.sent for r in decode_batch(p)[1]]
+    assert seqs == list(range(1, 51))
+
+
+def test_drainer_respects_the_rate(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", i) for i in range(500)]})
+    link = _FakeLink()
+    drainer = Drainer(box, link, rate=100.0, max_inflight=100, batch_size=10)
+    drainer.step()
+    published = sum(len(decode_batch(p)[1]) for _, _, p in link.sent)
+    assert 10 <= published <= 50  # the token bucket holds at most half a second of records

@@ -1,0 +1,370 @@
+"""The coordinator: heartbeat registry, latency smoothing, drift re-planning, persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from hub.coordinator import Coordinator, SiteRegistry
+from hub.distribution import PlanDistributor, read_plan_message
+from hub.state import StateStore
+from spanedge.app import App
+from spanedge.errors import InvalidPlan
+from spanedge.operators import Kind
+from spanedge.plan import Assignment, Plan, SolverInfo, Totals
+from spanedge.signing import sign
+from spanedge.sites import Sites, parse_sites
+
+SITES = """
+sites:
+  cloud: {tier: hub, broker: "mqtt://127.0.0.1:1883", cpu: 4}
+  a:
+    tier: spoke
+    broker: "mqtt://127.0.0.1:1883"
+    streams: {readings: {topic: "s/a/+", rate: 10}}
+  b:
+    tier: spoke
+    broker: "mqtt://127.0.0.1:1883"
+    streams: {readings: {topic: "s/b/+", rate: 20}}
+links:
+  - {between: [a, cloud], latency_ms: 40}
+  - {between: [b, cloud], latency_ms: 30}
+"""
+
+APP = """
+from spanedge import App, sinks
+
+def double(r):
+    return r * 2
+
+app = App("demo")
+app.source("readings").map(double, name="double").sink(sinks.console(), name="out")
+"""
+
+SECRET = b"test-secret"
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_planner(
+    app: App,
+    sites: Sites,
+    *,
+    latency_rows: list[dict[str, Any]],
+    weights: Any,
+    slo_ms: float | None,
+    version: int,
+) -> Plan:
+    """Sources at their sites; the rest at the hub, or at site 'a' if a's link to the hub is slow."""
+    hub = sites.hubs[0].name
+    slow = any(r["latency_p50_ms"] > 100 and {r["src"], r["dst"]} == {"a", hub} for r in latency_rows)
+    assignments = []
+    for op in app.operators.values():
+        if op.kind is Kind.SOURCE:
+            for site in sites.sources_of(op.stream or op.name):
+                assignments.append(Assignment(f"{op.name}@{site.name}", op.name, site.name, site.name, "source"))
+        else:
+            site = "a" if slow else hub
+            assignments.append(Assignment(op.name, op.name, None, site, "slow hub link" if slow else "cheapest"))
+    rate = sum(b.rate for s in sites.sites.values() for b in s.streams.values())
+    return Plan(
+        app=app.name,
+        version=version,
+        hub=hub,
+        assignments=tuple(assignments),
+        flows=(),
+        totals=Totals(wan_bytes_per_s=rate * 100, worst_latency_ms=40, mean_latency_ms=35, objective=1.0),
+        solver=SolverInfo("fake", "optimal", 0.0),
+        baselines={"central": Totals(rate * 200, 40, 35, 2.0)},
+        slo_ms=slo_ms,
+    )
+
+
+class FakePublisher:
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, bytes]] = []
+
+    def publish(self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = True) -> bool:
+        assert qos == 1
+        assert retain
+        self.messages.append((topic, payload))
+        return True
+
+    def last(self, site: str) -> dict[str, Any]:
+        topic = f"spanedge/v1/control/{site}/plan"
+        payload = [p for t, p in self.messages if t == topic][-1]
+        return read_plan_message(payload, SECRET, site=site)
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.deployed: dict[str, Plan] = {}
+        self.calls: list[str] = []
+
+    def deploy(self, app: App, plan: Plan) -> None:
+        self.deployed[app.name] = plan
+        self.calls.append(f"deploy {app.name} v{plan.version}")
+
+    def undeploy(self, name: str) -> None:
+        self.deployed.pop(name, None)
+        self.calls.append(f"undeploy {name}")
+
+
+@pytest.fixture
+def sites() -> Sites:
+    return parse_sites(SITES)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def heartbeat(site: str, **extra: Any) -> bytes:
+    return orjson.dumps({"site": site, "ts": 0, "apps": [], "operators": {}, **extra})
+
+
+def make(sites: Sites, clock: Clock, tmp_path: Path | None = None) -> tuple[Coordinator, FakePublisher, FakeEngine]:
+    registry = SiteRegistry(sites, down_after_s=15, alpha=0.5, clock=clock)
+    publisher = FakePublisher()
+    store = StateStore(tmp_path) if tmp_path is not None else None
+    engine = FakeEngine()
+    coordinator = Coordinator(
+        registry,
+        planner=fake_planner,
+        distributor=PlanDistributor(publisher, SECRET, store),
+        engine=engine,
+        store=store,
+        drift_threshold=0.5,
+        min_replan_interval_s=30,
+        clock=clock,
+    )
+    return coordinator, publisher, engine
+
+
+# -- registry ----------------------------------------------------------------------------------
+
+
+def test_heartbeats_make_a_site_alive_until_it_falls_silent(sites: Sites, clock: Clock) -> None:
+    registry = SiteRegistry(sites, down_after_s=15, clock=clock)
+    assert not registry.alive("a")
+    assert registry.heartbeat("a", heartbeat("a", outbox={"records": 7}, cpu_percent=12.5))
+    clock.now += 10
+    assert registry.alive("a")
+    status = {s["site"]: s for s in registry.status()}
+    assert status["a"]["alive"] is True
+    assert status["a"]["last_heartbeat_age_s"] == 10
+    assert status["a"]["outbox"] == {"records": 7}
+    assert status["b"]["alive"] is False
+    assert status["b"]["last_heartbeat_age_s"] is None
+    clock.now += 6
+    assert not registry.alive("a")
+
+
+def test_malformed_and_misaddressed_heartbeats_are_ignored(sites: Sites, clock: Clock) -> None:
+    registry = SiteRegistry(sites, clock=clock)
+    assert not registry.heartbeat("a", b"{not json")
+    assert not registry.heartbeat("a", b"[1, 2]")
+    assert not registry.heartbeat("a", heartbeat("b"))
+    assert not registry.heartbeat("nowhere", heartbeat("nowhere"))
+    assert not registry.alive("a")
+    assert {s["site"]: s for s in registry.status()}["a"]["rejected_heartbeats"] == 3
+
+
+def test_latency_is_half_the_rtt_smoothed_with_declared_fallback(sites: Sites, clock: Clock) -> None:
+    registry = SiteRegistry(sites, alpha=0.5, stale_after_s=60, clock=clock)
+    registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": None, "p95_ms": None, "samples": 0}}))
+    declared = registry.link("a", "cloud")
+    assert (declared["latency_ms"], declared["source"], declared["age_s"]) == (40, "declared", None)
+    registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 100, "p95_ms": 160, "samples": 5}}))
+    assert registry.link("a", "cloud")["latency_ms"] == 50
+    clock.now += 2
+    registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 200, "p95_ms": 260, "samples": 9}}))
+    clock.now += 3
+    link = registry.link("cloud", "a")
+    assert link["latency_ms"] == 75  # 0.5 * 100 + 0.5 * 50
+    assert link["p95_ms"] == 105
+    assert (link["source"], link["age_s"], link["samples"]) == ("measured", 3, 9)
+    rows = registry.latency_rows()
+    assert {(r["src"], r["dst"]) for r in rows} == {("a", "cloud"), ("cloud", "a")}
+    assert rows[0]["latency_p50_ms"] == 75
+    matrix = registry.matrix()
+    assert len(matrix) == 6
+    assert {r["source"] for r in matrix if {r["src"], r["dst"]} == {"a", "b"}} == {"path"}
+    clock.now += 61
+    assert registry.link("a", "cloud")["source"] == "declared"
+    assert registry.latency_rows() == []
+
+
+def test_measured_source_rates_replace_declared_ones_while_the_site_is_alive(sites: Sites, clock: Clock) -> None:
+    registry = SiteRegistry(sites, down_after_s=15, clock=clock)
+    registry.heartbeat("a", heartbeat("a", operators={"readings@a": {"in": 5, "out": 5, "rate_out": 55.0}}))
+    effective = registry.effective_sites()
+    assert effective.sites["a"].streams["readings"].rate == 55
+    assert effective.sites["b"].streams["readings"].rate == 20
+    clock.now += 16
+    assert registry.effective_sites().sites["a"].streams["readings"].rate == 10
+
+
+def test_source_rates_are_smoothed_and_a_first_zero_is_not_believed(sites: Sites, clock: Clock) -> None:
+    registry = SiteRegistry(sites, alpha=0.5, clock=clock)
+    registry.heartbeat("a", heartbeat("a", operators={"readings@a": {"in": 500, "out": 500, "rate_out": 0.0}}))
+    assert registry.stream_rate("readings", "a") is None
+    registry.heartbeat("a", heartbeat("a", operators={"readings@a": {"rate_out": 40.0}}))
+    registry.heartbeat("a", heartbeat("a", operators={"readings@a": {"rate_out": 20.0}}))
+    assert registry.stream_rate("readings", "a") == 30
+    registry.heartbeat("a", heartbeat("a", operators={"readings@a": {"rate_out": 0.0}}))
+    assert registry.stream_rate("readings", "a") == 15
+
+
+# -- coordinator -------------------------------------------------------------------------------
+
+
+def test_deploy_plans_persists_distributes_and_starts_the_hub_part(sites: Sites, clock: Clock, tmp_path: Path) -> None:
+    coordinator, publisher, engine = make(sites, clock, tmp_path)
+    record, status = coordinator.deploy(APP, "app.py")
+    assert record.plan.version == 1
+    assert record.plan.app_source == APP
+    assert status == {"a": "published", "b": "published", "cloud": "published"}
+    message = publisher.last("a")
+    assert [entry["app"] for entry in message["apps"]] == ["demo"]
+    assert message["apps"][0]["plan"]["version"] == 1
+    assert engine.calls == ["deploy demo v1"]
+    assert [h.reason for h in record.history] == ["deployed"]
+
+    record, _ = coordinator.deploy(APP.replace("* 2", "* 3"), "app.py")
+    assert record.plan.version == 2
+    assert [h.reason for h in record.history] == ["deployed", "redeployed with new source"]
+    assert publisher.last("a")["version"] > message["version"]
+
+    coordinator.delete("demo")
+    assert publisher.last("a")["apps"] == []
+    assert engine.calls[-1] == "undeploy demo"
+    assert StateStore(tmp_path).load_apps() == []
+    with pytest.raises(KeyError):
+        coordinator.delete("demo")
+
+
+def test_a_restarted_coordinator_resumes_the_persisted_apps(sites: Sites, clock: Clock, tmp_path: Path) -> None:
+    first, first_publisher, _ = make(sites, clock, tmp_path)
+    first.deploy(APP, "app.py", slo_ms=250)
+    before = first_publisher.last("a")["version"]
+    second, publisher, engine = make(sites, clock, tmp_path)
+    assert second.resume() == ["demo"]
+    assert second.record("demo").slo_ms == 250
+    assert engine.calls == ["deploy demo v1"]
+    assert publisher.last("a")["version"] > before
+
+
+def test_drift_beyond_the_threshold_replans_and_records_why(sites: Sites, clock: Clock) -> None:
+    coordinator, publisher, engine = make(sites, clock)
+    coordinator.deploy(APP, "app.py")
+    assert coordinator.record("demo").plan.site_of("double") == "cloud"
+    clock.now += 5
+    assert coordinator.check_drift() == []
+
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.drift("demo") == ["latency a–cloud 40.0→200.0 ms (+400%)"]
+    assert coordinator.check_drift() == []  # too soon after the deploy
+    clock.now += 30
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.check_drift() == ["demo"]
+
+    record = coordinator.record("demo")
+    assert record.plan.version == 2
+    assert record.plan.site_of("double") == "a"
+    last = record.history[-1]
+    assert (last.version, last.changed, last.at) == (2, True, clock.now)
+    assert "latency a–cloud" in last.reason
+    assert publisher.last("a")["apps"][0]["plan"]["version"] == 2
+    assert engine.calls[-1] == "deploy demo v2"
+    clock.now += 60
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.check_drift() == []
+
+
+def test_rate_drift_that_keeps_the_placement_is_recorded_without_a_new_version(sites: Sites, clock: Clock) -> None:
+    coordinator, publisher, engine = make(sites, clock)
+    coordinator.deploy(APP, "app.py")
+    published = len(publisher.messages)
+    clock.now += 31
+    coordinator.registry.heartbeat("b", heartbeat("b", operators={"readings@b": {"rate_out": 80.0}}))
+    assert coordinator.check_drift() == ["demo"]
+    record = coordinator.record("demo")
+    assert record.plan.version == 1
+    assert record.history[-1].changed is False
+    assert record.history[-1].reason == "rate of readings@b 20.0→80.0 rec/s (+300%); placement unchanged"
+    assert len(publisher.messages) == published
+    assert engine.calls == ["deploy demo v1"]
+
+
+def test_a_failed_replan_keeps_the_plan_and_waits_the_interval(sites: Sites, clock: Clock) -> None:
+    coordinator, _, _ = make(sites, clock)
+    coordinator.deploy(APP, "app.py")
+    clock.now += 31
+
+    def broken(*args: Any, **kwargs: Any) -> Plan:
+        raise RuntimeError("solver crashed")
+
+    coordinator.planner = broken
+    coordinator.registry.heartbeat("b", heartbeat("b", operators={"readings@b": {"rate_out": 80.0}}))
+    assert coordinator.check_drift() == []
+    assert coordinator.record("demo").plan.version == 1
+    coordinator.planner = fake_planner
+    clock.now += 5
+    assert coordinator.check_drift() == []  # the failed attempt counts for the minimum interval
+    clock.now += 30
+    coordinator.registry.heartbeat("b", heartbeat("b", operators={"readings@b": {"rate_out": 80.0}}))
+    assert coordinator.check_drift() == ["demo"]
+
+
+def test_small_absolute_changes_are_not_drift(sites: Sites, clock: Clock) -> None:
+    coordinator, _, _ = make(sites, clock)
+    coordinator.deploy(APP, "app.py")
+    clock.now += 31
+    # 20 -> 21 rec/s and 40 -> 41 ms are within the threshold
+    coordinator.registry.heartbeat(
+        "b", heartbeat("b", operators={"readings@b": {"rate_out": 21.0}}, latency={"cloud": {"rtt_ms": 82}})
+    )
+    assert coordinator.drift("demo") == []
+
+
+def test_plan_versions_increase_per_site_across_restarts_and_clock_steps(tmp_path: Path) -> None:
+    publisher = FakePublisher()
+    store = StateStore(tmp_path)
+    now = [5_000]
+    first = PlanDistributor(publisher, SECRET, store, clock_ns=lambda: now[0])
+    first.publish({}, ["a"])
+    first.publish({}, ["a"])
+    now[0] = 10  # the clock stepped backwards
+    second = PlanDistributor(publisher, SECRET, StateStore(tmp_path), clock_ns=lambda: now[0])
+    second.publish({}, ["a"])
+    versions = [read_plan_message(p, SECRET, site="a")["version"] for _, p in publisher.messages]
+    assert versions == [5_000, 5_001, 5_002]
+
+
+def test_forged_stale_and_misaddressed_plan_messages_are_rejected() -> None:
+    publisher = FakePublisher()
+    PlanDistributor(publisher, SECRET).publish({}, ["a"])
+    message = publisher.messages[-1][1]
+    payload = read_plan_message(message, SECRET, site="a")
+    with pytest.raises(InvalidPlan, match="forged"):
+        read_plan_message(message, b"another-secret", site="a")
+    with pytest.raises(InvalidPlan, match="stale"):
+        read_plan_message(message, SECRET, site="a", after_version=payload["version"])
+    with pytest.raises(InvalidPlan, match="not 'b'"):
+        read_plan_message(message, SECRET, site="b")
+    tampered = {**payload, "apps": [{"app": "x", "plan": {}, "source": "evil", "source_sha256": "0" * 64}]}
+    with pytest.raises(InvalidPlan, match="does not match its hash"):
+        read_plan_message(sign(tampered, SECRET), SECRET, site="a")

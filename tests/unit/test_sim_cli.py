@@ -1,0 +1,46 @@
+"""``spanedge simulate`` refuses bad input before starting anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from simulate.cli import simulate
+from tests.conftest import EXAMPLES
+
+APP = typer.Typer()
+APP.command()(simulate)
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(APP, list(args))
+    return result.exit_code, result.output
+
+
+def test_a_bad_fault_is_refused_with_the_forms() -> None:
+    code, out = _run(
+        str(EXAMPLES / "cold_chain" / "sites.yaml"), str(EXAMPLES / "cold_chain" / "app.py"), "--fault", "x"
+    )
+    assert code == 2
+    assert "missing '@<time>'" in out
+
+
+def test_a_bad_baseline_is_refused() -> None:
+    code, out = _run(
+        str(EXAMPLES / "cold_chain" / "sites.yaml"), str(EXAMPLES / "cold_chain" / "app.py"), "--compare", "nearby"
+    )
+    assert code == 2
+    assert "--compare takes central or local-first" in out
+
+
+def test_sites_without_a_simulation_section_are_refused(tmp_path: Path) -> None:
+    sites = tmp_path / "sites.yaml"
+    sites.write_text('sites:\n  c: {tier: hub, broker: "mqtt://h:1"}\n')
+    code, out = _run(
+        str(sites), str(EXAMPLES / "cold_chain" / "app.py"), "--no-live", "--run-dir", str(tmp_path / "run")
+    )
+    assert code == 2
+    assert "has no simulation: section" in out
+    assert not (tmp_path / "run").exists()
