@@ -2,8 +2,8 @@
 
 Each sink is the ``foreachBatch`` function of one query. It remembers the
 last batch id it completed in a small file next to the query's checkpoint
-and skips a batch it has already completed, which is what Spark replays
-after a crash. Files are named by batch id and written atomically, so a
+and discards the output of a batch it has already completed, which is what
+Spark replays after a crash (the batch still runs, so window state commits). Files are named by batch id and written atomically, so a
 replay of a half-written batch overwrites rather than duplicates; memory
 results are keyed by batch id. MQTT cannot take a message back: a crash in
 the middle of publishing a batch republishes that batch (at least once).
@@ -118,6 +118,9 @@ class BatchSink:
         """Write one micro-batch unless it was completed before."""
         if batch_id <= self._last:
             log.info("sink %s: batch %d already written, skipping the replay", self.name, batch_id)
+            # The batch still has to run: its stateful operators commit their state only then,
+            # and Spark fails a query whose batch left a state store uncommitted.
+            df.write.format("noop").mode("overwrite").save()
             return
         table = df.toArrow()
         if table.num_rows:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from hub import log as ingest_log
@@ -309,3 +310,59 @@ def test_transform_without_schema_is_rejected_at_deploy(spark: Any, tmp_path: Pa
         assert engine.apps() == []
     finally:
         engine.stop()
+
+
+def test_batch_replayed_after_a_crash_is_not_written_twice(spark: Any, mosquitto: Any, tmp_path: Path) -> None:
+    """A crash between a sink's write and Spark's commit: the replay runs, commits its window state, writes nothing."""
+    import pyarrow.parquet as pq
+
+    from spanedge.envelope import Record
+
+    out = tmp_path / "out"
+    sites = parse_sites(MIX_SITES.replace("BROKER", mosquitto.url))
+    app = App("replay")
+    app.source("a", time_field="t").window(key="id", size="5s", aggs={"n": agg.count()}, name="w").sink(
+        sinks.file(str(out)), name="to_w"
+    )
+    hub_ops = {"w", "to_w"}
+    plan = make_plan(app, sites, at_hub=hub_ops, singletons=hub_ops)
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id="hub-test-replay")
+    ingest.start()
+    publisher = Publisher(mosquitto.url, app.name)
+    rows = [{"id": f"k{i % 2}", "t": T0 + i} for i in range(40)]
+
+    def windows() -> list[tuple[str, float, int]]:
+        found = [orjson.loads(v) for f in sorted(out.glob("*.parquet")) for v in pq.read_table(f)["value"].to_pylist()]
+        return sorted((w["id"], w["window_start"], w["n"]) for w in found)
+
+    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+    try:
+        engine.deploy(app, plan)
+        publisher.send([Record("s1", "a", i, v["t"], v["id"], v) for i, v in enumerate(rows[:20])])
+        wait_for(lambda: len(windows()) >= 6, 90, "the first windows")  # [T0, T0+15) closed by the watermark
+        wait_for(lambda: caught_up(engine, app.name), 60, "the engine to process the whole log")
+        engine.stop()
+        # The hub died after the sink wrote its last batch but before Spark committed it.
+        checkpoint = next(engine.checkpoint_root(app.name).iterdir())
+        commits = [p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
+        last = max(commits, key=lambda p: int(p.name))
+        last.unlink()
+        last.with_name(f".{last.name}.crc").unlink(missing_ok=True)
+        engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+        engine.deploy(app, plan)
+        flush = {"id": "z", "t": T0 + 100}
+        rest = [*rows[20:], flush]
+        publisher.send([Record("s1", "a", 20 + i, v["t"], v["id"], v) for i, v in enumerate(rest)])
+        expected = sorted(
+            {
+                (v["id"], (v["t"] // 5) * 5, sum(1 for r in rows if r["id"] == v["id"] and r["t"] // 5 == v["t"] // 5))
+                for v in rows
+            }
+        )
+        wait_for(lambda: len(windows()) >= len(expected), 90, "every window")
+        wait_for(lambda: caught_up(engine, app.name), 60, "the engine to process the whole log")
+        assert windows() == expected
+    finally:
+        publisher.close()
+        engine.stop()
+        ingest.stop()
