@@ -32,6 +32,7 @@ import re
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,10 @@ COLUMNS = ("site", "stream", "seq", "event_time", "key", "value")
 SCHEMA_DDL = "site STRING, stream STRING, seq BIGINT, event_time DOUBLE, key STRING, value STRING"
 _NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "FLOAT", "DOUBLE", "LONG", "INTEGER", "DECIMAL")
 _OWN_PACKAGES = ("spanedge", "hub", "placement", "edge_agent", "simulate", "builtins")
+RESTART_DELAYS_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""Waits before restarting a failed query, by consecutive failure; the last one repeats."""
+STABLE_AFTER_S = 300.0
+"""A query that ran this long before failing starts again from the shortest wait."""
 
 
 @dataclass
@@ -70,6 +75,24 @@ class _Query:
     reader: str
     fingerprint: str
     handle: StreamingQuery | None = None
+
+
+@dataclass
+class _Restarts:
+    """Failures and restarts of one query, kept across its restarts."""
+
+    total: int = 0
+    consecutive: int = 0
+    started_at: float = 0.0
+    failed_at: float | None = None
+    error: str | None = None
+
+    def due(self, now: float) -> bool:
+        """True once the wait after the current failure is over."""
+        if self.failed_at is None:
+            return False
+        delay = RESTART_DELAYS_S[min(self.consecutive, len(RESTART_DELAYS_S) - 1)]
+        return now >= self.failed_at + delay
 
 
 @dataclass
@@ -236,6 +259,7 @@ class Engine:
         self.spark.streams.addListener(self._late)
         self._memory = MemoryStore()
         self._apps: dict[str, _Deployed] = {}
+        self._restarts: dict[tuple[str, str], _Restarts] = {}
         self._lock = threading.RLock()
 
     # -- paths ---------------------------------------------------------------
@@ -363,6 +387,7 @@ class Engine:
             for q in deployed.queries.values():
                 self._stop_query(q)
                 ingest_log.unregister_reader(self.log_dir(name), q.reader)
+                self._restarts.pop((name, q.replica), None)
             shutil.rmtree(self.checkpoint_root(name), ignore_errors=True)
 
     def apps(self) -> list[str]:
@@ -382,6 +407,7 @@ class Engine:
                 queries: dict[str, Any] = {}
                 for replica, q in deployed.queries.items():
                     entry: dict[str, Any] = {"active": False, "sink_batches": q.sink.batches, "sink_rows": q.sink.rows}
+                    entry["restarts"] = self._restarts.get((name, replica), _Restarts()).total
                     handle = q.handle
                     if handle is not None:
                         entry["active"] = handle.isActive
@@ -402,17 +428,64 @@ class Engine:
                 out[name] = {"version": deployed.plan.version, "queries": queries}
         return out
 
-    def errors(self) -> dict[str, str]:
-        """Queries that failed, with their error."""
-        found: dict[str, str] = {}
+    def recover(self, now: float | None = None) -> list[str]:
+        """Restart failed queries from their checkpoints, each after a growing wait.
+
+        Call it periodically. A failure is logged once when first seen; the
+        query restarts 1 s after its first failure, then after 2, 5, 10, 30
+        and 60 s while it keeps failing (a poison batch retries every minute,
+        with its error in :meth:`metrics`), and from 1 s again once it has run
+        for :data:`STABLE_AFTER_S`. A restarted query resumes from its
+        checkpoint, so nothing is lost or repeated.
+
+        Returns:
+            ``<app>/<sink replica>`` of the queries restarted by this call.
+        """
+        now = time.monotonic() if now is None else now
+        restarted: list[str] = []
         with self._lock:
-            for name, deployed in self._apps.items():
+            for name, deployed in list(self._apps.items()):
+                due: list[str] = []
                 for replica, q in deployed.queries.items():
-                    if q.handle is not None and not q.handle.isActive:
-                        error = q.handle.exception()
-                        if error is not None:
-                            found[f"{name}/{replica}"] = str(error)
-        return found
+                    if q.handle is None or q.handle.isActive:
+                        continue
+                    error = q.handle.exception()
+                    if error is None:  # finished (an availableNow trigger), not failed
+                        continue
+                    r = self._restarts.setdefault((name, replica), _Restarts(started_at=now))
+                    if r.failed_at is None:
+                        if now - r.started_at >= STABLE_AFTER_S:
+                            r.consecutive = 0
+                        r.failed_at = now
+                        r.error = str(error).splitlines()[0] if str(error) else repr(error)
+                        delay = RESTART_DELAYS_S[min(r.consecutive, len(RESTART_DELAYS_S) - 1)]
+                        log.error(
+                            "app %s: query %s failed; restarting it from its checkpoint in %.0f s: %s",
+                            name,
+                            replica,
+                            delay,
+                            error,
+                        )
+                    if r.due(now):
+                        due.append(replica)
+                if not due:
+                    continue
+                try:
+                    self.deploy(deployed.app, deployed.plan)  # rebuilds exactly the queries that are not running
+                except Exception:
+                    log.exception("app %s: restarting queries %s failed; trying again later", name, ", ".join(due))
+                    for replica in due:
+                        self._restarts[(name, replica)].failed_at = now
+                    continue
+                for replica in due:
+                    r = self._restarts[(name, replica)]
+                    r.total += 1
+                    r.consecutive += 1
+                    r.started_at = now
+                    r.failed_at = None
+                    restarted.append(f"{name}/{replica}")
+                    log.warning("app %s: query %s restarted (restart %d)", name, replica, r.total)
+        return restarted
 
     def stop(self) -> None:
         """Stop every query, and the SparkSession if the engine built it."""

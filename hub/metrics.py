@@ -77,6 +77,7 @@ _SPARK_NAMES = {
     "sink_batches": "spanedge_spark_sink_batches_total",
     "sink_rows": "spanedge_spark_sink_rows_total",
     "late_dropped": "spanedge_spark_late_records_dropped_total",
+    "restarts": "spanedge_spark_query_restarts_total",
 }
 
 

@@ -78,7 +78,11 @@ class Hub:
         self._ticker: threading.Thread | None = None
 
     def start(self) -> Hub:
-        """Connect to the broker, start the data plane, resume the deployed apps, start drift checks."""
+        """Connect to the broker, start the data plane, resume the deployed apps, start the periodic checks.
+
+        Every ``check_interval_s`` the hub checks link latencies for drift and
+        restarts failed Spark queries.
+        """
         log.info("hub site %s, broker %s, state in %s", self.site.name, self.broker.url, self.state_dir)
         self.control.start()
         if self.config.spark:
@@ -112,6 +116,11 @@ class Hub:
                 self.coordinator.check_drift()
             except Exception:
                 log.exception("drift check failed")
+            if self.engine is not None:
+                try:
+                    self.engine.recover()
+                except Exception:
+                    log.exception("restarting failed queries failed")
 
     def stop(self) -> None:
         """Stop drift checks, the engine, ingest and the control connection."""

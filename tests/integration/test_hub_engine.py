@@ -366,3 +366,65 @@ def test_batch_replayed_after_a_crash_is_not_written_twice(spark: Any, mosquitto
         publisher.close()
         engine.stop()
         ingest.stop()
+
+
+def test_failed_query_restarts_from_its_checkpoint(spark: Any, mosquitto: Any, tmp_path: Path) -> None:
+    """A sink that cannot write fails its query; once the cause is gone the query resumes where it stopped."""
+    import time
+
+    import pyarrow.parquet as pq
+
+    from spanedge.envelope import Record
+
+    out = tmp_path / "out"
+    out.write_text("a file where the sink's folder should be")
+    sites = parse_sites(MIX_SITES.replace("BROKER", mosquitto.url))
+    app = App("fragile")
+    app.source("a", time_field="t").window(key="id", size="5s", aggs={"n": agg.count()}, name="w").sink(
+        sinks.file(str(out)), name="to_w"
+    )
+    hub_ops = {"w", "to_w"}
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id="hub-test-restart")
+    ingest.start()
+    publisher = Publisher(mosquitto.url, app.name)
+    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+    rows = [{"id": f"k{i % 2}", "t": T0 + i} for i in range(20)]
+    rows.append({"id": "z", "t": T0 + 100})  # moves the watermark past every window
+    try:
+        engine.deploy(app, make_plan(app, sites, at_hub=hub_ops, singletons=hub_ops))
+        publisher.send([Record("s1", "a", i, v["t"], v["id"], v) for i, v in enumerate(rows)])
+        query = engine._apps[app.name].queries["to_w"].handle
+        wait_for(lambda: not query.isActive, 90, "the query to fail on its sink")
+        now = time.monotonic()
+        assert engine.recover(now=now) == []  # the first restart waits a second
+        assert engine.metrics()[app.name]["queries"]["to_w"]["error"]
+        out.unlink()
+        assert engine.recover(now=now + 1.0) == [f"{app.name}/to_w"]
+        expected = sorted(
+            {
+                (
+                    v["id"],
+                    T0 + (i // 5) * 5,
+                    sum(1 for r in rows[:20] if r["id"] == v["id"] and (r["t"] - T0) // 5 == i // 5),
+                )
+                for i, v in enumerate(rows[:20])
+            }
+        )
+
+        def windows() -> list[tuple[str, float, int]]:
+            found = [
+                orjson.loads(v) for f in sorted(out.glob("*.parquet")) for v in pq.read_table(f)["value"].to_pylist()
+            ]
+            return sorted((w["id"], w["window_start"], w["n"]) for w in found)
+
+        wait_for(lambda: len(windows()) >= len(expected), 90, "every window after the restart")
+        wait_for(lambda: caught_up(engine, app.name), 60, "the engine to process the whole log")
+        assert windows() == expected
+        metrics = engine.metrics()[app.name]["queries"]["to_w"]
+        assert metrics["restarts"] == 1
+        assert metrics["active"]
+        assert metrics["error"] is None
+    finally:
+        publisher.close()
+        engine.stop()
+        ingest.stop()

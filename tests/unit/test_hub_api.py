@@ -101,7 +101,14 @@ class Recorder:
         self.engine.append(f"undeploy {name}")
 
     def metrics(self) -> dict[str, Any]:
-        query = {"active": True, "batch_id": 7, "batch_ms": 120.5, "input_rows_per_s": 33.0, "sink_rows": 12}
+        query = {
+            "active": True,
+            "batch_id": 7,
+            "batch_ms": 120.5,
+            "input_rows_per_s": 33.0,
+            "sink_rows": 12,
+            "restarts": 1,
+        }
         return {"demo": {"version": 1, "queries": {"out": query}}}
 
 
@@ -316,6 +323,7 @@ def test_metrics_are_prometheus_text(client: TestClient, coordinator: Coordinato
         "spanedge_ingest_duplicates_total 2",
         'spanedge_spark_batch_duration_ms{app="demo",query="out"} 120.5',
         'spanedge_spark_sink_rows_total{app="demo",query="out"} 12',
+        'spanedge_spark_query_restarts_total{app="demo",query="out"} 1',
         'spanedge_app_plan_version{app="demo"} 1',
     ):
         assert line in text.splitlines(), line
