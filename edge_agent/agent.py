@@ -4,7 +4,10 @@ It subscribes to the site brokers of the streams its pipelines read, runs the
 pipelines, commits their outputs and window snapshots to the outbox, and only
 then acknowledges the intake messages and serves local sinks. A drain task
 publishes the outbox to the hub broker; a heartbeat task reports counters and
-measured latencies. In managed mode it takes signed plans from the hub.
+measured latencies. With ``idle_timeout``, the intake loop also ticks the
+pipelines (every second, or a quarter of a shorter timeout), so windows of a
+site whose sensors went quiet still close; what a tick fires is committed like
+any other output. In managed mode it takes signed plans from the hub.
 Dead letters go to the DLQ topic on the hub broker; late records (the side
 output of windows) are counted in heartbeats and appended to
 ``<state dir>/late-<app>.jsonl``.
@@ -16,6 +19,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import time
 import zlib
 from collections.abc import Iterable
@@ -59,12 +63,20 @@ class AgentConfig:
     drain_rate: float = 20_000.0
     max_future_skew: float = 300.0
     out_of_orderness: float = 1.0
+    idle_timeout: float | None = None  # seconds without records before the watermark follows the clock
     checkpoint_interval: float = 1.0
     batch_size: int = 100
     inbox_size: int = 5000
     shutdown_drain_s: float = 5.0
     late_file_max_bytes: int = 16 * 2**20
     secret: bytes | None = None
+
+    def __post_init__(self) -> None:
+        """Reject an ``idle_timeout`` the pipelines could not use, before anything starts."""
+        idle = self.idle_timeout
+        if idle is not None and not 0 <= idle < math.inf:
+            msg = f"idle_timeout must be a number of seconds >= 0 (0 or None: off), got {idle!r}"
+            raise ValueError(msg)
 
 
 @dataclass
@@ -107,6 +119,9 @@ class Agent:
         self._sink_transport: Transport | None = None
         self._acks: list[Message] = []
         self._touched: set[str] = set()
+        idle = config.idle_timeout
+        self._tick_interval = min(1.0, idle / 4) if idle else None
+        self._next_tick = 0.0
         self._recent: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=512)
         self._recent_set: set[tuple[str, int, int]] = set()
         self._pending_set: set[tuple[str, int, int]] = set()
@@ -230,6 +245,7 @@ class Agent:
                     self.site,
                     out_of_orderness=self.config.out_of_orderness,
                     max_future_skew=self.config.max_future_skew,
+                    idle_timeout=self.config.idle_timeout,
                 )
             except SpanEdgeError as exc:
                 log.error("cannot run app %s: %s", name, exc)
@@ -328,8 +344,23 @@ class Agent:
             messages = self.inbox.drain(1000)
             if messages:
                 self._handle(messages)
+            if self._tick_interval is not None and time.monotonic() >= self._next_tick:
+                self._tick()
             if self._acks or self.checkpointer.due or (self._touched and self._interval_passed()):
                 self._flush()
+
+    def _tick(self) -> None:
+        """Let pipelines whose input went idle advance their watermark (``idle_timeout``).
+
+        A pipeline that moved is marked touched, so what it fired is collected,
+        committed with its snapshot and served by the next :meth:`_flush`, exactly
+        like the outputs of :meth:`_handle`.
+        """
+        assert self._tick_interval is not None
+        self._next_tick = time.monotonic() + self._tick_interval
+        for name, pipeline in self.pipelines.items():
+            if pipeline.tick():
+                self._touched.add(name)
 
     def _interval_passed(self) -> bool:
         return time.monotonic() - self.checkpointer.last_commit >= self.checkpointer.interval

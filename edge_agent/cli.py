@@ -25,6 +25,14 @@ def agent(
         float, typer.Option(help="events further ahead of the agent clock (s) go to the DLQ")
     ] = 300.0,
     out_of_orderness: Annotated[float, typer.Option(help="seconds the watermark stays behind")] = 1.0,
+    idle_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="seconds without records after which the watermark follows the agent clock, "
+            "so the last windows close (0 or unset: off)",
+        ),
+    ] = None,
     checkpoint_interval: Annotated[float, typer.Option(help="seconds between checkpoints")] = 1.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
@@ -42,6 +50,7 @@ def agent(
         drain_rate=drain_rate,
         max_future_skew=max_future_skew,
         out_of_orderness=out_of_orderness,
+        idle_timeout=idle_timeout,
         checkpoint_interval=checkpoint_interval,
         log_level=log_level,
     )

@@ -30,6 +30,7 @@ def run_agent(
     drain_rate: float = 20_000.0,
     max_future_skew: float = 300.0,
     out_of_orderness: float = 1.0,
+    idle_timeout: float | None = None,
     checkpoint_interval: float = 1.0,
     log_level: str = "INFO",
 ) -> int:
@@ -61,6 +62,7 @@ def run_agent(
             drain_rate=drain_rate,
             max_future_skew=max_future_skew,
             out_of_orderness=out_of_orderness,
+            idle_timeout=idle_timeout,
             checkpoint_interval=checkpoint_interval,
             secret=secret,
         )

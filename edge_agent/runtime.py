@@ -2,8 +2,9 @@
 
 A :class:`Pipeline` is built from a plan (:func:`from_plan`) or, for tests,
 from the app alone (:func:`edge_part`). Feed it raw sensor messages with
-:meth:`Pipeline.process`; collect what it produced with
-:meth:`Pipeline.take`. It does no I/O, so the agent and
+:meth:`Pipeline.process`; call :meth:`Pipeline.tick` now and then so that
+an idle input still closes its windows (with ``idle_timeout``); collect what
+it produced with :meth:`Pipeline.take`. It does no I/O, so the agent and
 :mod:`spanedge.testing` share it.
 """
 
@@ -102,13 +103,23 @@ class Node:
 class Pipeline:
     """The operators of one app that run at one site.
 
+    The watermark trails the newest event time by ``out_of_orderness`` (the
+    oldest of the sources' newest event times, over the sources that have sent
+    anything). With ``idle_timeout``, it also moves with the agent clock while
+    no record arrives; see :meth:`tick`.
+
     Args:
         app: the app.
         site: the site this pipeline runs at.
         nodes: the replicas here, in topological order.
         out_of_orderness: how far (s) behind the newest event time the watermark stays.
         max_future_skew: events further ahead (s) of ``clock()`` go to the DLQ.
+        idle_timeout: seconds of agent clock without a record after which :meth:`tick`
+            advances the watermark with the clock; ``None`` or 0 turns this off.
         clock: the agent clock (``time.time``); tests pass a fixed one.
+
+    Raises:
+        ValueError: if ``idle_timeout`` is negative or not finite.
     """
 
     def __init__(
@@ -119,8 +130,12 @@ class Pipeline:
         *,
         out_of_orderness: float = 0.0,
         max_future_skew: float = 300.0,
+        idle_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if idle_timeout is not None and not 0 <= idle_timeout < math.inf:
+            msg = f"idle_timeout must be a number of seconds >= 0 (0 or None: off), got {idle_timeout!r}"
+            raise ValueError(msg)
         self.app = app
         self.site = site
         self.nodes = nodes
@@ -128,7 +143,11 @@ class Pipeline:
         self.windows = [n for n in nodes if n.window is not None]
         self.out_of_orderness = out_of_orderness
         self.max_future_skew = max_future_skew
+        self.idle_timeout = idle_timeout or None
         self.clock = clock
+        # agent clock of the last record with a usable event time (dead letters do not count);
+        # until the first one, the time this pipeline was built
+        self.last_record = clock()
         self.max_event_time: dict[str, float] = {}
         self.watermark = -math.inf
         self.out = Outputs()
@@ -151,14 +170,17 @@ class Pipeline:
             # the common case, kept short: a numeric, finite event time not too far ahead
             stamp: Any = value.get(field)
             kind = type(stamp)
-            if (kind is float or kind is int) and stamp - stamp == 0 and stamp - self.clock() <= self.max_future_skew:
-                t = float(stamp)
-                node.n_out += 1
-                self._emit(node, value, t, None, payload)
-                if t > self.max_event_time.get(source, -math.inf):
-                    self.max_event_time[source] = t
-                    self._advance()
-                return
+            if (kind is float or kind is int) and stamp - stamp == 0:
+                now = self.clock()
+                if stamp - now <= self.max_future_skew:
+                    t = float(stamp)
+                    node.n_out += 1
+                    self.last_record = now
+                    self._emit(node, value, t, None, payload)
+                    if t > self.max_event_time.get(source, -math.inf):
+                        self.max_event_time[source] = t
+                        self._advance()
+                    return
         self.process_value(source, value, arrival, raw=payload)
 
     def process_value(
@@ -170,8 +192,9 @@ class Pipeline:
             node.n_in += 1
         original = raw if raw is not None else orjson.dumps(value)
         op = node.op
+        now = self.clock()
         if op.time_field is None:
-            t = self.clock() if arrival is None else arrival
+            t = now if arrival is None else arrival
         else:
             if not isinstance(value, dict):
                 self._dead(f"expected a JSON object with event-time field '{op.time_field}'", op.name, original)
@@ -186,7 +209,7 @@ class Pipeline:
                 )
                 return
             t = float(stamp)
-            ahead = t - self.clock()
+            ahead = t - now
             if ahead > self.max_future_skew:
                 self._dead(
                     f"event time {t} is {ahead:.1f}s ahead of the agent clock (more than --max-future-skew "
@@ -196,6 +219,7 @@ class Pipeline:
                 )
                 return
         node.n_out += 1
+        self.last_record = now
         self._emit(node, value, t, None, original)
         if t > self.max_event_time.get(source, -math.inf):
             self.max_event_time[source] = t
@@ -277,6 +301,36 @@ class Pipeline:
         if watermark > self.watermark:
             self.watermark = watermark
             self._fire(watermark)
+
+    def tick(self) -> bool:
+        """Advance the watermark with the agent clock if no record arrived for ``idle_timeout`` seconds.
+
+        Once ``clock()`` is ``idle_timeout`` seconds past the arrival of the last
+        record with a usable event time (dead letters do not count), the watermark
+        moves to ``clock() - idle_timeout - out_of_orderness``, never backwards,
+        and the windows it passes (end plus allowed lateness) fire as on any
+        advance: their results are in the next :meth:`take`. A record that
+        arrives later for a window that already fired is late, like any other.
+        A pipeline that has never seen a record keeps its watermark at ``-inf``
+        (it has no window to fire); one restored from a checkpoint counts the
+        idle time from when it was built. A no-op without ``idle_timeout``;
+        the agent calls it every second or more often.
+
+        Returns:
+            True if the watermark moved.
+        """
+        timeout = self.idle_timeout
+        if timeout is None or self.watermark == -math.inf:
+            return False
+        now = self.clock()
+        if now - self.last_record < timeout:
+            return False
+        watermark = now - timeout - self.out_of_orderness
+        if watermark <= self.watermark:
+            return False
+        self.watermark = watermark
+        self._fire(watermark)
+        return True
 
     def _fire(self, watermark: float) -> None:
         for node in self.windows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,3 +127,35 @@ async def test_far_future_event_does_not_close_windows(mosquitto_factory: Any, t
         await stop_agent(agent, task)
         sensor.close()
         observer.close()
+
+
+@pytest.mark.timeout(60)
+async def test_idle_timeout_closes_the_last_windows(mosquitto_factory: Any, tmp_path: Path) -> None:
+    hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
+    observer = HubObserver(hub.port)
+    local = client(site.port)
+    local_stats: list[dict[str, Any]] = []
+    local.on_message = lambda _c, _u, m: local_stats.append(orjson.loads(m.payload))
+    local.subscribe("cold-chain/unit-stats", 1)
+    agent, task = await start_agent(tmp_path, hub, site, idle_timeout=2.0)
+    sensor = Sensor(site.port)
+    try:
+        start = t0()
+        sent = readings(start, 150, step=0.1)  # event time start .. start + 14.9, then nothing
+        await asyncio.to_thread(sensor.send, sent)
+        want = reference(sent, math.inf)  # every window, the last ones included
+        assert len(want) == 6
+        await poll(lambda: same(results(observer.deduped()), want), 30, "every window at the hub, the last ones too")
+        await poll(lambda: len(local_stats) == len(want), 10, "the local MQTT sink")
+        pipeline = agent.pipelines["cold-chain"]
+        assert pipeline.metrics()["readings@truck-7"]["in"] == 150
+        assert pipeline.windows[0].window is not None
+        assert pipeline.windows[0].window.pending() == 0
+        assert pipeline.watermark > start + 20.0
+        assert agent.late_count == 0
+        assert agent.dlq_count == 0
+    finally:
+        await stop_agent(agent, task)
+        sensor.close()
+        observer.close()
+        local.loop_stop()

@@ -64,8 +64,8 @@ def make_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     sites = parse_sites(SITES)
     plan = dataclasses.replace(local_plan(load_app(APP_FILE), sites), app_source=APP_FILE.read_text())
 
-    def make() -> Agent:
-        agent = Agent(AgentConfig("truck-7", sites, tmp_path / "state"), [plan])
+    def make(**options: Any) -> Agent:
+        agent = Agent(AgentConfig("truck-7", sites, tmp_path / "state", **options), [plan])
         agent.apply([plan])
         return agent
 
@@ -115,6 +115,45 @@ def test_uncommitted_messages_are_processed_again_after_a_crash(make_agent: Any)
     second._handle([_msg(second, 2, 1001.0)])
     second._flush()
     assert _count(second) == 2
+
+
+def test_an_idle_tick_commits_what_it_fired_like_any_output(make_agent: Any) -> None:
+    first = make_agent(idle_timeout=5.0)
+    pipeline = first.pipelines["cold-chain"]
+    assert pipeline.idle_timeout == 5.0
+    now = [2000.0]
+    pipeline.clock = lambda: now[0]
+    first._handle([_msg(first, mid, 1000.0 + mid) for mid in range(1, 4)])
+    first._flush()
+    assert first.outbox.records == 0  # the window [1000, 1010) is open
+    first._tick()
+    assert first._touched == set()  # not idle yet
+    now[0] = 2005.0
+    first._tick()
+    assert first._touched == {"cold-chain"}
+    first._flush()
+    assert first.outbox.records == 1  # the window result, bound for the hub
+    sink = first._intake["truck-7"]
+    assert [(t, orjson.loads(b)["n"]) for t, b in sink.published] == [("cold-chain/unit-stats", 3)]
+    saved = orjson.loads(first.outbox.load_state("cold-chain") or b"{}")
+    assert saved["watermark"] == pytest.approx(2005.0 - 5.0 - 1.0)
+    first.outbox.close()
+
+    second = make_agent(idle_timeout=5.0)
+    assert second.pipelines["cold-chain"].watermark == pytest.approx(1999.0)
+    assert _count(second) == 0
+    second._handle([_msg(second, 9, 1004.0)])  # its window fired at the idle tick: late
+    second._flush()
+    assert second.late_count == 1
+    assert second.outbox.records == 1
+    second.outbox.close()
+
+
+def test_without_idle_timeout_the_agent_does_not_tick(make_agent: Any) -> None:
+    agent = make_agent()
+    assert agent._tick_interval is None
+    assert agent.pipelines["cold-chain"].idle_timeout is None
+    agent.outbox.close()
 
 
 def _moved(plan: Any, to: dict[str, str]) -> Any:
