@@ -65,6 +65,8 @@ RESTART_DELAYS_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Waits before restarting a failed query, by consecutive failure; the last one repeats."""
 STABLE_AFTER_S = 300.0
 """A query that ran this long before failing starts again from the shortest wait."""
+FIRST_BATCH_WAIT_S = 60.0
+"""How long a deployment waits for a query's first trigger before starting the next query."""
 
 
 @dataclass
@@ -341,9 +343,12 @@ class Engine:
                 log.info("app %s: checkpoint %s of an earlier version retired", app.name, path.name)
             deployed = _Deployed(app, plan, dict(keep))
             self._apps[app.name] = deployed
+            previous: StreamingQuery | None = None
             for replica, (q, df) in built.items():
+                if previous is not None:
+                    self._await_first_batch(previous)
                 ingest_log.register_reader(log_dir, q.reader)
-                q.handle = self._start(app.name, q, df)
+                q.handle = previous = self._start(app.name, q, df)
                 deployed.queries[replica] = q
                 log.info("app %s: query %s started (checkpoint %s)", app.name, replica, q.checkpoint.name)
 
@@ -368,6 +373,19 @@ class Engine:
         else:
             writer = writer.trigger(processingTime=self.trigger)
         return writer.start()
+
+    @staticmethod
+    def _await_first_batch(handle: StreamingQuery, timeout: float = FIRST_BATCH_WAIT_S) -> None:
+        """Wait until ``handle`` finished its first trigger (or stopped, or ``timeout`` passed).
+
+        Queries start one after another: when the first jobs of a fresh Spark
+        driver ran concurrently, their tasks sometimes failed to deserialize
+        (``java.io.OptionalDataException``), and kept failing until the driver
+        restarted.
+        """
+        deadline = time.monotonic() + timeout
+        while handle.isActive and handle.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _stop_query(self, q: _Query) -> None:
         if q.handle is not None:
