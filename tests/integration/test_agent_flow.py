@@ -47,14 +47,20 @@ def t0() -> float:
     return (time.time() - 3600) // 10 * 10
 
 
+def listen(port: int, topic: str) -> tuple[Any, list[dict[str, Any]]]:
+    """A client collecting the JSON payloads of ``topic`` on the broker at ``port``."""
+    local = client(port)
+    received: list[dict[str, Any]] = []
+    local.on_message = lambda _c, _u, m: received.append(orjson.loads(m.payload))
+    local.subscribe(topic, 1)
+    return local, received
+
+
 @pytest.mark.timeout(60)
 async def test_windows_reach_the_hub_and_bad_messages_the_dlq(mosquitto_factory: Any, tmp_path: Path) -> None:
     hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
     observer = HubObserver(hub.port)
-    local = client(site.port)
-    local_stats: list[dict[str, Any]] = []
-    local.on_message = lambda _c, _u, m: local_stats.append(orjson.loads(m.payload))
-    local.subscribe("cold-chain/unit-stats", 1)
+    local, local_stats = listen(site.port, "cold-chain/unit-stats")
     agent, task = await start_agent(tmp_path, hub, site)
     sensor = Sensor(site.port)
     try:
@@ -133,10 +139,7 @@ async def test_far_future_event_does_not_close_windows(mosquitto_factory: Any, t
 async def test_idle_timeout_closes_the_last_windows(mosquitto_factory: Any, tmp_path: Path) -> None:
     hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
     observer = HubObserver(hub.port)
-    local = client(site.port)
-    local_stats: list[dict[str, Any]] = []
-    local.on_message = lambda _c, _u, m: local_stats.append(orjson.loads(m.payload))
-    local.subscribe("cold-chain/unit-stats", 1)
+    local, local_stats = listen(site.port, "cold-chain/unit-stats")
     agent, task = await start_agent(tmp_path, hub, site, idle_timeout=2.0)
     sensor = Sensor(site.port)
     try:
