@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,24 +198,15 @@ class WindowState:
         values = self.aggs.values(record)
         if self._tumbling:
             size = self._size
-            start = (t // size) * size
-            end = start + size
-            if end <= self.fired_through:
-                return False
-            bucket = self._open.get(start)
-            if bucket is None:
-                bucket = self._open[start] = {}
-                heapq.heappush(self._ends, (end, start))
-            slot = bucket.get(key)
-            if slot is None:
-                slot = bucket[key] = [key, start, end, self.aggs.zero()]
-            self.aggs.add(slot[3], values)
-            return True
-        if self.spec.kind is WindowKind.SESSION:
+            starts: Iterable[float] = ((t // size) * size,)
+        elif self.spec.kind is WindowKind.SESSION:
             return self._add_session(key, t, values, watermark)
+        else:
+            size = self.spec.size or 1.0
+            starts = self._starts(t)
         accepted = False
-        for start in self._starts(t):
-            end = start + (self.spec.size or 1.0)
+        for start in starts:
+            end = start + size
             if end <= self.fired_through:
                 continue
             bucket = self._open.get(start)
