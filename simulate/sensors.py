@@ -135,36 +135,23 @@ class Device:
             malformed = self.rng.choice(kinds)
         self.seq += 1
         if malformed == "not-json":
-            payload = b'{"' + self.key.encode() + b'": broken'
-            return Message(
-                self.site, self.stream, self.index, seq, self.key, self.topic, offset, None, None, payload, malformed
-            )
+            return self._message(seq, offset, None, None, b'{"' + self.key.encode() + b'": broken', malformed)
         if malformed == "no-event-time" and self.time_field:
             value.pop(self.time_field, None)
-            return Message(
-                self.site,
-                self.stream,
-                self.index,
-                seq,
-                self.key,
-                self.topic,
-                offset,
-                None,
-                None,
-                orjson.dumps(value),
-                malformed,
-            )
+            return self._message(seq, offset, None, None, orjson.dumps(value), malformed)
+        return self._message(seq, offset, event_time, value, orjson.dumps(value), None)
+
+    def _message(
+        self,
+        seq: int,
+        offset: float,
+        event_time: float | None,
+        value: dict[str, Any] | None,
+        payload: bytes,
+        malformed: str | None,
+    ) -> Message:
         return Message(
-            self.site,
-            self.stream,
-            self.index,
-            seq,
-            self.key,
-            self.topic,
-            offset,
-            event_time,
-            value,
-            orjson.dumps(value),
+            self.site, self.stream, self.index, seq, self.key, self.topic, offset, event_time, value, payload, malformed
         )
 
 
