@@ -22,7 +22,11 @@ def _outbox_records(state: Path) -> int:
         return int(db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
 
 
-def _check(observer: HubObserver, want: dict[Any, Any]) -> None:
+def _close_and_check(sensor: Sensor, observer: HubObserver, closing_ts: float, what: str) -> None:
+    """Send a reading at ``closing_ts`` to close every window before it; all of them must reach the hub once."""
+    sensor.send([{"unit": "u0", "ts": closing_ts, "temp_f": 40.0}])
+    want = reference(sensor.published[:-1], closing_ts - 1.0)
+    wait_until(lambda: same(results(observer.deduped()), want), 40, what)
     records = observer.deduped()
     assert sorted(records) == list(range(1, len(records) + 1)), "seqs must be contiguous from 1 (no loss)"
     assert same(results(records), want)
@@ -46,11 +50,7 @@ def test_hub_outage_then_restart(mosquitto_factory: Any, tmp_path: Path) -> None
         time.sleep(3)  # keep the hub down a few seconds while the agent keeps processing
         sensor.send(readings(start, 300, start=1200))
         hub.start()
-        closing = {"unit": "u0", "ts": start + 300.0, "temp_f": 40.0}
-        sensor.send([closing])
-        want = reference(sensor.published[:-1], start + 299.0)
-        wait_until(lambda: same(results(observer.deduped()), want), 40, "every window at the hub after the outage")
-        _check(observer, want)
+        _close_and_check(sensor, observer, start + 300.0, "every window at the hub after the outage")
         assert "lost connection to hub broker" in agent.log.read_text()
         assert agent.terminate() == 0
     finally:
@@ -86,11 +86,7 @@ def test_sigkill_mid_stream_then_restart(mosquitto_factory: Any, tmp_path: Path)
         streaming.join(30)
         sensor.send(readings(start, 300, start=3300))  # queued by the site broker while the agent is down
         agent.start()
-        closing = {"unit": "u0", "ts": start + 400.0, "temp_f": 40.0}
-        sensor.send([closing])
-        want = reference(sensor.published[:-1], start + 399.0)
-        wait_until(lambda: same(results(observer.deduped()), want), 40, "every window at the hub after the restart")
-        _check(observer, want)
+        _close_and_check(sensor, observer, start + 400.0, "every window at the hub after the restart")
         assert "restored window state" in agent.log.read_text()
         assert agent.terminate() == 0
     finally:
