@@ -87,14 +87,15 @@ class _Restarts:
     consecutive: int = 0
     started_at: float = 0.0
     failed_at: float | None = None
-    error: str | None = None
+
+    @property
+    def delay(self) -> float:
+        """The wait before the next restart."""
+        return RESTART_DELAYS_S[min(self.consecutive, len(RESTART_DELAYS_S) - 1)]
 
     def due(self, now: float) -> bool:
         """True once the wait after the current failure is over."""
-        if self.failed_at is None:
-            return False
-        delay = RESTART_DELAYS_S[min(self.consecutive, len(RESTART_DELAYS_S) - 1)]
-        return now >= self.failed_at + delay
+        return self.failed_at is not None and now >= self.failed_at + self.delay
 
 
 @dataclass
@@ -475,13 +476,11 @@ class Engine:
                         if now - r.started_at >= STABLE_AFTER_S:
                             r.consecutive = 0
                         r.failed_at = now
-                        r.error = str(error).splitlines()[0] if str(error) else repr(error)
-                        delay = RESTART_DELAYS_S[min(r.consecutive, len(RESTART_DELAYS_S) - 1)]
                         log.error(
                             "app %s: query %s failed; restarting it from its checkpoint in %.0f s: %s",
                             name,
                             replica,
-                            delay,
+                            r.delay,
                             error,
                         )
                     if r.due(now):
