@@ -19,7 +19,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import math
 import time
 import zlib
 from collections.abc import Iterable
@@ -36,7 +35,7 @@ from edge_agent.heartbeat import ProcessStats, Rates, heartbeat
 from edge_agent.outbox import Drainer, Outbox
 from edge_agent.plans import PlanIntake
 from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms, tcp_connect_ms
-from edge_agent.runtime import DeadLetter, Pipeline, from_plan
+from edge_agent.runtime import DeadLetter, Pipeline, check_idle_timeout, from_plan
 from edge_agent.transport import Inbox, Message, PahoTransport, Transport
 from spanedge import topics
 from spanedge.app import App
@@ -73,10 +72,7 @@ class AgentConfig:
 
     def __post_init__(self) -> None:
         """Reject an ``idle_timeout`` the pipelines could not use, before anything starts."""
-        idle = self.idle_timeout
-        if idle is not None and not 0 <= idle < math.inf:
-            msg = f"idle_timeout must be a number of seconds >= 0 (0 or None: off), got {idle!r}"
-            raise ValueError(msg)
+        check_idle_timeout(self.idle_timeout)
 
 
 @dataclass

@@ -100,6 +100,13 @@ class Node:
     n_out: int = 0
 
 
+def check_idle_timeout(idle_timeout: float | None) -> None:
+    """Raise ``ValueError`` unless ``idle_timeout`` is ``None`` or a finite number of seconds >= 0."""
+    if idle_timeout is not None and not 0 <= idle_timeout < math.inf:
+        msg = f"idle_timeout must be a number of seconds >= 0 (0 or None: off), got {idle_timeout!r}"
+        raise ValueError(msg)
+
+
 class Pipeline:
     """The operators of one app that run at one site.
 
@@ -133,9 +140,7 @@ class Pipeline:
         idle_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if idle_timeout is not None and not 0 <= idle_timeout < math.inf:
-            msg = f"idle_timeout must be a number of seconds >= 0 (0 or None: off), got {idle_timeout!r}"
-            raise ValueError(msg)
+        check_idle_timeout(idle_timeout)
         self.app = app
         self.site = site
         self.nodes = nodes

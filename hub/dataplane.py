@@ -26,8 +26,6 @@ from spanedge.loader import load_app
 from spanedge.plan import Plan
 from spanedge.sites import load_sites
 
-log = logging.getLogger("hub.dataplane")
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
