@@ -12,13 +12,20 @@ site to its nearest hub, so the latency term is 1.0 when a path costs one
 direct hop to the hub. The mean over paths is linear in the edges (each edge
 weighs the share of source-to-sink paths through it), which keeps the
 integer program small; the worst path is checked against the SLO afterwards.
+
+A re-plan adds the cost of moving replicas away from the previous plan::
+
+    migration = migration weight × Σ_moved(state bytes × link cost) / (source bytes/s × horizon)
+
+that is, the state a move ships is counted like traffic spread over
+:data:`MIGRATION_HORIZON_S` seconds of the sources' output.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from placement.problem import Edge, Problem
+from placement.problem import Edge, Previous, Problem
 from spanedge.errors import SpanEdgeError
 from spanedge.plan import Totals
 
@@ -29,13 +36,14 @@ class InvalidWeights(SpanEdgeError, ValueError):
 
 @dataclass(frozen=True)
 class Weights:
-    """Weights of the objective's terms: WAN traffic and mean path latency (both >= 0)."""
+    """Weights of the objective's terms: WAN traffic, mean path latency and migration in a re-plan (all >= 0)."""
 
     traffic: float = 1.0
     latency: float = 1.0
+    migration: float = 1.0
 
     def __post_init__(self) -> None:
-        for label, value in (("traffic", self.traffic), ("latency", self.latency)):
+        for label, value in (("traffic", self.traffic), ("latency", self.latency), ("migration", self.migration)):
             if not value >= 0:
                 msg = f"objective weight {label} must be a number >= 0, got {value!r}"
                 raise InvalidWeights(msg)
@@ -49,6 +57,45 @@ def edge_cost(problem: Problem, weights: Weights, edge: Edge, a: str, b: str) ->
     traffic = edge.bytes_per_s * m.cost(a, b) / problem.source_bytes
     latency = edge.paths * m.latency(a, b) / problem.reference_ms
     return weights.traffic * traffic + weights.latency * latency
+
+
+#: Moved state counts as traffic spread over this many seconds of the sources' output.
+MIGRATION_HORIZON_S = 60.0
+
+
+def move_cost(problem: Problem, weights: Weights, state_bytes: float, a: str, b: str) -> float:
+    """The objective's share of moving a replica holding ``state_bytes`` from ``a`` to ``b``."""
+    if a == b or state_bytes <= 0:
+        return 0.0
+    shipped = state_bytes * problem.latency.cost(a, b) / (problem.source_bytes * MIGRATION_HORIZON_S)
+    return weights.migration * shipped
+
+
+def moved_state(problem: Problem, previous: Previous, rid: str) -> float:
+    """The state bytes that move with decision replica ``rid``: its own and its attached sinks'."""
+    r = problem.replicas[rid]
+    return previous.state(rid) + sum(previous.state(a) for a in r.attached)
+
+
+def moves(problem: Problem, previous: Previous, placement: dict[str, str]) -> list[str]:
+    """The replicas of ``problem`` that ``placement`` runs elsewhere than ``previous`` did, in plan order."""
+    return [
+        rid
+        for rid in problem.order
+        if rid in previous.placement
+        and not problem.replicas[rid].is_source
+        and previous.placement[rid] != placement[rid]
+    ]
+
+
+def migration(problem: Problem, weights: Weights, previous: Previous, placement: dict[str, str]) -> float:
+    """The migration term of ``placement`` against ``previous`` (0 if nothing moves)."""
+    total = 0.0
+    for r in problem.decisions():
+        before = previous.placement.get(r.id)
+        if before is not None:
+            total += move_cost(problem, weights, moved_state(problem, previous, r.id), before, placement[r.id])
+    return total
 
 
 def objective(problem: Problem, weights: Weights, placement: dict[str, str]) -> float:

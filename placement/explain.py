@@ -37,7 +37,7 @@ def _reason(
 ) -> str:
     site = placement[r.id]
     if r.is_source:
-        return f"source: stream '{r.op.stream or r.op.name}' arrives at {site} ({r.rate_out:.3g} records/s, {fmt_bytes(r.bytes_out)})"
+        return f"source: stream '{r.op.stream_name}' arrives at {site} ({r.rate_out:.3g} records/s, {fmt_bytes(r.bytes_out)})"
     if r.colocate is not None:
         return f"sink: runs where its input '{r.colocate}' runs"
     if method == "central":

@@ -16,6 +16,9 @@ hubs, two spokes for one source site) get no ``z``, which enforces those
 rules. Between two replicas of one source site the zero-cost pairs are
 eliminated (see :meth:`_Model._same_home_edge`); with one hub such an edge is
 linear in ``x``.
+
+Re-plan: moving replica ``r`` from its previous site ``a`` to ``c`` costs
+``move_cost(a, c) x[r, c]`` (its state bytes × link cost), linear in ``x``.
 """
 
 from __future__ import annotations
@@ -27,12 +30,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import highspy
-import numpy as np
-import pulp
+from placement.cost import Weights, edge_cost, move_cost, moved_state
+from placement.problem import Previous, Problem, Replica
+from spanedge.errors import MissingExtra
 
-from placement.cost import Weights, edge_cost
-from placement.problem import Problem, Replica
+try:
+    import highspy
+    import numpy as np
+    import pulp
+except ModuleNotFoundError as exc:
+    # The light core (`pip install spanedge`) has no solver; say which extra brings it.
+    raise MissingExtra((exc.name or "pulp").partition(".")[0], "placement") from None
 
 _Term = tuple[Any, float]
 
@@ -61,9 +69,10 @@ class IlpResult:
 class _Model:
     """Builds the PuLP problem with plain dictionaries for speed."""
 
-    def __init__(self, problem: Problem, weights: Weights) -> None:
+    def __init__(self, problem: Problem, weights: Weights, previous: Previous | None = None) -> None:
         self.p = problem
         self.w = weights
+        self.previous = previous
         self.prob = pulp.LpProblem("placement", pulp.LpMinimize)
         self.x: dict[str, dict[str, Any]] = {}
         self.n = 0
@@ -125,15 +134,33 @@ class _Model:
                 if len(r.candidates) == 1 and p.is_hub(r.candidates[0]):
                     self.add(((self.y[r.candidates[0]], 1.0),), pulp.LpConstraintEQ, 1.0)
         for r in decisions:
+            before = self.previous.placement.get(r.id) if self.previous is not None else None
             for c, v in self.x.get(r.id, {}).items():
-                if c != r.home:
+                if before in r.candidates:
+                    # Break ties towards the previous site, so a re-plan moves nothing without a reason.
+                    if c != before:
+                        self.cost(v, TIE_BREAK * 2.0)
+                elif c != r.home:
                     # Break ties towards the source site, so re-solving an unchanged problem keeps the plan.
                     self.cost(v, TIE_BREAK * (2.0 if not p.is_hub(c) else 1.0))
+        self._migration(decisions)
         self._same_spoke(decisions)
         self._capacity(decisions)
         for e in p.edges:
             self._edge(e)
         self.prob.setObjective(pulp.LpAffineExpression(self.objective, constant=self.constant))
+
+    def _migration(self, decisions: list[Replica]) -> None:
+        """Moving a replica from where the previous plan ran it ships its state: linear in ``x``."""
+        if self.previous is None:
+            return
+        for r in decisions:
+            before = self.previous.placement.get(r.id)
+            state = moved_state(self.p, self.previous, r.id)
+            if before is None or state <= 0:
+                continue
+            for c in r.candidates:
+                self.cost(self.at(r, c), move_cost(self.p, self.w, state, before, c))
 
     def _same_spoke(self, decisions: list[Replica]) -> None:
         by_home: dict[str, list[Replica]] = {}
@@ -241,12 +268,49 @@ class _Model:
             self.cost(var, edge_cost(p, self.w, e, a, b))
 
 
+class _QuietHighs(highspy.Highs):
+    """A HiGHS instance whose logging is off before its first call.
+
+    HiGHS writes its "Running HiGHS ... Copyright" banner to the process's
+    stdout on the first call that may log, unless ``output_flag`` is already
+    false; ``highspy.Highs()`` makes that call (``setCallback``) in its
+    constructor, before PuLP can set the option.
+    """
+
+    def enableCallbacks(self) -> None:
+        """Turn logging off, then enable the callbacks as ``highspy.Highs`` does."""
+        self.setOptionValue("output_flag", False)
+        super().enableCallbacks()  # type: ignore[no-untyped-call]
+
+
 class _HiGHS(pulp.HiGHS):  # type: ignore[misc]
-    """PuLP's HiGHS interface, passing columns, integrality and rows in bulk.
+    """PuLP's HiGHS interface, passing columns, integrality and rows in bulk, and silent with ``msg=False``.
 
     PuLP adds them one call at a time, which costs more than solving these
-    models; the result is the same model.
+    models; the result is the same model. PuLP's own instance prints HiGHS's
+    banner on stdout even with ``msg=False``, which would corrupt
+    ``spanedge deploy --json``; this one prints nothing.
     """
+
+    def createAndConfigureSolver(self, lp: Any) -> None:
+        """Create ``lp.solverModel`` (quiet unless ``msg``) and set the options as PuLP does."""
+        lp.solverModel = highspy.Highs() if self.msg else _QuietHighs()  # type: ignore[no-untyped-call]
+        if self.callbackTuple:
+            lp.solverModel.setCallback(*self.callbackTuple)
+        for kind in self.callbacksToActivate or ():
+            lp.solverModel.startCallback(kind)
+        options: dict[str, Any] = {
+            "mip_rel_gap": self.gapRel,
+            "mip_abs_gap": self.gapAbs,
+            "threads": self.threads,
+            "time_limit": None if self.timeLimit is None else float(self.timeLimit),
+        }
+        if not self.msg:
+            options["output_flag"] = False
+        options.update(self.optionsDict)
+        for key, value in options.items():
+            if value is not None:
+                lp.solverModel.setOptionValue(key, value)
 
     def buildSolverModel(self, lp: Any) -> None:
         """Load ``lp`` into ``lp.solverModel`` with one call per kind of data."""
@@ -309,14 +373,22 @@ def _solver(name: str, time_limit: float) -> Any:
         return pulp.PULP_CBC_CMD(msg=False, timeLimit=seconds, gapRel=GAP)
 
 
-def solve_ilp(problem: Problem, weights: Weights, time_limit: float = 10.0, solver: str = "highs") -> IlpResult:
+def solve_ilp(
+    problem: Problem,
+    weights: Weights,
+    time_limit: float = 10.0,
+    solver: str = "highs",
+    previous: Previous | None = None,
+) -> IlpResult:
     """Build and solve the integer program.
 
     ``solver`` is ``highs`` (CBC is used only if HiGHS is missing or fails) or
     ``cbc``. A time limit that leaves no solution is reported, not retried.
+    With a ``previous`` plan the objective includes the migration term (see
+    :mod:`placement.cost`) and ties go to the previous sites.
     """
     start = time.perf_counter()
-    model = _Model(problem, weights)
+    model = _Model(problem, weights, previous)
     model.build()
     names = [solver] if solver == "cbc" else ["highs", "cbc"]
     last = "not run"

@@ -9,17 +9,16 @@ from pathlib import Path
 
 from placement.baselines import BASELINES, RULES
 from placement.constraints import diagnose, explain_infeasible, violations
-from placement.cost import Weights, evaluate, objective
+from placement.cost import Weights, evaluate, migration, moves, objective
 from placement.explain import fmt_bytes, reasons
 from placement.greedy import greedy
 from placement.ilp import solve_ilp
 from placement.latency import LatencyMatrix
-from placement.problem import Problem, build_problem
+from placement.problem import Previous, Problem, build_problem
 from spanedge.app import App
 from spanedge.errors import SpanEdgeError
 from spanedge.loader import load_app
-from spanedge.operators import Kind
-from spanedge.plan import Assignment, Flow, Plan, SolverInfo
+from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals
 from spanedge.sites import Sites, load_sites
 
 METHODS = ("ilp", "greedy", *BASELINES)
@@ -43,6 +42,7 @@ def solve(
     time_limit: float = 10.0,
     version: int = 1,
     baselines: Sequence[str] = (),
+    previous: Previous | None = None,
 ) -> Plan:
     """Place ``app`` on ``sites`` and return the plan, with the totals of the requested baselines.
 
@@ -50,20 +50,27 @@ def solve(
     fallback), ``greedy``, ``central`` or ``local-first``. Raises
     :class:`~spanedge.errors.InfeasiblePlacement` naming the binding
     constraint if no placement fits.
+
+    With a ``previous`` plan (a re-plan), the ILP weighs the migration of
+    every moved replica's state, and the previous placement is kept unless
+    the new one's objective, migration included, is lower by more than
+    ``previous.hysteresis``; the solver status says which it was.
     """
     _check_names([method], METHODS, "placement method")
     _check_names(baselines, BASELINES, "baseline")
     start = time.perf_counter()
-    streams = {op.stream or op.name for op in app.operators.values() if op.kind is Kind.SOURCE}
+    streams = app.source_streams()
     sites.check_app_streams(streams, app.name)
     matrix = latency or LatencyMatrix.from_sites(sites)
-    problem = build_problem(app, sites, matrix)
+    problem = build_problem(app, sites, matrix, previous.placement if previous is not None else None)
     if method in RULES:
         placement, hub = RULES[method](problem, weights)
         info = SolverInfo(method, "baseline", time.perf_counter() - start, None)
     else:
         diagnose(problem)
-        placement, hub, info = _optimise(problem, weights, method, time_limit, start)
+        placement, hub, info = _optimise(problem, weights, method, time_limit, start, previous)
+        if previous is not None:
+            placement, hub, info = _hysteresis(problem, weights, previous, placement, hub, info)
     totals = evaluate(problem, weights, placement)
     why = reasons(problem, weights, placement, hub, method)
     assignments = tuple(
@@ -71,7 +78,7 @@ def solve(
         for rid in problem.order
     )
     flows = tuple(Flow(e.src, e.dst, e.rate, e.bytes_per_s) for e in problem.edges)
-    compared = {name: evaluate(problem, weights, RULES[name](problem, weights)[0]) for name in baselines}
+    compared = {name: _baseline(problem, weights, name) for name in baselines}
     warnings = _warnings(problem, placement, hub, totals.worst_latency_ms, slo_ms)
     return Plan(
         app=app.name,
@@ -88,14 +95,18 @@ def solve(
 
 
 def _optimise(
-    problem: Problem, weights: Weights, method: str, time_limit: float, start: float
+    problem: Problem, weights: Weights, method: str, time_limit: float, start: float, previous: Previous | None = None
 ) -> tuple[dict[str, str], str, SolverInfo]:
     quick = greedy(problem, weights)
     if method == "greedy":
         if quick is None:
             raise explain_infeasible(problem, "the greedy heuristic found no placement; try method='ilp'")
         return quick[0], quick[1], SolverInfo("greedy", "heuristic", time.perf_counter() - start, None)
-    result = solve_ilp(problem, weights, time_limit)
+    result = (
+        solve_ilp(problem, weights, time_limit)
+        if previous is None
+        else solve_ilp(problem, weights, time_limit, previous=previous)
+    )
     seconds = time.perf_counter() - start
     if result.placement is None or result.hub is None:
         if quick is None or result.infeasible:
@@ -106,13 +117,62 @@ def _optimise(
             SolverInfo(f"greedy (ilp/{result.solver}: {result.status})", "heuristic", seconds, None),
         )
     if not result.optimal and quick is not None:
-        found = objective(problem, weights, result.placement)
-        heuristic = objective(problem, weights, quick[0])
+        found = _with_migration(problem, weights, previous, result.placement)
+        heuristic = _with_migration(problem, weights, previous, quick[0])
         if heuristic < found - 1e-9:
             gap = None if result.bound is None else max(0.0, (heuristic - result.bound) / max(abs(heuristic), 1e-12))
             info = SolverInfo(f"greedy (ilp/{result.solver}: {result.status})", "feasible", seconds, gap)
             return quick[0], quick[1], info
     return result.placement, result.hub, SolverInfo(f"ilp/{result.solver}", result.status, seconds, result.gap)
+
+
+def _with_migration(problem: Problem, weights: Weights, previous: Previous | None, placement: dict[str, str]) -> float:
+    """The objective of ``placement``, plus the migration term in a re-plan."""
+    extra = migration(problem, weights, previous, placement) if previous is not None else 0.0
+    return objective(problem, weights, placement) + extra
+
+
+def kept_placement(problem: Problem, previous: Previous) -> tuple[dict[str, str], str] | None:
+    """The previous placement as a complete placement of ``problem`` and its hub, or ``None`` if it breaks a rule.
+
+    It breaks one when a replica is new or its site is no longer a candidate
+    (the app or the sites changed), or a site would be over its CPU budget.
+    """
+    chosen: dict[str, str] = {}
+    for r in problem.decisions():
+        site = previous.placement.get(r.id)
+        if site is None:
+            return None
+        chosen[r.id] = site
+    full = problem.resolve(chosen)
+    used = sorted({s for rid, s in chosen.items() if problem.is_hub(s)})
+    hub = used[0] if used else (previous.hub if previous.hub in problem.hubs else problem.hubs[0])
+    if violations(problem, full, hub):
+        return None
+    return full, hub
+
+
+def _hysteresis(
+    problem: Problem,
+    weights: Weights,
+    previous: Previous,
+    placement: dict[str, str],
+    hub: str,
+    info: SolverInfo,
+) -> tuple[dict[str, str], str, SolverInfo]:
+    """Keep the previous placement unless ``placement`` improves the objective by more than the hysteresis."""
+    moved = moves(problem, previous, placement)
+    kept = kept_placement(problem, previous)
+    if not moved or kept is None:
+        return placement, hub, info
+    before = objective(problem, weights, kept[0])
+    after = _with_migration(problem, weights, previous, placement)
+    gain = (before - after) / before if before > 0 else 0.0
+    if gain > previous.hysteresis:
+        status = f"{info.status}; {len(moved)} replicas move (gain {gain:.1%} > {previous.hysteresis:.1%})"
+        return placement, hub, replace(info, status=status)
+    status = f"{info.status}; previous plan kept (gain {gain:.1%} <= {previous.hysteresis:.1%})"
+    return kept[0], kept[1], replace(info, status=status)
 
 
 def _warnings(problem: Problem, placement: dict[str, str], hub: str, worst: float, slo_ms: float | None) -> list[str]:
@@ -169,3 +229,9 @@ def plan_app(
 
 
 __all__ = ["METHODS", "plan_app", "solve"]
+
+
+def _baseline(problem: Problem, weights: Weights, name: str) -> Totals:
+    """A baseline's totals, with the rules of the problem it breaks (capacities, scopes)."""
+    placement, hub = RULES[name](problem, weights)
+    return replace(evaluate(problem, weights, placement), violations=tuple(violations(problem, placement, hub)))

@@ -13,11 +13,15 @@ Replicas that belong to the source site ``s`` (its *home*) and run at a spoke
 all run at the same spoke: ``s`` itself, or a nearby spoke that reads ``s``'s
 broker over the WAN. Hub-placed replicas all run at one hub, and everything
 downstream of a hub-placed replica is hub-placed too.
+
+A re-plan starts from the :class:`Previous` plan: a spoke a replica ran at
+stays among its candidates while it is within reach of its source site, so
+keeping it there is always an option the solvers weigh.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -26,7 +30,7 @@ from placement.latency import LatencyMatrix, nearest
 from spanedge.app import App
 from spanedge.errors import InfeasiblePlacement, InvalidSites
 from spanedge.operators import Kind, Operator
-from spanedge.plan import replica_id
+from spanedge.plan import Plan, replica_id
 from spanedge.scope import Scope
 from spanedge.sites import Sites, Tier
 
@@ -34,6 +38,47 @@ from spanedge.sites import Sites, Tier
 OFFLOAD_NEIGHBOURS = 4
 #: ...that are at most this far (ms) from its source site.
 OFFLOAD_MS = 100.0
+
+
+#: By default a re-plan keeps the previous plan unless the new one is this much better (relative).
+HYSTERESIS = 0.05
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The plan a re-plan starts from, and what moving away from it costs.
+
+    ``placement`` maps replica ids to the sites they ran at and ``hub`` is
+    the hub they used; ``state_bytes`` is the state each replica holds (what
+    a move ships; replicas not listed hold none). A new plan replaces this
+    one only if its objective, migration included, is lower by more than
+    ``hysteresis`` (relative).
+    """
+
+    placement: Mapping[str, str]
+    hub: str | None = None
+    state_bytes: Mapping[str, float] = field(default_factory=dict)
+    hysteresis: float = HYSTERESIS
+
+    def __post_init__(self) -> None:
+        """Reject a negative hysteresis or state size."""
+        if not self.hysteresis >= 0:
+            msg = f"hysteresis must be a number >= 0, got {self.hysteresis!r}"
+            raise ValueError(msg)
+        bad = [rid for rid, b in self.state_bytes.items() if not b >= 0]
+        if bad:
+            msg = f"state bytes must be numbers >= 0; got {self.state_bytes[bad[0]]!r} for replica {bad[0]!r}"
+            raise ValueError(msg)
+
+    @classmethod
+    def of(cls, plan: Plan, state_bytes: Mapping[str, float] | None = None, hysteresis: float = HYSTERESIS) -> Previous:
+        """The previous placement of ``plan``."""
+        placement = {a.replica: a.site for a in plan.assignments}
+        return cls(placement, plan.hub, dict(state_bytes or {}), hysteresis)
+
+    def state(self, rid: str) -> float:
+        """Bytes of state replica ``rid`` holds."""
+        return float(self.state_bytes.get(rid, 0.0))
 
 
 @dataclass
@@ -136,12 +181,11 @@ class Problem:
         return full
 
 
-def _stream_of(op: Operator) -> str:
-    return op.stream or op.name
+def build_problem(app: App, sites: Sites, latency: LatencyMatrix, previous: Mapping[str, str] | None = None) -> Problem:
+    """Expand the app's DAG into replicas over ``sites`` and compute rates, loads, candidates and edges.
 
-
-def build_problem(app: App, sites: Sites, latency: LatencyMatrix) -> Problem:
-    """Expand the app's DAG into replicas over ``sites`` and compute rates, loads, candidates and edges."""
+    ``previous`` maps replica ids to the sites a previous plan ran them at.
+    """
     missing = [s for s in sites.sites if s not in latency.sites]
     if missing:
         msg = (
@@ -162,7 +206,7 @@ def build_problem(app: App, sites: Sites, latency: LatencyMatrix) -> Problem:
         for r in made:
             replicas[r.id] = r
             order.append(r.id)
-    _candidates(replicas, order, sites, latency, hubs, spokes)
+    _candidates(replicas, order, sites, latency, hubs, spokes, previous or {})
     _colocate_sinks(replicas, order)
     _propagate(replicas, order, hubs)
     _fit(replicas, order, sites, hubs)
@@ -192,7 +236,7 @@ def build_problem(app: App, sites: Sites, latency: LatencyMatrix) -> Problem:
 
 def _expand(op: Operator, sites: Sites, replicas: dict[str, Replica], of_op: dict[str, list[str]]) -> list[Replica]:
     if op.kind is Kind.SOURCE:
-        stream = _stream_of(op)
+        stream = op.stream_name
         out = []
         for site in sites.sources_of(stream):
             b = site.streams[stream]
@@ -262,6 +306,7 @@ def _candidates(
     latency: LatencyMatrix,
     hubs: tuple[str, ...],
     spokes: tuple[str, ...],
+    previous: Mapping[str, str],
 ) -> None:
     """Give every replica its candidate sites.
 
@@ -269,7 +314,8 @@ def _candidates(
     :data:`OFFLOAD_NEIGHBOURS`, within :data:`OFFLOAD_MS`) only where that can
     matter: when the site (or a spoke its tight neighbours offload to) may run
     out of CPU, or when the neighbour is cheaper or faster to reach a hub
-    from. Otherwise moving the replicas there never lowers the objective.
+    from, or when a replica of the site ran there in the ``previous`` plan.
+    Otherwise moving the replicas there never lowers the objective.
     """
     demand: dict[str, float] = {}
     for r in replicas.values():
@@ -281,8 +327,13 @@ def _candidates(
         around[home] = nearest(latency, home, others)[:OFFLOAD_NEIGHBOURS]
     tight = {h for h, d in demand.items() if d > sites.sites[h].cpu}
     tight |= {p for h in tight for p in around[h] if demand.get(p, 0.0) + demand[h] > sites.sites[p].cpu}
+    ran: dict[str, set[str]] = {}
+    for rid, site in previous.items():
+        before = replicas.get(rid)
+        if before is not None and before.home is not None:
+            ran.setdefault(before.home, set()).add(site)
     near = {
-        home: ps if home in tight else [p for p in ps if _may_help(latency, hubs, home, p)]
+        home: ps if home in tight else [p for p in ps if p in ran.get(home, ()) or _may_help(latency, hubs, home, p)]
         for home, ps in around.items()
     }
     for rid in order:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from spanedge.aggregations import Agg
+from spanedge.dag import build_graph
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidDataflow
+from spanedge.names import check_app_name
 from spanedge.operators import Kind, Operator, SinkSpec, WindowKind, WindowSpec
 from spanedge.schema import to_ddl
 from spanedge.scope import Scope, hints_of
@@ -49,6 +52,22 @@ def _parse_scope(scope: str | Scope | None, where: str) -> Scope:
         raise InvalidDataflow(msg) from None
 
 
+def _estimates(where: str, cost: float | None, selectivity: float | None) -> tuple[float | None, float | None]:
+    """Check placement hints: each absent, or a finite number >= 0."""
+    for label, value in (("cost", cost), ("selectivity", selectivity)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            msg = f"{where}: {label} must be a finite number >= 0, got {value!r}"
+            raise InvalidDataflow(msg)
+    return (None if cost is None else float(cost)), (None if selectivity is None else float(selectivity))
+
+
+def _first(*values: float | None) -> float:
+    """The first value that is not None (the last one is the default)."""
+    return next(v for v in values if v is not None)
+
+
 class App:
     """One dataflow: named sources, operators and sinks.
 
@@ -58,11 +77,8 @@ class App:
     """
 
     def __init__(self, name: str) -> None:
-        """Create an empty app; ``name`` appears in MQTT topics and REST paths."""
-        if not name or any(c in name for c in "/+#") or name.strip() != name:
-            msg = f"app name must be non-empty without '/', '+', '#' or surrounding spaces, got {name!r}"
-            raise InvalidDataflow(msg)
-        self.name = name
+        """Create an empty app; ``name`` (see :mod:`spanedge.names`) appears in MQTT topics, REST paths and file names."""
+        self.name = check_app_name(name, f"App(...) at {_caller_location()}")
         self._ops: dict[str, Operator] = {}
         self._auto: dict[str, int] = {}
 
@@ -70,6 +86,10 @@ class App:
     def operators(self) -> Mapping[str, Operator]:
         """Operators by name, in the order they were added."""
         return dict(self._ops)
+
+    def source_streams(self) -> set[str]:
+        """The sensor streams the app's sources read."""
+        return {op.stream_name for op in self._ops.values() if op.kind is Kind.SOURCE}
 
     def _auto_name(self, kind: str) -> str:
         self._auto[kind] = self._auto.get(kind, 0) + 1
@@ -130,9 +150,12 @@ class App:
             msg = f"{where}: {exc}"
             raise InvalidDataflow(msg) from None
 
-    def union(self, *streams: Stream, name: str | None = None, scope: str | None = None) -> Stream:
-        """Merge several streams into one."""
+    def union(
+        self, *streams: Stream, name: str | None = None, scope: str | None = None, cost: float | None = None
+    ) -> Stream:
+        """Merge several streams into one (``cost``: a placement hint, CPU core-seconds per record)."""
         location = _caller_location()
+        cost = _estimates(f"union at {location}", cost, None)[0]
         if len(streams) < 2:
             msg = f"union at {location}: needs at least two streams, got {len(streams)}"
             raise InvalidDataflow(msg)
@@ -147,15 +170,13 @@ class App:
                 inputs=tuple(s.name for s in streams),
                 scope=_parse_scope(scope, f"union at {location}"),
                 location=location,
-                cost=1e-6,
+                cost=_first(cost, 1e-6),
             )
         )
 
     def graph(self) -> nx.DiGraph:
         """Return the validated DAG: nodes are operator names with ``op`` attributes."""
-        from spanedge.dag import build_graph
-
-        return build_graph(self)
+        return build_graph(self.name, self.operators)
 
     def __repr__(self) -> str:
         """Show the app's name and operator count."""
@@ -175,6 +196,7 @@ class Stream:
         func: Callable[..., Any],
         name: str | None,
         default_selectivity: float,
+        estimates: tuple[float | None, float | None],
     ) -> Stream:
         if not callable(func):
             msg = f"{kind.value} at {_caller_location()}: expected a function, got {func!r}"
@@ -182,29 +204,56 @@ class Stream:
         hints = hints_of(func)
         fname = getattr(func, "__name__", "")
         chosen = name or hints.name or (fname if fname.isidentifier() else None)
+        location = _func_location(func)
+        cost, selectivity = _estimates(f"{kind.value} '{chosen or kind.value}' ({location})", *estimates)
         op = Operator(
             name=chosen or self.app._auto_name(kind.value),
             kind=kind,
             inputs=(self.name,),
             scope=hints.scope,
-            location=_func_location(func),
+            location=location,
             func=func,
-            cost=hints.cost if hints.cost is not None else 2e-5,
-            selectivity=hints.selectivity if hints.selectivity is not None else default_selectivity,
+            cost=_first(cost, hints.cost, 2e-5),
+            selectivity=_first(selectivity, hints.selectivity, default_selectivity),
         )
         return self.app._add(op)
 
-    def map(self, func: Callable[[Any], Any], *, name: str | None = None) -> Stream:
-        """Apply ``func`` to every record."""
-        return self._record_op(Kind.MAP, func, name, 1.0)
+    def map(
+        self,
+        func: Callable[[Any], Any],
+        *,
+        name: str | None = None,
+        cost: float | None = None,
+        selectivity: float | None = None,
+    ) -> Stream:
+        """Apply ``func`` to every record.
 
-    def filter(self, func: Callable[[Any], bool], *, name: str | None = None) -> Stream:
-        """Keep the records for which ``func`` is true."""
-        return self._record_op(Kind.FILTER, func, name, 0.5)
+        ``cost`` (CPU core-seconds per record) and ``selectivity`` (records out per
+        record in) are placement hints; they win over the function's decorator.
+        """
+        return self._record_op(Kind.MAP, func, name, 1.0, (cost, selectivity))
 
-    def flat_map(self, func: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> Stream:
-        """Replace each record by the records ``func`` returns."""
-        return self._record_op(Kind.FLAT_MAP, func, name, 1.0)
+    def filter(
+        self,
+        func: Callable[[Any], bool],
+        *,
+        name: str | None = None,
+        cost: float | None = None,
+        selectivity: float | None = None,
+    ) -> Stream:
+        """Keep the records for which ``func`` is true (placement hints as in :meth:`map`)."""
+        return self._record_op(Kind.FILTER, func, name, 0.5, (cost, selectivity))
+
+    def flat_map(
+        self,
+        func: Callable[[Any], Iterable[Any]],
+        *,
+        name: str | None = None,
+        cost: float | None = None,
+        selectivity: float | None = None,
+    ) -> Stream:
+        """Replace each record by the records ``func`` returns (placement hints as in :meth:`map`)."""
+        return self._record_op(Kind.FLAT_MAP, func, name, 1.0, (cost, selectivity))
 
     def transform(self, func: Callable[[Any], Any], *, name: str | None = None) -> Stream:
         """Apply a PySpark ``DataFrame -> DataFrame`` function; runs at the hub only."""
@@ -243,13 +292,17 @@ class Stream:
         name: str | None = None,
         scope: str | None = None,
         keys: int = 100,
+        cost: float | None = None,
+        selectivity: float | None = None,
     ) -> Stream:
         """Aggregate keyed records over event-time windows.
 
         Give ``size`` alone for tumbling windows, ``size`` and ``slide`` for
         sliding windows, ``gap`` alone for session windows. ``aggs`` maps output
         field names to aggregations from :mod:`spanedge.aggregations`. ``keys``
-        estimates the distinct keys per window, for placement.
+        estimates the distinct keys per window, for placement; so do ``cost``
+        (CPU core-seconds per record) and ``selectivity`` (at most this many
+        results per input record; by default only ``keys`` per window period).
         """
         location = _caller_location()
         op_name = name or self.app._auto_name("window")
@@ -301,21 +354,25 @@ class Stream:
             lateness or 0.0,
             keys,
         )
+        cost, selectivity = _estimates(where, cost, selectivity)
         op = Operator(
             name=op_name,
             kind=Kind.WINDOW,
             inputs=(self.name,),
             scope=_parse_scope(scope, where),
             location=location,
-            cost=5e-6,
+            cost=_first(cost, 5e-6),
+            selectivity=_first(selectivity, 1.0),
             window=spec,
             record_bytes=float(40 + 24 * len(aggs)),
         )
         return self.app._add(op)
 
-    def union(self, *others: Stream, name: str | None = None, scope: str | None = None) -> Stream:
-        """Merge this stream with ``others``."""
-        return self.app.union(self, *others, name=name, scope=scope)
+    def union(
+        self, *others: Stream, name: str | None = None, scope: str | None = None, cost: float | None = None
+    ) -> Stream:
+        """Merge this stream with ``others`` (``cost``: a placement hint, CPU core-seconds per record)."""
+        return self.app.union(self, *others, name=name, scope=scope, cost=cost)
 
     def schema(self, schema: Any) -> Stream:
         """Declare the fields of this stream's records (a dataclass or Spark DDL)."""

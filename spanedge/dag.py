@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
-
-import networkx as nx
 
 from spanedge.errors import InvalidDataflow
 from spanedge.operators import Kind, Operator
@@ -12,13 +11,17 @@ from spanedge.schema import fields
 from spanedge.scope import Scope
 
 if TYPE_CHECKING:
-    from spanedge.app import App
+    import networkx as nx
+
+# networkx is imported where a graph is built or walked, not with this module: an edge
+# agent runs plans without ever building the DAG and saves the ~20 MB networkx costs.
 
 
-def build_graph(app: App) -> nx.DiGraph:
-    """Return the app's DAG (node attribute ``op``) after validating it."""
-    graph = nx.DiGraph(app=app.name)
-    ops = app.operators
+def build_graph(app_name: str, ops: Mapping[str, Operator]) -> nx.DiGraph:
+    """Return the DAG of an app's operators (node attribute ``op``) after validating it."""
+    import networkx as nx
+
+    graph = nx.DiGraph(app=app_name)
     for op in ops.values():
         graph.add_node(op.name, op=op)
     for op in ops.values():
@@ -35,7 +38,9 @@ def build_graph(app: App) -> nx.DiGraph:
     return graph
 
 
-def _check(graph: nx.DiGraph, ops: dict[str, Operator] | object) -> None:
+def _check(graph: nx.DiGraph, ops: Mapping[str, Operator]) -> None:
+    import networkx as nx
+
     sources = [n for n, d in graph.nodes(data="op") if d.kind is Kind.SOURCE]
     if not sources:
         msg = f"app '{graph.graph['app']}' has no source; add one with app.source('<stream>')"
@@ -94,5 +99,7 @@ def _check_window(graph: nx.DiGraph, op: Operator) -> None:
 
 def sources_of(graph: nx.DiGraph, name: str) -> set[str]:
     """Return the source streams ``name`` (transitively) reads from."""
+    import networkx as nx
+
     nodes = nx.ancestors(graph, name) | {name}
     return {n for n in nodes if graph.nodes[n]["op"].kind is Kind.SOURCE}

@@ -5,7 +5,10 @@ A batch on the wire is JSON::
     {"v": 1, "app": "cold-chain", "site": "truck-7", "stream": "site_stats",
      "records": [{"seq": 41, "t": 1700000000.0, "k": "truck-7", "v": {...}}, ...]}
 
-``seq`` is monotonic per (site, stream), so the hub can drop duplicates.
+``seq`` is monotonic per (site, stream, epoch), so the hub can drop duplicates.
+A batch may carry ``"epoch": 3``: the plan version at which the replica
+producing the stream moved to the site publishing it (absent: 0). Each owner
+of a moved replica numbers its records from 1 in its own epoch.
 """
 
 from __future__ import annotations
@@ -28,23 +31,20 @@ class Record:
     event_time: float
     key: str | None
     value: Any
+    epoch: int = 0
 
 
 def encode_batch(app: str, records: list[Record]) -> bytes:
-    """Serialise records of one (site, stream) as a batch message."""
+    """Serialise records of one (site, stream, epoch) as a batch message."""
     if not records:
         msg = "a batch needs at least one record"
         raise ValueError(msg)
     first = records[0]
-    return orjson.dumps(
-        {
-            "v": VERSION,
-            "app": app,
-            "site": first.site,
-            "stream": first.stream,
-            "records": [{"seq": r.seq, "t": r.event_time, "k": r.key, "v": r.value} for r in records],
-        }
-    )
+    head: dict[str, Any] = {"v": VERSION, "app": app, "site": first.site, "stream": first.stream}
+    if first.epoch:
+        head["epoch"] = first.epoch
+    head["records"] = [{"seq": r.seq, "t": r.event_time, "k": r.key, "v": r.value} for r in records]
+    return orjson.dumps(head)
 
 
 def decode_batch(payload: bytes) -> tuple[str, list[Record]]:
@@ -55,7 +55,13 @@ def decode_batch(payload: bytes) -> tuple[str, list[Record]]:
         if data.get("v") != VERSION:
             msg = f"unsupported envelope version {data.get('v')!r}, expected {VERSION}"
             raise ValueError(msg)
-        records = [Record(site, stream, int(r["seq"]), float(r["t"]), r.get("k"), r["v"]) for r in data["records"]]
+        epoch = data.get("epoch", 0)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            msg = f"epoch must be a plan version (an integer >= 0), got {epoch!r}"
+            raise ValueError(msg)
+        records = [
+            Record(site, stream, int(r["seq"]), float(r["t"]), r.get("k"), r["v"], epoch) for r in data["records"]
+        ]
         return str(data["app"]), records
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         msg = f"malformed batch: {exc}"

@@ -11,6 +11,21 @@ class InvalidDataflow(SpanEdgeError, ValueError):
     """The app's dataflow is malformed (names, scopes, windows, aggregations)."""
 
 
+class InvalidName(InvalidDataflow):
+    """A name (of an app or a site) outside its documented pattern; see :mod:`spanedge.names`.
+
+    It is an :class:`InvalidDataflow` because an app's name is part of its dataflow.
+    """
+
+
+class InvalidKey(SpanEdgeError, ValueError):
+    """A plan-signing key, public key or trust list that cannot be read or used."""
+
+
+class InvalidToken(SpanEdgeError, ValueError):
+    """A configured API token is unusable: too short, malformed, or listed under two scopes."""
+
+
 class InvalidSites(SpanEdgeError, ValueError):
     """A ``sites.yaml`` file is malformed or inconsistent with the app."""
 
@@ -21,6 +36,10 @@ class InvalidPlan(SpanEdgeError, ValueError):
 
 class InfeasiblePlacement(SpanEdgeError, ValueError):
     """No placement satisfies the scope and capacity constraints."""
+
+
+class InvalidSnapshot(SpanEdgeError, ValueError):
+    """Operator state that cannot be restored: another version, or not a snapshot at all."""
 
 
 class MissingExtra(SpanEdgeError, ImportError):

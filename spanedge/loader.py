@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import traceback
 import types
 from pathlib import Path
 
@@ -33,6 +34,8 @@ def load_app_source(source: str, filename: str = "<app>", attribute: str | None 
     except SyntaxError as exc:
         msg = f"{filename}:{exc.lineno}: syntax error in app: {exc.msg}"
         raise InvalidDataflow(msg) from None
+    except Exception as exc:  # the user's module failed at import: say where, in their file, and why
+        raise InvalidDataflow(_import_failure(exc, filename)) from None
     apps = {k: v for k, v in vars(module).items() if isinstance(v, App)}
     if attribute is not None:
         if attribute not in apps:
@@ -43,6 +46,18 @@ def load_app_source(source: str, filename: str = "<app>", attribute: str | None 
         msg = f"{filename} must define exactly one App (found: {', '.join(apps) or 'none'}); pick one with --app-name"
         raise InvalidDataflow(msg)
     return next(iter(apps.values()))
+
+
+def _import_failure(exc: Exception, filename: str) -> str:
+    """One line of cause, with the first and last frame of the app's own file in the traceback."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    where = f"{filename}:{frames[0].lineno}" if frames else filename
+    msg = f"{where}: the app raised {type(exc).__name__} while loading: {exc}"
+    if len(frames) > 1:
+        msg += f" (in {frames[-1].name} at {filename}:{frames[-1].lineno})"
+    if isinstance(exc, ImportError):
+        msg += "; is that module installed where the app runs?"
+    return msg
 
 
 def source_hash(source: str) -> str:

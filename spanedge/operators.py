@@ -8,7 +8,7 @@ sources and sinks.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,11 @@ class Operator:
         """True for map, filter and flat_map."""
         return self.kind in RECORD_LEVEL
 
+    @property
+    def stream_name(self) -> str:
+        """The sensor stream a source reads (its ``stream``, else its name); other operators: their name."""
+        return self.stream or self.name if self.kind is Kind.SOURCE else self.name
+
     def describe(self) -> str:
         """Return ``'name' (file:line)`` for messages."""
         return f"'{self.name}' ({self.location})"
@@ -117,19 +122,5 @@ class Operator:
     def output_rate(self, input_rate: float) -> float:
         """Estimated output records/s given the input records/s."""
         if self.window is not None:
-            return min(input_rate, self.window.keys / self.window.period)
+            return min(input_rate * self.selectivity, self.window.keys / self.window.period)
         return input_rate * self.selectivity
-
-    def apply(self, value: Any) -> Iterable[Any]:
-        """Run a record-level operator on one record value; return its outputs."""
-        if self.func is None:
-            msg = f"operator {self.describe()} of kind {self.kind} has no function"
-            raise TypeError(msg)
-        if self.kind is Kind.MAP:
-            return (self.func(value),)
-        if self.kind is Kind.FILTER:
-            return (value,) if self.func(value) else ()
-        if self.kind is Kind.FLAT_MAP:
-            return self.func(value)  # type: ignore[no-any-return]
-        msg = f"operator {self.describe()} of kind {self.kind} is not record-level"
-        raise TypeError(msg)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,13 +21,41 @@ from spanedge.errors import InvalidPlan
 
 @dataclass(frozen=True)
 class Assignment:
-    """One replica, the site it runs at, and why."""
+    """One replica, the site it runs at, and why.
+
+    ``since`` is the plan version at which ``site`` took the replica over (0:
+    from the first plan). It is the ownership epoch of the records the replica
+    sends to the hub, which dedupes per epoch, so a replica that moves keeps a
+    sequence the hub accepts.
+    """
 
     replica: str
     operator: str
     group: str | None
     site: str
     reason: str = ""
+    since: int = 0
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A replica that moves between two edge sites in this plan version, split at an event time.
+
+    Each window belongs to the owner of its start: the old owner (``source``)
+    keeps the replica, adding records only to windows that start before
+    ``switch_at``, until its watermark has passed their ends; the new owner
+    (``target``) adds records only to windows starting at or after it. A
+    record-level replica is split by record event time the same way, and a
+    session window by the time of each record (a session open across
+    ``switch_at`` comes out as two). ``epoch`` is the old owner's epoch
+    (its ``since``), which its records to the hub keep carrying.
+    """
+
+    replica: str
+    source: str
+    target: str
+    switch_at: float
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +77,17 @@ class Totals:
     mean_latency_ms: float
     objective: float
     hub_cpu: float = 0.0
+    violations: tuple[str, ...] = ()
+
+    @property
+    def feasible(self) -> bool:
+        """False when the placement breaks a rule of the problem (a baseline may: it ignores capacities)."""
+        return not self.violations
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Totals:
+        """Rebuild from ``dataclasses.asdict`` output (JSON lists become tuples)."""
+        return cls(**{**data, "violations": tuple(data.get("violations", ()))})
 
 
 @dataclass(frozen=True)
@@ -76,6 +116,7 @@ class Plan:
     warnings: tuple[str, ...] = ()
     app_file: str = ""
     app_source: str = ""
+    handovers: tuple[Handover, ...] = ()
 
     def site_of(self, replica: str) -> str:
         """Return the site where ``replica`` runs."""
@@ -85,6 +126,10 @@ class Plan:
         msg = f"plan of app '{self.app}' has no replica '{replica}'"
         raise InvalidPlan(msg)
 
+    def site_of_or_none(self, replica: str) -> str | None:
+        """Return the site where ``replica`` runs, ``None`` if the plan has no such replica."""
+        return next((a.site for a in self.assignments if a.replica == replica), None)
+
     def assignment(self, replica: str) -> Assignment:
         """Return the assignment of ``replica``."""
         for a in self.assignments:
@@ -92,6 +137,21 @@ class Plan:
                 return a
         msg = f"plan of app '{self.app}' has no replica '{replica}'"
         raise InvalidPlan(msg)
+
+    def handed_over(self, site: str) -> dict[str, tuple[float, float, int]]:
+        """Replicas ``site`` runs only for part of event time: ``{replica: (from, before, epoch)}``.
+
+        The old owner of a handover owns the windows starting before the
+        switch time (with its old epoch), the new owner those starting at or
+        after it (with the epoch of its assignment).
+        """
+        owned: dict[str, tuple[float, float, int]] = {}
+        for h in self.handovers:
+            if h.source == site:
+                owned[h.replica] = (-math.inf, h.switch_at, h.epoch)
+            elif h.target == site:
+                owned[h.replica] = (h.switch_at, math.inf, self.assignment(h.replica).since)
+        return owned
 
     def at(self, site: str) -> list[Assignment]:
         """Replicas that run at ``site``, in plan (topological) order."""
@@ -128,15 +188,16 @@ class Plan:
                 hub=str(data["hub"]),
                 assignments=tuple(Assignment(**a) for a in data["assignments"]),
                 flows=tuple(Flow(**f) for f in data["flows"]),
-                totals=Totals(**data["totals"]),
+                totals=Totals.from_dict(data["totals"]),
                 solver=SolverInfo(**data["solver"]),
-                baselines={k: Totals(**v) for k, v in data.get("baselines", {}).items()},
+                baselines={k: Totals.from_dict(v) for k, v in data.get("baselines", {}).items()},
                 slo_ms=data.get("slo_ms"),
                 warnings=tuple(data.get("warnings", ())),
                 app_file=str(data.get("app_file", "")),
                 app_source=str(data.get("app_source", "")),
+                handovers=tuple(Handover(**h) for h in data.get("handovers", ())),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             msg = f"malformed plan: {exc!r}; regenerate it with spanedge deploy --dry-run --output plan.json"
             raise InvalidPlan(msg) from None
 

@@ -1,10 +1,28 @@
-"""Human-readable rendering of plans for the command line."""
+"""Human-readable reports for the command line: blocks of lines and tables, rendered as plain text here.
+
+A report is a list of blocks (a line of text, or a :class:`Table`), so the
+command line can print the same report as coloured tables on a terminal and
+as plain text when piped.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from spanedge.plan import Plan, Totals
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table: a header row and data rows of text cells; ``alarm`` marks rows to highlight."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    alarm: frozenset[int] = frozenset()
+
+
+Block = str | Table
 
 
 def _rate(bytes_per_s: float) -> str:
@@ -14,6 +32,11 @@ def _rate(bytes_per_s: float) -> str:
     return f"{bytes_per_s:.0f} B/s"
 
 
+def to_text(blocks: Sequence[Block]) -> str:
+    """A report as plain text: tables with aligned columns under a dashed rule."""
+    return "\n".join(_table([list(b.header), *map(list, b.rows)]) if isinstance(b, Table) else b for b in blocks)
+
+
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
@@ -21,41 +44,48 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _totals_row(name: str, totals: Totals) -> list[str]:
-    return [
-        name,
+def _totals_row(name: str, totals: Totals) -> tuple[str, ...]:
+    return (
+        name if totals.feasible else f"{name} (INFEASIBLE)",
         _rate(totals.wan_bytes_per_s),
         f"{totals.mean_latency_ms:.1f}",
         f"{totals.worst_latency_ms:.1f}",
         f"{totals.hub_cpu:.3f}",
         f"{totals.objective:.3f}",
-    ]
+    )
 
 
 def render_plan(plan: Plan, baselines: Sequence[str] = ()) -> str:
-    """Return the placement table, totals and (if asked) baselines side by side."""
+    """Return the placement table, totals and (if asked) baselines side by side, as plain text."""
+    return to_text(plan_report(plan, baselines))
+
+
+def plan_report(plan: Plan, baselines: Sequence[str] = ()) -> list[Block]:
+    """The placement table, totals and (if asked) baselines side by side."""
     head = (
         f"app '{plan.app}' (plan v{plan.version}), hub {plan.hub}: "
         f"{plan.solver.method} {plan.solver.status} in {plan.solver.seconds * 1000:.0f} ms"
     )
     if plan.solver.gap is not None:
         head += f", gap {plan.solver.gap:.2%}"
-    rows = [["replica", "site", "why"]]
-    rows += [[a.replica, a.site, a.reason] for a in plan.assignments]
-    parts = [head, "", _table(rows), ""]
-    totals = [["placement", "WAN traffic", "mean latency ms", "worst latency ms", "hub cores", "objective"]]
-    totals.append(_totals_row(plan.solver.method, plan.totals))
-    for name in baselines:
-        if name in plan.baselines:
-            totals.append(_totals_row(name, plan.baselines[name]))
-    parts.append(_table(totals))
-    for name in baselines:
-        base = plan.baselines.get(name)
-        if base is not None and base.wan_bytes_per_s > 0:
+    placed = Table(("replica", "site", "why"), tuple((a.replica, a.site, a.reason) for a in plan.assignments))
+    parts: list[Block] = [head, "", placed, ""]
+    compared = [(name, plan.baselines[name]) for name in baselines if name in plan.baselines]
+    rows = [_totals_row(plan.solver.method, plan.totals), *(_totals_row(n, t) for n, t in compared)]
+    alarm = frozenset(i for i, (_, t) in enumerate(compared, start=1) if not t.feasible)
+    header = ("placement", "WAN traffic", "mean latency ms", "worst latency ms", "hub cores", "objective")
+    parts.append(Table(header, tuple(rows), alarm))
+    for name, base in compared:
+        if not base.feasible:
+            shown = "; ".join(base.violations[:3]) + (
+                f"; +{len(base.violations) - 3} more" if len(base.violations) > 3 else ""
+            )
+            parts.append(f"{name} is infeasible here, so its scores are not comparable: {shown}")
+        if base.wan_bytes_per_s > 0:
             ratio = plan.totals.wan_bytes_per_s / base.wan_bytes_per_s
             parts.append(f"WAN traffic vs {name}: {ratio:.1%}")
     if plan.slo_ms is not None:
         verdict = "met" if plan.totals.worst_latency_ms <= plan.slo_ms else "MISSED"
         parts.append(f"latency SLO {plan.slo_ms:.0f} ms: {verdict} (worst path {plan.totals.worst_latency_ms:.1f} ms)")
     parts.extend(f"warning: {w}" for w in plan.warnings)
-    return "\n".join(parts)
+    return parts

@@ -87,7 +87,7 @@ def run_edge(
     """
     import time
 
-    from edge_agent.runtime import edge_part, from_plan
+    from spanedge.runtime import edge_part, from_plan
 
     clock = (lambda: now) if now is not None else time.time
     skew = max_future_skew if max_future_skew is not None else (300.0 if now is not None else math.inf)
@@ -95,7 +95,7 @@ def run_edge(
     pipeline = from_plan(app, plan, site, **options) if plan is not None else edge_part(app, site, **options)
     by_stream: dict[str, str] = {}
     for replica, node in pipeline.sources.items():
-        name = node.op.stream or node.op.name
+        name = node.op.stream_name
         if name not in by_stream or node.group == site:
             by_stream[name] = replica
     pairs: Iterable[tuple[str, Any]]
@@ -147,7 +147,7 @@ def local_plan(app: App, sites: Sites, hub: str | None = None) -> Plan:
     for name in nx.topological_sort(graph):
         op = ops[name]
         if op.kind is Kind.SOURCE:
-            groups[name] = [s.name for s in sites.sources_of(op.stream or name)]
+            groups[name] = [s.name for s in sites.sources_of(op.stream_name)]
         elif not op.hub_only and op.inputs and all(u in groups for u in op.inputs):
             groups[name] = sorted({g for u in op.inputs for g in groups[u]})
     assignments: list[Assignment] = []

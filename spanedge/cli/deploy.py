@@ -1,4 +1,4 @@
-"""The ``spanedge`` command line: deploy, agent, hub, status, simulate."""
+"""The ``spanedge deploy`` command."""
 
 from __future__ import annotations
 
@@ -7,24 +7,10 @@ from typing import Annotated
 
 import typer
 
+from spanedge.cli.errors import fail, write_output
 from spanedge.errors import SpanEdgeError
 
-cli = typer.Typer(
-    name="spanedge",
-    help="SpanEdge: one Python dataflow across edge sites and a Spark hub.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
 
-
-def fail(error: Exception, code: int = 2) -> typer.Exit:
-    """Print an error for a person and return the exit to raise."""
-    typer.secho(f"error: {error}", err=True, fg=typer.colors.RED)
-    return typer.Exit(code)
-
-
-@cli.command()
 def deploy(
     app_file: Annotated[Path, typer.Argument(help="Python file that defines the App")],
     sites: Annotated[Path, typer.Option("--sites", help="sites.yaml")],
@@ -41,7 +27,8 @@ def deploy(
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
     """Place an app on the sites; with --dry-run print the plan, otherwise send it to the hub."""
-    from spanedge.report import render_plan
+    from spanedge.cli.output import show
+    from spanedge.report import plan_report
 
     try:
         baselines = [b.strip() for b in compare.split(",") if b.strip()]
@@ -67,31 +54,10 @@ def deploy(
     except SpanEdgeError as exc:
         raise fail(exc) from None
     if output is not None:
-        output.write_text(plan.to_json())
+        write_output(output, plan.to_json())
     if as_json:
         typer.echo(plan.to_json())
     else:
-        typer.echo(render_plan(plan, baselines))
+        show(plan_report(plan, baselines))
     if output is not None:
         typer.echo(f"plan written to {output}")
-
-
-def _register() -> None:
-    """Attach the commands that live with their packages (light imports only)."""
-    from edge_agent.cli import agent
-    from hub.cli import hub, status
-    from simulate.cli import simulate
-
-    cli.command()(agent)
-    cli.command()(hub)
-    cli.command()(status)
-    cli.command()(simulate)
-
-
-def main() -> None:
-    """Entry point of the ``spanedge`` script."""
-    _register()
-    cli()
-
-
-__all__ = ["cli", "main"]

@@ -1,0 +1,161 @@
+"""The ``spanedge simulate`` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from simulate.runner import Outcome
+    from simulate.scenario import Options
+
+
+def simulate(
+    sites: Annotated[Path, typer.Argument(help="sites.yaml with a simulation: section")],
+    app_file: Annotated[Path, typer.Argument(help="the app")],
+    duration: Annotated[
+        str | None, typer.Option(help="how long the sensors send, e.g. 60s (default: the simulation section's)")
+    ] = None,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fault",
+            help="partition:<site>:<dur>@<t>, kill-agent:<spoke>@<t>, restart-hub@<t>, "
+            "restart-broker:<site>@<t>, latency:<site>:<ms>@<t>; repeat for several",
+        ),
+    ] = None,
+    compare: Annotated[
+        str | None, typer.Option(help="also run this baseline placement on the same data: central or local-first")
+    ] = None,
+    placement: Annotated[
+        str, typer.Option(help="ilp, greedy, central or local-first (not ilp: standalone mode)")
+    ] = "ilp",
+    mode: Annotated[
+        str, typer.Option(help="managed (hub REST deploy), standalone (plan here, hub data plane) or auto")
+    ] = "auto",
+    seed: Annotated[
+        int | None, typer.Option(help="seed of the sensor data (default: the simulation section's)")
+    ] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="where logs, state and the report go")] = None,
+    broker: Annotated[str, typer.Option(help="auto, mosquitto or amqtt")] = "auto",
+    spark_master: Annotated[str, typer.Option(help="Spark master URL for the hub")] = "local[2]",
+    insecure_brokers: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-brokers",
+            help="run plain anonymous brokers (no TLS, credentials or ACLs); development only",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    live: Annotated[bool | None, typer.Option(help="live progress display (default: on a terminal)")] = None,
+) -> None:
+    """Run an app across a simulated multi-site topology and print the report.
+
+    Writes report.json, timeline.json and report.html (charts, readable offline) to the run directory.
+    Exits with 3 when a sink lost or duplicated results, 2 on invalid input, 1 when the topology failed.
+    """
+    import asyncio
+
+    from simulate.faults import parse_fault
+    from simulate.scenario import Options, check_options
+    from spanedge.durations import parse_duration
+    from spanedge.errors import SpanEdgeError
+
+    try:
+        seconds = parse_duration(duration) if duration else None
+        for spec in fault or []:
+            parse_fault(spec)
+        opts = Options(
+            sites=sites,
+            app=app_file,
+            duration=seconds,
+            faults=list(fault or []),
+            placement=placement,
+            mode=mode,
+            seed=seed,
+            run_dir=run_dir,
+            broker=broker,
+            spark_master=spark_master,
+        )
+        check_options(opts, compare)
+    except (SpanEdgeError, ValueError) as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    show_live = sys.stderr.isatty() if live is None else live
+    try:
+        outcomes = asyncio.run(_main(opts, compare, err, show_live, insecure_brokers))
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted; everything started was stopped[/yellow]")
+        raise typer.Exit(130) from None
+    except SpanEdgeError as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(2 if isinstance(exc, ValueError) else 1) from None
+    reports = [o.report for o in outcomes]
+    if as_json:
+        typer.echo(json.dumps([r.to_dict() for r in reports] if len(reports) > 1 else reports[0].to_dict(), indent=2))
+        typer.echo(f"report: {outcomes[0].html}", err=True)
+    else:
+        from simulate.report import render
+
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=120)  # logs and pipes: do not wrap the report at 80 columns
+        out.print(render(reports))
+        label = "run directories" if len(outcomes) > 1 else "run directory"
+        typer.echo(f"{label}: {', '.join(str(o.run_dir) for o in outcomes)}")
+        typer.echo(f"report: {outcomes[0].html}")
+    if any(r.lost or r.duplicates for r in reports):
+        raise typer.Exit(3)
+
+
+async def _main(
+    opts: Options, compare: str | None, err: Console, live: bool, insecure_brokers: bool = False
+) -> list[Outcome]:
+    import asyncio
+    import contextlib
+    import logging
+    import signal
+
+    from rich.live import Live
+
+    from simulate.progress import Status, render_status
+    from simulate.runner import run, run_compare
+
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    display: Live | None = None
+    if live:
+        display = Live(console=err, refresh_per_second=4, transient=False)
+
+        def update(status: Status) -> None:
+            assert display is not None
+            display.update(render_status(status))
+
+        opts.on_status = update
+        display.start()
+    else:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+        logging.getLogger("simulate.sensors").setLevel(logging.WARNING)
+        logging.getLogger("simulate.results").setLevel(logging.WARNING)
+    try:
+        if compare:
+            return await run_compare(opts, compare, insecure_brokers=insecure_brokers)
+        return [await run(opts, insecure_brokers=insecure_brokers)]
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+    finally:
+        if display is not None:
+            display.stop()

@@ -1,0 +1,94 @@
+"""The ``spanedge status`` command."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from spanedge.cli.errors import fail
+from spanedge.cli.output import show
+from spanedge.report import Block, Table, to_text
+
+
+def _age(value: Any) -> str:
+    return "never" if value is None else f"{float(value):.1f}s ago"
+
+
+def status(
+    hub_url: Annotated[str, typer.Option(envvar="SPANEDGE_HUB_URL", help="hub REST API")] = "http://127.0.0.1:8000",
+    token: Annotated[str | None, typer.Option(envvar="SPANEDGE_TOKEN", help="hub bearer token")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the raw answers as JSON")] = False,
+) -> None:
+    """Show sites, apps and placements from the hub."""
+    import json
+
+    from hub.client import HubClient
+    from spanedge.errors import SpanEdgeError
+
+    client = HubClient(hub_url, token, timeout=30)
+    try:
+        sites = client.sites()
+        apps = client.apps()
+        placements = {a["app"]: client.placement(a["app"]) for a in apps}
+    except SpanEdgeError as exc:
+        raise fail(exc) from None
+    if as_json:
+        typer.echo(json.dumps({"sites": sites, "apps": apps, "placements": placements}, indent=2))
+        return
+    show(status_report(sites, apps, placements))
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def render_status(
+    sites: list[dict[str, Any]], apps: list[dict[str, Any]], placements: dict[str, dict[str, Any]]
+) -> str:
+    """The text ``spanedge status`` prints when piped."""
+    return to_text(status_report(sites, apps, placements))
+
+
+def status_report(
+    sites: list[dict[str, Any]], apps: list[dict[str, Any]], placements: dict[str, dict[str, Any]]
+) -> list[Block]:
+    """Sites with their liveness, backlog and latencies, then each app's placement."""
+    rows: list[tuple[str, ...]] = []
+    down = set()
+    for s in sites:
+        outbox = s.get("outbox") or {}
+        backlog = f"{outbox['records']} rec" if "records" in outbox else "-"
+        latency = ", ".join(
+            f"{peer} {_ms(v['latency_ms'])}{'' if v.get('source') == 'measured' else '*'}"
+            for peer, v in sorted((s.get("latency") or {}).items())
+        )
+        alive = "yes" if s.get("alive") else ("-" if s.get("tier") == "hub" else "DOWN")
+        if alive == "DOWN":
+            down.add(len(rows) + 1)
+        rows.append((s["site"], str(s.get("tier", "")), alive, _age(s.get("last_heartbeat_age_s")), backlog, latency))
+    header = ("site", "tier", "alive", "last heartbeat", "backlog", "latency (one-way ms)")
+    parts: list[Block] = [Table(header, tuple(rows), frozenset(down)), "(* declared in sites.yaml, not measured)", ""]
+    if not apps:
+        parts.append("no apps deployed")
+        return parts
+    for app in apps:
+        view = placements.get(app["app"], {})
+        totals = app.get("totals") or {}
+        parts.append(
+            f"app '{app['app']}' plan v{app['version']}: {app['replicas']} replicas on {', '.join(app['sites'])}; "
+            f"WAN {totals.get('wan_bytes_per_s', 0):.0f} B/s, worst latency {totals.get('worst_latency_ms', 0):.1f} ms"
+        )
+        by_site: dict[str, list[str]] = {}
+        for r in view.get("replicas", []):
+            by_site.setdefault(r["site"], []).append(r["replica"])
+        for site, replicas in sorted(by_site.items()):
+            parts.append(f"  {site}: {', '.join(replicas)}")
+        history = view.get("history") or []
+        if history:
+            last = history[-1]
+            parts.append(f"  last change: v{last['version']} {last['reason']}")
+        parts.append("")
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts

@@ -1,0 +1,125 @@
+r"""The names that enter SpanEdge from users: app names and site names.
+
+Both end up in MQTT topics (``spanedge/v1/<app>/<stream>/<site>``), REST paths
+(``/apps/<app>``) and file names on the hub and the agents (``apps/<app>.json``,
+``agent-<site>/``), so both follow one pattern, :data:`NAME_PATTERN`::
+
+    ^[a-z0-9][a-z0-9_-]{0,62}$
+
+that is, 1 to 63 characters, each a lowercase ASCII letter, a digit, ``_`` or
+``-``, the first one a letter or a digit. Examples: ``cold-chain``,
+``smart_farm``, ``truck-7``, ``7eleven``.
+
+Uppercase letters are refused, not folded: names are compared exactly, and no
+two valid names differ only by case, so they cannot collide on a file system
+that ignores case (macOS, Windows). The app name ``control`` is reserved: its
+data topics would fall under the control topics ``spanedge/v1/control/...``.
+
+A valid name is a safe file name as it is: no ``/`` or ``\``, no ``.`` (so
+never ``.``, ``..``, a hidden file or an extension), no leading ``-`` (never
+read as a command-line option), no MQTT wildcard (``+``, ``#``), no space or
+control character, ASCII only (no Unicode look-alikes or normalisation), and
+short enough for any file system once a suffix is added. :func:`file_stem` is
+therefore the identity on valid names, which makes it injective; it refuses
+every other string rather than rewriting it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from spanedge.errors import InvalidName
+
+#: The pattern of app and site names (anchored; match it against the whole name).
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+#: App names follow :data:`NAME_PATTERN`, except the reserved names.
+APP_NAME_PATTERN = NAME_PATTERN
+#: Site names follow :data:`NAME_PATTERN`.
+SITE_NAME_PATTERN = NAME_PATTERN
+MAX_NAME_LENGTH = 63
+#: App names that match the pattern but are refused, and why.
+RESERVED_APP_NAMES: dict[str, str] = {
+    "control": "its topics would fall under the control topics spanedge/v1/control/...",
+}
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+_ALLOWED = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_RULE = "1 to 63 lowercase letters, digits, '_' or '-', starting with a letter or digit (pattern ^[a-z0-9][a-z0-9_-]{0,62}$)"
+
+
+def _shown(name: str) -> str:
+    """``repr`` of a name, cut short if it is long."""
+    return repr(name) if len(name) <= 40 else f"{name[:40]!r}... ({len(name)} characters)"
+
+
+def _problem(name: str) -> str:
+    """What is wrong with ``name``, which does not match :data:`NAME_PATTERN`."""
+    if not name:
+        return "is empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"has {len(name)} characters, more than {MAX_NAME_LENGTH}"
+    for position, char in enumerate(name):
+        if char in _ALLOWED:
+            continue
+        if "A" <= char <= "Z":
+            return "has uppercase letters (names are lowercase, compared exactly)"
+        return f"contains {char!r} (U+{ord(char):04X}) at position {position}"
+    return f"starts with {name[0]!r}"
+
+
+def _suggestion(name: str) -> str:
+    """A valid name close to ``name``, as a hint (never used in its place), or ``""``."""
+    close = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).lstrip("-_")[:MAX_NAME_LENGTH]
+    return f"; did you mean {close!r}?" if close and close != name and _NAME.fullmatch(close) else ""
+
+
+def _check(name: object, kind: str, where: str) -> str:
+    if not isinstance(name, str):
+        msg = f"{where}: {kind} name must be a string, got {type(name).__name__} {name!r:.40}; use {_RULE}"
+        raise InvalidName(msg)
+    if _NAME.fullmatch(name) is None:
+        msg = f"{where}: {kind} name {_shown(name)} {_problem(name)}; use {_RULE}{_suggestion(name)}"
+        raise InvalidName(msg)
+    return name
+
+
+def check_app_name(name: object, where: str) -> str:
+    """Return ``name`` if it is a valid app name, else raise with what is wrong and how to fix it.
+
+    Args:
+        name: the name as it came in (any value: it may come from JSON).
+        where: where it came in, for the message, e.g. ``"App(...) at app.py:3"`` or ``"POST /apps"``.
+
+    Raises:
+        InvalidName: ``name`` does not match :data:`APP_NAME_PATTERN` or is reserved.
+    """
+    checked = _check(name, "app", where)
+    if checked in RESERVED_APP_NAMES:
+        msg = f"{where}: app name {checked!r} is reserved ({RESERVED_APP_NAMES[checked]}); choose another name"
+        raise InvalidName(msg)
+    return checked
+
+
+def check_site_name(name: object, where: str) -> str:
+    """Return ``name`` if it is a valid site name, else raise with what is wrong and how to fix it.
+
+    Args:
+        name: the name as it came in.
+        where: where it came in, for the message, e.g. ``"sites.yaml"`` or ``"--site"``.
+
+    Raises:
+        InvalidName: ``name`` does not match :data:`SITE_NAME_PATTERN`.
+    """
+    return _check(name, "site", where)
+
+
+def file_stem(name: str) -> str:
+    """The file-name stem of a checked app or site name: the name itself.
+
+    Valid names are safe file names (see the module docstring), so the mapping
+    is the identity, hence injective; anything else is refused, never rewritten.
+
+    Raises:
+        InvalidName: ``name`` does not match :data:`NAME_PATTERN`.
+    """
+    return _check(name, "app or site", "file name")

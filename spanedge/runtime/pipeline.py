@@ -1,0 +1,389 @@
+"""The pipeline: the operators one site runs for one app, with event time and state.
+
+A :class:`Pipeline` is built from a plan (:func:`spanedge.runtime.from_plan`) or,
+for tests, from the app alone (:func:`spanedge.runtime.edge_part`). Feed it raw sensor messages with
+:meth:`Pipeline.process`; call :meth:`Pipeline.tick` now and then so that
+an idle input still closes its windows (with ``idle_timeout``); collect what
+it produced with :meth:`Pipeline.take`. It does no I/O, so the agent,
+:mod:`spanedge.testing` and the simulator's reference share it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from spanedge.app import App
+from spanedge.errors import InvalidSnapshot
+from spanedge.operators import Kind, Operator
+from spanedge.runtime.operators import WINDOW_TIME_OFFSET, apply, failure
+from spanedge.runtime.outputs import DeadLetter, HubRecord, Outputs, SinkItem
+from spanedge.runtime.snapshot import SNAPSHOT_VERSION, OperatorSnapshot
+from spanedge.runtime.windows import FieldError, WindowState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Node:
+    """One replica running here, wired to its local successors."""
+
+    replica: str
+    op: Operator
+    group: str
+    children: list[Node] = field(default_factory=list)
+    to_hub: bool = False
+    window: WindowState | None = None
+    epoch: int = 0
+    owns: tuple[float, float] | None = None  # one side of a handover: the origin times it emits for
+    n_in: int = 0
+    n_out: int = 0
+
+
+def check_idle_timeout(idle_timeout: float | None) -> None:
+    """Raise ``ValueError`` unless ``idle_timeout`` is ``None`` or a finite number of seconds >= 0."""
+    if idle_timeout is not None and not 0 <= idle_timeout < math.inf:
+        msg = f"idle_timeout must be a number of seconds >= 0 (0 or None: off), got {idle_timeout!r}"
+        raise ValueError(msg)
+
+
+class Pipeline:
+    """The operators of one app that run at one site.
+
+    The watermark trails the newest event time by ``out_of_orderness`` (the
+    oldest of the sources' newest event times, over the sources that have sent
+    anything). With ``idle_timeout``, it also moves with the agent clock while
+    no record arrives; see :meth:`tick`.
+
+    Args:
+        app: the app.
+        site: the site this pipeline runs at.
+        nodes: the replicas here, in topological order.
+        out_of_orderness: how far (s) behind the newest event time the watermark stays.
+        max_future_skew: events further ahead (s) of ``clock()`` go to the DLQ.
+        idle_timeout: seconds of agent clock without a record after which :meth:`tick`
+            advances the watermark with the clock; ``None`` or 0 turns this off.
+        clock: the agent clock (``time.time``); tests pass a fixed one.
+
+    Raises:
+        ValueError: if ``idle_timeout`` is negative or not finite.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        site: str,
+        nodes: list[Node],
+        *,
+        out_of_orderness: float = 0.0,
+        max_future_skew: float = 300.0,
+        idle_timeout: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        check_idle_timeout(idle_timeout)
+        self.app = app
+        self.site = site
+        self.nodes = nodes
+        self.sources = {n.replica: n for n in nodes if n.op.kind is Kind.SOURCE}
+        self.windows = [n for n in nodes if n.window is not None]
+        self.out_of_orderness = out_of_orderness
+        self.max_future_skew = max_future_skew
+        self.idle_timeout = idle_timeout or None
+        self.clock = clock
+        # agent clock of the last record with a usable event time (dead letters do not count);
+        # until the first one, the time this pipeline was built
+        self.last_record = clock()
+        self.max_event_time: dict[str, float] = {}
+        self.watermark = -math.inf
+        self.out = Outputs()
+        self.dlq_count = 0
+        self.late_count = 0
+
+    # -- intake -----------------------------------------------------------
+
+    def process(self, source: str, payload: bytes | str, arrival: float | None = None) -> None:
+        """Run one raw sensor message of source replica ``source`` through the pipeline."""
+        node = self.sources[source]
+        node.n_in += 1
+        try:
+            value = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            self._dead(f"not valid JSON: {exc}", node.op.name, payload)
+            return
+        field = node.op.time_field
+        if field is not None and type(value) is dict:
+            # the common case, kept short: a numeric, finite event time not too far ahead
+            stamp: Any = value.get(field)
+            kind = type(stamp)
+            if (kind is float or kind is int) and stamp - stamp == 0:
+                now = self.clock()
+                if stamp - now <= self.max_future_skew:
+                    t = float(stamp)
+                    node.n_out += 1
+                    self.last_record = now
+                    self._emit(node, value, t, None, payload, t)
+                    if t > self.max_event_time.get(source, -math.inf):
+                        self.max_event_time[source] = t
+                        self._advance()
+                    return
+        self.process_value(source, value, arrival, raw=payload)
+
+    def process_value(
+        self, source: str, value: Any, arrival: float | None = None, raw: bytes | str | None = None
+    ) -> None:
+        """Run one parsed sensor message through the pipeline (``raw`` is kept for the DLQ)."""
+        node = self.sources[source]
+        if raw is None:
+            node.n_in += 1
+        original = raw if raw is not None else orjson.dumps(value)
+        op = node.op
+        now = self.clock()
+        if op.time_field is None:
+            t = now if arrival is None else arrival
+        else:
+            if not isinstance(value, dict):
+                self._dead(f"expected a JSON object with event-time field '{op.time_field}'", op.name, original)
+                return
+            stamp = value.get(op.time_field)
+            if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
+                what = "missing" if op.time_field not in value else f"not a number ({stamp!r})"
+                self._dead(
+                    f"event-time field '{op.time_field}' is {what}; it must hold seconds since the epoch",
+                    op.name,
+                    original,
+                )
+                return
+            t = float(stamp)
+            ahead = t - now
+            if ahead > self.max_future_skew:
+                self._dead(
+                    f"event time {t} is {ahead:.1f}s ahead of the agent clock (more than --max-future-skew "
+                    f"{self.max_future_skew}s); check the device clock",
+                    op.name,
+                    original,
+                )
+                return
+        node.n_out += 1
+        self.last_record = now
+        self._emit(node, value, t, None, original, t)
+        if t > self.max_event_time.get(source, -math.inf):
+            self.max_event_time[source] = t
+            self._advance()
+
+    # -- pushing ----------------------------------------------------------
+
+    def _emit(self, node: Node, value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+        # origin: the event time of the source record, or the start of the window that produced this one
+        owns = node.owns
+        if node.to_hub and (owns is None or owns[0] <= origin < owns[1]):
+            try:
+                encoded = orjson.dumps(value)
+            except TypeError as exc:
+                self._dead(f"output of {node.op.name} cannot be sent to the hub as JSON: {exc}", node.op.name, raw)
+            else:
+                self.out.to_hub.append(HubRecord(node.op.name, node.group, t, key, value, encoded, node.epoch))
+        for child in node.children:
+            self._push(child, value, t, key, raw, origin)
+
+    def _push(self, node: Node, value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+        node.n_in += 1
+        op = node.op
+        kind = op.kind
+        if kind is Kind.FILTER or kind is Kind.MAP or kind is Kind.FLAT_MAP:
+            try:
+                results = apply(op, value)
+            except Exception as exc:
+                self._dead(failure(op, exc), op.name, raw)
+                return
+            if kind is Kind.FILTER:
+                if results:
+                    node.n_out += 1
+                    self._emit(node, value, t, key, raw, origin)
+                return
+            for result in results:
+                node.n_out += 1
+                self._emit(node, result, t, key, raw, origin)
+        elif node.window is not None:
+            try:
+                accepted = node.window.add(value, t, self.watermark)
+            except FieldError as exc:
+                self._dead(f"window {op.name}: {exc}", op.name, raw)
+                return
+            except Exception as exc:  # a custom aggregation's add() failed on this record
+                self._dead(f"window {op.name}: aggregation raised {type(exc).__name__}: {exc}", op.name, raw)
+                return
+            if not accepted:
+                self.late_count += 1
+                self.out.late.append(
+                    DeadLetter.of(
+                        f"late: event time {t} is behind the watermark {self.watermark} "
+                        f"(allowed lateness {node.window.lateness}s)",
+                        op.name,
+                        raw,
+                        self.site,
+                        self.clock(),
+                    )
+                )
+        elif op.kind is Kind.SINK:
+            assert op.sink is not None
+            owns = node.owns
+            if owns is None or owns[0] <= origin < owns[1]:
+                node.n_out += 1
+                self.out.sinks.append(SinkItem(op.name, op.sink, value))
+        else:  # union, or a source feeding children
+            node.n_out += 1
+            self._emit(node, value, t, key, raw, origin)
+
+    def _advance(self) -> None:
+        # sources that have sent nothing yet do not hold the watermark back
+        seen = self.max_event_time
+        watermark = (min(seen.values()) if len(seen) > 1 else next(iter(seen.values()))) - self.out_of_orderness
+        if watermark > self.watermark:
+            self.watermark = watermark
+            self._fire(watermark)
+
+    def tick(self) -> bool:
+        """Advance the watermark with the agent clock if no record arrived for ``idle_timeout`` seconds.
+
+        Once ``clock()`` is ``idle_timeout`` seconds past the arrival of the last
+        record with a usable event time (dead letters do not count), the watermark
+        moves to ``clock() - idle_timeout - out_of_orderness``, never backwards,
+        and the windows it passes (end plus allowed lateness) fire as on any
+        advance: their results are in the next :meth:`take`. A record that
+        arrives later for a window that already fired is late, like any other.
+        A pipeline that has never seen a record keeps its watermark at ``-inf``
+        (it has no window to fire); one restored from a checkpoint counts the
+        idle time from when it was built. A no-op without ``idle_timeout``;
+        the agent calls it every second or more often.
+
+        Returns:
+            True if the watermark moved.
+        """
+        timeout = self.idle_timeout
+        if timeout is None or self.watermark == -math.inf:
+            return False
+        now = self.clock()
+        if now - self.last_record < timeout:
+            return False
+        watermark = now - timeout - self.out_of_orderness
+        if watermark <= self.watermark:
+            return False
+        self.watermark = watermark
+        self._fire(watermark)
+        return True
+
+    def _fire(self, watermark: float) -> None:
+        for node in self.windows:
+            assert node.window is not None
+            for key, start, end, results in node.window.advance(watermark):
+                if not results:  # the aggregation failed; reported below
+                    continue
+                value = {node.window.spec.key: key, "window_start": start, "window_end": end, **results}
+                node.n_out += 1
+                raw = orjson.dumps(value, default=str)
+                self._emit(node, value, end - WINDOW_TIME_OFFSET, str(key), raw, start)
+            while node.window.errors:
+                self._dead(node.window.errors.pop(0), node.op.name, "")
+
+    def flush(self) -> None:
+        """Fire every open window, as if event time had ended."""
+        self.watermark = math.inf
+        self._fire(math.inf)
+
+    def _dead(self, reason: str, operator: str, payload: bytes | str) -> None:
+        self.dlq_count += 1
+        # a bounded excerpt of the original, with its size and hash: a 2 MB input never makes a 2 MB dead letter
+        self.out.dlq.append(DeadLetter.of(reason, operator, payload, self.site, self.clock()))
+
+    # -- results and state -------------------------------------------------
+
+    def take(self) -> Outputs:
+        """Return and clear what was produced since the last call."""
+        out, self.out = self.out, Outputs()
+        return out
+
+    def watermark_lag(self) -> float | None:
+        """Seconds between the agent clock and the watermark (``None`` before any event)."""
+        if not math.isfinite(self.watermark):
+            return None
+        return max(0.0, self.clock() - self.watermark)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every replica's state and the event-time progress as JSON-ready data."""
+        return {
+            "v": SNAPSHOT_VERSION,
+            "max_event_time": dict(self.max_event_time),
+            "watermark": self.watermark if math.isfinite(self.watermark) else None,
+            "windows": {n.replica: self.snapshot_operator(n.replica).to_data() for n in self.windows},
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Restore a :meth:`snapshot`.
+
+        Replicas this pipeline does not run are ignored, and so is the state of
+        a window whose definition changed since the snapshot (it starts empty).
+        """
+        if data.get("v") != SNAPSHOT_VERSION:
+            log.warning("checkpoint has snapshot version %r, not %d; starting empty", data.get("v"), SNAPSHOT_VERSION)
+            return
+        self.max_event_time = {k: float(v) for k, v in data.get("max_event_time", {}).items() if k in self.sources}
+        wm = data.get("watermark")
+        self.watermark = -math.inf if wm is None else float(wm)
+        for replica, saved in data.get("windows", {}).items():
+            try:
+                self.restore_operator(OperatorSnapshot.from_data(saved, replica))
+            except InvalidSnapshot as exc:
+                log.warning("window %s: %s; its open windows start empty", replica, exc)
+
+    def snapshot_operator(self, replica: str) -> OperatorSnapshot:
+        """The state of one stateful replica here.
+
+        Raises:
+            KeyError: if ``replica`` is not a window running here.
+        """
+        node = next((n for n in self.windows if n.replica == replica), None)
+        if node is None or node.window is None:
+            raise KeyError(replica)
+        return OperatorSnapshot(replica, node.window.fingerprint, node.window.snapshot(), self.watermark)
+
+    def restore_operator(self, snapshot: OperatorSnapshot) -> bool:
+        """Put one replica's state in place; False if the replica does not run here or changed.
+
+        Raises:
+            InvalidSnapshot: if the state does not fit the window (a corrupt snapshot).
+        """
+        node = next((n for n in self.windows if n.replica == snapshot.replica), None)
+        if node is None or node.window is None:
+            return False
+        if snapshot.spec != node.window.fingerprint:
+            log.warning("window %s changed since its snapshot; its open windows start empty", snapshot.replica)
+            return False
+        try:
+            node.window.restore(snapshot.state)
+        except (TypeError, ValueError, KeyError) as exc:
+            msg = f"state of window {snapshot.replica} does not fit it: {exc}"
+            raise InvalidSnapshot(msg) from None
+        return True
+
+    def drained(self) -> list[str]:
+        """Replicas this site hands over, once its part is done: the watermark passed their last window.
+
+        The old owner of a handover runs the replicas it hands over (a chain:
+        record-level ones feed its windows) until then, and drops them together
+        (see :class:`spanedge.plan.Handover`). Empty while any is still needed.
+        """
+        leaving = [n for n in self.nodes if n.owns is not None and n.owns[1] < math.inf]
+        if not leaving:
+            return []
+        horizon = max(n.owns[1] + (n.window.horizon() if n.window is not None else 0.0) for n in leaving if n.owns)
+        return [n.replica for n in leaving] if self.watermark >= horizon else []
+
+    def metrics(self) -> dict[str, dict[str, int]]:
+        """Records in and out per replica."""
+        return {n.replica: {"in": n.n_in, "out": n.n_out} for n in self.nodes}
