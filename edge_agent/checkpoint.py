@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from edge_agent.outbox import Outbox
-from edge_agent.runtime import DeadLetter, HubRecord, Outputs, Pipeline, SinkItem
+from spanedge.runtime import DeadLetter, HubRecord, Outputs, Pipeline, SinkItem
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Start an agent from command-line settings: load files, install signal handlers, run."""
+"""Start an agent: load its files, install signal handlers, run (the ``spanedge agent`` command calls this)."""
 
 from __future__ import annotations
 
@@ -7,66 +7,28 @@ import logging
 import signal
 import sqlite3
 import sys
-from pathlib import Path
+from typing import Any
 
-from edge_agent.agent import Agent, AgentConfig
-from spanedge import signing
+from edge_agent.agent import Agent
+from edge_agent.config import AgentLaunch
+from edge_agent.transport import TransportFactory
+from edge_agent.transports import transport_factory
 from spanedge.errors import SpanEdgeError
-from spanedge.plan import Plan
-from spanedge.sites import load_sites
 
 log = logging.getLogger("spanedge.agent")
 
 
-def run_agent(
-    *,
-    site: str,
-    sites_file: Path,
-    plan_file: Path | None,
-    state_dir: Path | None = None,
-    heartbeat_interval: float = 5.0,
-    outbox_max_bytes: int = 256 * 2**20,
-    drop_policy: str = "oldest",
-    drain_rate: float = 20_000.0,
-    max_future_skew: float = 300.0,
-    out_of_orderness: float = 1.0,
-    idle_timeout: float | None = None,
-    checkpoint_interval: float = 1.0,
-    log_level: str = "INFO",
-) -> int:
-    """Run an agent until SIGTERM/SIGINT; return the exit code (0 after a clean stop, 2 on bad input)."""
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def run_agent(launch: AgentLaunch, *, connect: TransportFactory | None = None, **options: Any) -> int:
+    """Run an agent until SIGTERM/SIGINT; return the exit code (0 after a clean stop, 2 on bad input).
+
+    Args:
+        launch: the site, the files to read and the log level (logging is the caller's to set up).
+        connect: builds the MQTT connections (default: the one ``launch.transport`` names).
+        options: :class:`~edge_agent.config.AgentConfig` fields.
+    """
     try:
-        sites = load_sites(sites_file)
-        plans = None
-        secret = None
-        if plan_file is not None:
-            try:
-                text = plan_file.read_text()
-            except OSError as exc:
-                msg = f"cannot read plan file {plan_file}: {exc.strerror}"
-                raise SpanEdgeError(msg) from None
-            plans = [Plan.from_json(text)]
-        else:
-            secret = signing.load_secret()
-        config = AgentConfig(
-            site=site,
-            sites=sites,
-            state_dir=state_dir or Path(".spanedge") / f"agent-{site}",
-            heartbeat_interval=heartbeat_interval,
-            outbox_max_bytes=outbox_max_bytes,
-            drop_policy=drop_policy,
-            drain_rate=drain_rate,
-            max_future_skew=max_future_skew,
-            out_of_orderness=out_of_orderness,
-            idle_timeout=idle_timeout,
-            checkpoint_interval=checkpoint_interval,
-            secret=secret,
-        )
-        agent = Agent(config, plans)
+        config, plans = launch.load(**options)
+        agent = Agent(config, plans, connect=connect or transport_factory(launch.transport))
     except (SpanEdgeError, ValueError, OSError, sqlite3.Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """The durable edge→hub outbox: an SQLite (WAL) queue of records, with window snapshots.
 
-Records get their per-(site, stream) sequence number when they enter the
-outbox, in the same transaction that stores the pipelines' snapshots, so the
+Records get their per-(site, stream, epoch) sequence number when they enter the
+outbox (the epoch is the plan version at which this site took over the
+replica producing the stream, so a moved stream starts a sequence of its own), in the same transaction that stores the pipelines' snapshots, so the
 outbox position and the checkpointed window state always agree. A record
 leaves only when the hub broker acknowledged the batch carrying it. The queue
 is bounded in bytes; when full, the ``oldest`` policy drops the oldest
@@ -23,9 +24,9 @@ from typing import Any
 
 import orjson
 
-from edge_agent.runtime import HubRecord
 from spanedge import topics
 from spanedge.envelope import VERSION
+from spanedge.runtime import HubRecord
 
 POLICIES = ("oldest", "newest")
 _OVERHEAD = 48  # bytes per record beyond its value: seq, time, key, framing
@@ -34,26 +35,45 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     app TEXT NOT NULL, stream TEXT NOT NULL, site TEXT NOT NULL,
-    seq INTEGER NOT NULL, t REAL NOT NULL, k TEXT, v BLOB NOT NULL, size INTEGER NOT NULL
+    seq INTEGER NOT NULL, t REAL NOT NULL, k TEXT, v BLOB NOT NULL, size INTEGER NOT NULL,
+    epoch INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS seqs (
-    app TEXT NOT NULL, site TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL,
-    PRIMARY KEY (app, site, stream)
+    app TEXT NOT NULL, site TEXT NOT NULL, stream TEXT NOT NULL, epoch INTEGER NOT NULL DEFAULT 0,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (app, site, stream, epoch)
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS state (app TEXT PRIMARY KEY, blob BLOB NOT NULL);
 """
 
+# an outbox written before sequences had epochs: its records and sequences are epoch 0
+_ADD_EPOCHS = """
+ALTER TABLE outbox ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE seqs_by_epoch (
+    app TEXT NOT NULL, site TEXT NOT NULL, stream TEXT NOT NULL, epoch INTEGER NOT NULL DEFAULT 0,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (app, site, stream, epoch)
+);
+INSERT INTO seqs_by_epoch (app, site, stream, epoch, seq) SELECT app, site, stream, 0, seq FROM seqs;
+DROP TABLE seqs;
+ALTER TABLE seqs_by_epoch RENAME TO seqs;
+"""
+
+SeqKey = tuple[str, str, str, int]
+"""(app, site, stream, epoch): what a sequence number counts."""
+
 
 @dataclass(frozen=True)
 class Batch:
-    """Consecutive outbox records of one (app, site, stream), encoded as one envelope batch."""
+    """Consecutive outbox records of one (app, site, stream, epoch), encoded as one envelope batch."""
 
     app: str
     site: str
     stream: str
     ids: tuple[int, ...]
     payload: bytes
+    epoch: int = 0
 
     @property
     def last_id(self) -> int:
@@ -86,11 +106,12 @@ class Outbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(outbox)")}
+        if "epoch" not in columns:
+            self._db.executescript(f"BEGIN;{_ADD_EPOCHS}COMMIT;")
         row = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox").fetchone()
         self.records, self.bytes = int(row[0]), int(row[1])
-        self._seqs: dict[tuple[str, str, str], int] = {
-            (a, si, st): int(q) for a, si, st, q in self._db.execute("SELECT app, site, stream, seq FROM seqs")
-        }
+        self._seqs: dict[SeqKey, int] = self._load_seqs()
         counters = dict(self._db.execute("SELECT name, value FROM counters").fetchall())
         self.dropped = int(counters.get("dropped", 0))
         self.sent = int(counters.get("sent", 0))
@@ -106,11 +127,11 @@ class Outbox:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                touched: set[tuple[str, str, str]] = set()
+                touched: set[SeqKey] = set()
                 rows = []
                 for app, recs in records.items():
                     for r in recs:
-                        ident = (app, r.site, r.stream)
+                        ident = (app, r.site, r.stream, r.epoch)
                         seq = self._seqs.get(ident, 0) + 1
                         self._seqs[ident] = seq
                         touched.add(ident)
@@ -119,18 +140,19 @@ class Outbox:
                         if self.policy == "newest" and self.bytes + size > self.max_bytes:
                             self.dropped += 1
                             continue
-                        rows.append((app, r.stream, r.site, seq, r.event_time, r.key, value, size))
+                        rows.append((app, r.stream, r.site, r.epoch, seq, r.event_time, r.key, value, size))
                         self.records += 1
                         self.bytes += size
                         stored += 1
                 if rows:
                     db.executemany(
-                        "INSERT INTO outbox (app, stream, site, seq, t, k, v, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO outbox (app, stream, site, epoch, seq, t, k, v, size)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         rows,
                     )
                 if touched:
                     db.executemany(
-                        "INSERT OR REPLACE INTO seqs (app, site, stream, seq) VALUES (?, ?, ?, ?)",
+                        "INSERT OR REPLACE INTO seqs (app, site, stream, epoch, seq) VALUES (?, ?, ?, ?, ?)",
                         [(*ident, self._seqs[ident]) for ident in touched],
                     )
                 if self.bytes > self.max_bytes:
@@ -170,21 +192,23 @@ class Outbox:
     def _reload(self) -> None:
         row = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox").fetchone()
         self.records, self.bytes = int(row[0]), int(row[1])
-        self._seqs = {
-            (a, si, st): int(q) for a, si, st, q in self._db.execute("SELECT app, site, stream, seq FROM seqs")
-        }
+        self._seqs = self._load_seqs()
+
+    def _load_seqs(self) -> dict[SeqKey, int]:
+        rows = self._db.execute("SELECT app, site, stream, epoch, seq FROM seqs")
+        return {(a, si, st, int(e)): int(q) for a, si, st, e, q in rows}
 
     def batches(self, after_id: int, max_records: int, batch_size: int = 100) -> list[Batch]:
         """Return up to ``max_records`` records after ``after_id``, in order, as batches."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, app, stream, site, seq, t, k, v FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
+                "SELECT id, app, stream, site, epoch, seq, t, k, v FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
                 (after_id, max_records),
             ).fetchall()
         out: list[Batch] = []
         current: list[Any] = []
         for row in rows:
-            if current and (len(current) >= batch_size or current[0][1:4] != row[1:4]):
+            if current and (len(current) >= batch_size or current[0][1:5] != row[1:5]):
                 out.append(_encode(current))
                 current = []
             current.append(row)
@@ -233,14 +257,17 @@ class Outbox:
 
 
 def _encode(rows: list[Any]) -> Batch:
-    _, app, stream, site = rows[0][:4]
-    head = orjson.dumps({"v": VERSION, "app": app, "site": site, "stream": stream})
+    _, app, stream, site, epoch = rows[0][:5]
+    fields: dict[str, Any] = {"v": VERSION, "app": app, "site": site, "stream": stream}
+    if epoch:
+        fields["epoch"] = int(epoch)
+    head = orjson.dumps(fields)
     parts = [
         b'{"seq":%d,"t":%s,"k":%s,"v":%s}' % (seq, orjson.dumps(t), orjson.dumps(k), bytes(v))
-        for _, _, _, _, seq, t, k, v in rows
+        for _, _, _, _, _, seq, t, k, v in rows
     ]
     payload = head[:-1] + b',"records":[' + b",".join(parts) + b"]}"
-    return Batch(app, site, stream, tuple(r[0] for r in rows), payload)
+    return Batch(app, site, stream, tuple(r[0] for r in rows), payload, int(epoch))
 
 
 class Drainer:
@@ -252,6 +279,10 @@ class Drainer:
         rate: maximum records/s (the backlog must not starve live data).
         max_inflight: batches published but not yet acknowledged.
         batch_size: records per MQTT message.
+        publisher: the site this agent serves. Every batch goes on its data topic
+            (``spanedge/v1/<app>/<stream>/<publisher>``), the only ones its broker identity may
+            write; a batch of another site's replica run here keeps that site in its envelope.
+            ``None``: each batch on the topic of its envelope's site.
     """
 
     def __init__(
@@ -261,8 +292,10 @@ class Drainer:
         rate: float = 20_000.0,
         max_inflight: int = 20,
         batch_size: int = 100,
+        publisher: str | None = None,
     ) -> None:
         self.outbox = outbox
+        self.publisher = publisher
         self.transport = transport
         self.rate = rate
         self.max_inflight = max_inflight
@@ -326,7 +359,7 @@ class Drainer:
         if free <= 0 or want < 1:
             return max(0.005, (1 - self._tokens) / self.rate) if free > 0 else 0.2
         for batch in self.outbox.batches(self._cursor, want, self.batch_size):
-            topic = topics.data(batch.app, batch.stream, batch.site)
+            topic = topics.data(batch.app, batch.stream, self.publisher or batch.site)
             mid = self.transport.publish(topic, batch.payload, 1)
             self._inflight[mid] = batch
             self._cursor = batch.last_id

@@ -1,35 +1,33 @@
 """Plan intake: verify the signed plans the hub publishes for a site.
 
-The hub publishes, retained, on ``spanedge/v1/control/<site>/plan``::
+The hub publishes, retained, on ``spanedge/v1/control/<site>/plan``, a
+payload signed with its Ed25519 key (:func:`spanedge.signing.sign_plan`)::
 
-    sign({"site": "truck-7", "version": 12, "issued_at": 1700000000.0,
-          "apps": [{"app": "cold-chain", "plan": {...}, "source": "...", "source_sha256": "..."}]})
+    {"site": "truck-7", "version": 12, "issued_at": 1700000000.0,
+     "apps": [{"app": "cold-chain", "plan": {...}, "source": "...", "source_sha256": "..."}]}
 
-:class:`PlanIntake` rejects a forged message, a version not newer than the
-applied one, a message for another site and app code whose hash does not
-match, each with a reason, and keeps the applied version otherwise.
+:class:`PlanIntake` rejects a message not signed by a key the agent trusts,
+a version not newer than the applied one (a replay), a message for another
+site and app code whose hash does not match, each with a reason
+(:mod:`spanedge.plan_checks`), and keeps the applied version otherwise.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-from dataclasses import dataclass
-from typing import Any
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from spanedge import signing
+from spanedge.app import App
 from spanedge.errors import InvalidPlan
+from spanedge.loader import load_app_source
 from spanedge.plan import Plan
+from spanedge.plan_checks import SitePlan, check_plan_envelope
 
+if TYPE_CHECKING:
+    from spanedge.signing import TrustedKeys
 
-@dataclass(frozen=True)
-class SitePlan:
-    """A verified plan message: its version and the plans of the site's apps."""
-
-    site: str
-    version: int
-    issued_at: float
-    plans: tuple[Plan, ...]
+log = logging.getLogger("spanedge.agent")
 
 
 class PlanIntake:
@@ -37,71 +35,26 @@ class PlanIntake:
 
     Args:
         site: the site this agent serves.
-        secret: the shared plan-signing secret (see :func:`spanedge.signing.load_secret`).
+        trusted: the hub's public keys this agent trusts (see :func:`spanedge.signing.load_trusted_keys`).
         version: the version already applied (plans must be newer).
     """
 
-    def __init__(self, site: str, secret: bytes, version: int = -1) -> None:
+    def __init__(self, site: str, trusted: TrustedKeys, version: int = -1) -> None:
         self.site = site
-        self.secret = secret
+        self.trusted = trusted
         self.version = version
 
     def verify(self, payload: bytes) -> SitePlan:
         """Check a plan message without applying it.
 
         Raises:
-            InvalidPlan: forged, stale, for another site, malformed, or with a source hash mismatch.
+            InvalidPlan: not signed by a trusted key, stale or replayed, for another site, malformed,
+                or with a source hash mismatch.
         """
-        body = signing.verify(payload, self.secret)
-        site = body.get("site")
-        if site != self.site:
-            msg = f"plan is for site {site!r}, but this agent serves {self.site!r}; ignoring it"
-            raise InvalidPlan(msg)
-        version = body.get("version")
-        if isinstance(version, bool) or not isinstance(version, int):
-            msg = f"plan version must be an integer, got {version!r}"
-            raise InvalidPlan(msg)
-        if version <= self.version:
-            msg = f"plan version {version} is not newer than the applied version {self.version}; ignoring it (replayed or stale)"
-            raise InvalidPlan(msg)
-        issued = body.get("issued_at", 0.0)
-        if isinstance(issued, bool) or not isinstance(issued, int | float) or not math.isfinite(issued):
-            msg = f"plan issued_at must be a number of seconds, got {issued!r}"
-            raise InvalidPlan(msg)
-        apps = body.get("apps")
-        if not isinstance(apps, list):
-            msg = f"plan 'apps' must be a list, got {type(apps).__name__}"
-            raise InvalidPlan(msg)
-        plans = tuple(self._app(entry, i) for i, entry in enumerate(apps))
-        names = [p.app for p in plans]
-        if len(set(names)) != len(names):
-            msg = f"plan lists an app twice: {names}"
-            raise InvalidPlan(msg)
-        return SitePlan(self.site, version, float(issued), plans)
+        from spanedge import signing  # the signature library only loads in managed mode
 
-    def _app(self, entry: Any, index: int) -> Plan:
-        if not isinstance(entry, dict):
-            msg = f"plan apps[{index}] must be an object, got {type(entry).__name__}"
-            raise InvalidPlan(msg)
-        name = entry.get("app")
-        source = entry.get("source")
-        sha = entry.get("source_sha256")
-        if not isinstance(source, str) or not isinstance(sha, str):
-            msg = f"plan apps[{index}] ({name!r}) needs 'source' and 'source_sha256' strings"
-            raise InvalidPlan(msg)
-        actual = hashlib.sha256(source.encode()).hexdigest()
-        if actual != sha.lower():
-            msg = f"app {name!r}: source SHA-256 is {actual}, but the plan says {sha}; the code was altered in transit"
-            raise InvalidPlan(msg)
-        data = entry.get("plan")
-        if not isinstance(data, dict):
-            msg = f"plan apps[{index}] ({name!r}) has no 'plan' object"
-            raise InvalidPlan(msg)
-        plan = Plan.from_dict({**data, "app_source": source})
-        if plan.app != name:
-            msg = f"plan apps[{index}] is labelled {name!r} but holds the plan of app {plan.app!r}"
-            raise InvalidPlan(msg)
-        return plan
+        verified = signing.verify_plan(payload, self.trusted)
+        return check_plan_envelope(verified.payload, site=self.site, applied_version=self.version)
 
     def accept(self, payload: bytes) -> list[Plan]:
         """Verify a plan message and mark its version applied; return the plans of the site's apps.
@@ -112,3 +65,52 @@ class PlanIntake:
         site_plan = self.verify(payload)
         self.version = site_plan.version
         return list(site_plan.plans)
+
+    def receive(self, payload: bytes, saved: Path) -> list[Plan] | None:
+        """Accept a plan message from the hub and keep it in ``saved`` for a restart.
+
+        Returns:
+            The plans of the site's apps, or ``None`` if the message was rejected (logged with the reason).
+        """
+        try:
+            site_plan = self.verify(payload)
+        except InvalidPlan as exc:
+            log.warning("rejected plan message: %s", exc)
+            return None
+        self.version = site_plan.version
+        saved.write_bytes(payload)
+        log.info("applying plan version %d (%d apps)", site_plan.version, len(site_plan.plans))
+        return list(site_plan.plans)
+
+    def resume(self, saved: Path) -> list[Plan] | None:
+        """The plans of the message :meth:`receive` kept in ``saved``, to run until the hub sends a newer one.
+
+        Returns:
+            The plans, or ``None`` if nothing was saved or the saved message no longer verifies (logged).
+        """
+        if not saved.is_file():
+            return None
+        try:
+            plans = self.accept(saved.read_bytes())
+        except InvalidPlan as exc:
+            log.warning("ignoring the saved plan %s: %s", saved, exc)
+            return None
+        log.info("resuming plan version %d until the hub publishes a newer one", self.version)
+        return plans
+
+
+def app_of(plan: Plan) -> App:
+    """Load the app a plan carries the source of, and check it is the app the plan is for.
+
+    Raises:
+        InvalidPlan: the plan carries no source, or its source defines another app.
+        InvalidDataflow: the source does not load.
+    """
+    if not plan.app_source:
+        msg = f"plan of app '{plan.app}' carries no app source; regenerate it with spanedge deploy --dry-run --output plan.json"
+        raise InvalidPlan(msg)
+    app = load_app_source(plan.app_source, plan.app_file or f"<{plan.app}>")
+    if app.name != plan.app:
+        msg = f"plan is for app '{plan.app}' but its source defines app '{app.name}'"
+        raise InvalidPlan(msg)
+    return app

@@ -25,12 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
+from spanedge.mqtt import AGENT_INTAKE, ClientSettings, connect, make_client
 
-from spanedge.sites import Broker
+if TYPE_CHECKING:
+    import paho.mqtt.client as mqtt
+
+    from spanedge.sites import Broker
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class Inbox:
         self._event: asyncio.Event | None = None
         self._idle = False
         self._quiet = False
+        self._local = False  # a producer runs on the event loop: wake the consumer directly, no polling
+        self._room: list[Callable[[], None]] = []
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Attach to the event loop that consumes the inbox."""
@@ -99,10 +103,36 @@ class Inbox:
                 with contextlib.suppress(RuntimeError):  # the loop is closed: the agent is stopping
                     self._loop.call_soon_threadsafe(self._event.set)
 
+    def put_local(self, messages: list[Message]) -> bool:
+        """Add messages from a producer running on the event loop (e.g. an asyncio connection).
+
+        Returns:
+            False when the inbox is more than half full: the producer should stop reading and
+            resume when :meth:`on_room` calls it back. When full, QoS 0 messages are dropped and
+            counted as in :meth:`put`.
+        """
+        items = self._items
+        if len(items) >= self.maxsize:
+            for m in messages:
+                if m.qos == 0:
+                    self.dropped += 1
+                else:
+                    items.append(m)
+        else:
+            items.extend(messages)
+        self._local = True
+        if self._event is not None:
+            self._event.set()
+        return len(items) < self.maxsize // 2
+
+    def on_room(self, resume: Callable[[], None]) -> None:
+        """Call ``resume`` once the inbox is down to a quarter of its bound."""
+        self._room.append(resume)
+
     async def wait(self, timeout: float) -> None:
         """Wait until messages are available or ``timeout`` seconds passed."""
         assert self._event is not None, "bind() the inbox to the event loop first"
-        if not self._quiet:
+        if not self._quiet and not self._local:
             for _ in range(25):  # busy: poll for a while before going idle
                 if self._items:
                     return
@@ -123,7 +153,12 @@ class Inbox:
         """Take up to ``limit`` messages."""
         items = self._items
         n = min(limit, len(items))
-        return [items.popleft() for _ in range(n)]
+        taken = [items.popleft() for _ in range(n)]
+        if self._room and len(items) <= self.maxsize // 4:
+            room, self._room = self._room, []
+            for resume in room:
+                resume()
+        return taken
 
     def __len__(self) -> int:
         return len(self._items)
@@ -175,6 +210,23 @@ class Transport(Protocol):
         """Acknowledge a received message."""
 
 
+class TransportFactory(Protocol):
+    """Builds the agent's connections; :class:`PahoTransport` is one, tests pass stand-ins."""
+
+    def __call__(
+        self,
+        broker: Broker,
+        client_id: str,
+        name: str,
+        *,
+        inbox: Inbox | None = None,
+        settings: ClientSettings = AGENT_INTAKE,
+        on_published: Callable[[int], None] | None = None,
+    ) -> Transport:
+        """Return a connection to ``broker`` (not started)."""
+        ...
+
+
 class PahoTransport:
     """A paho-mqtt 2.x client with a persistent session and manual acknowledgement.
 
@@ -183,7 +235,8 @@ class PahoTransport:
         client_id: a fixed client id, so the broker keeps the session while the agent is down.
         name: a label for log lines (e.g. ``"hub broker cloud"``).
         inbox: where received messages go (``None`` for publish-only connections).
-        persistent: keep the session (``clean_session=False``).
+        settings: the connection's role (:mod:`spanedge.mqtt`): session, queue, in-flight and
+            reconnect limits; the default is a site-broker intake with a persistent session.
         on_published: called from the network thread with the message id of each acknowledged publish.
     """
 
@@ -194,9 +247,8 @@ class PahoTransport:
         name: str,
         *,
         inbox: Inbox | None = None,
-        persistent: bool = True,
+        settings: ClientSettings = AGENT_INTAKE,
         on_published: Callable[[int], None] | None = None,
-        max_queued: int = 10_000,
     ) -> None:
         self.name = name
         self.broker = broker
@@ -209,17 +261,8 @@ class PahoTransport:
         self._stopping = False
         self._ever_connected = False
         self._failures = 0
-        client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=client_id,
-            clean_session=not persistent,
-            protocol=mqtt.MQTTv311,
-            manual_ack=True,
-        )
-        broker.authenticate(client)
-        client.reconnect_delay_set(min_delay=1, max_delay=30)
-        client.max_inflight_messages_set(100)
-        client.max_queued_messages_set(max_queued)
+        self.settings = settings
+        client = make_client(broker, client_id, settings)
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
@@ -244,8 +287,7 @@ class PahoTransport:
 
     def start(self) -> None:
         """Connect in the background and keep reconnecting with backoff."""
-        self._client.connect_async(self.broker.host, self.broker.port, keepalive=15)
-        self._client.loop_start()
+        connect(self._client, self.broker, self.settings)
 
     def stop(self) -> None:
         """Disconnect and join the network thread."""
@@ -253,7 +295,10 @@ class PahoTransport:
         if self.inbox is not None:
             self.inbox.close()
         self._client.disconnect()
-        self._client.loop_stop()
+        # after disconnect() the network thread may end on its own and clear paho's reference to it
+        # between loop_stop()'s check and its join: then there is nothing left to join
+        with contextlib.suppress(AttributeError):
+            self._client.loop_stop()
         self._connected.clear()
 
     def subscribe(self, filters: list[tuple[str, int]]) -> None:
@@ -303,10 +348,11 @@ class PahoTransport:
         self._failures += 1
         if self._failures in (1, 2, 5) or self._failures % 20 == 0:
             log.warning(
-                "cannot reach %s (%s), attempt %d; retrying with backoff (up to 30 s)",
+                "cannot reach %s (%s), attempt %d; retrying with backoff (up to %d s)",
                 self.name,
                 self.broker.url,
                 self._failures,
+                self.settings.reconnect_max_s,
             )
 
     def _on_disconnect(self, _client: mqtt.Client, _u: Any, _flags: Any, reason: Any, _p: Any) -> None:

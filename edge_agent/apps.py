@@ -1,0 +1,98 @@
+"""The apps a site runs: one pipeline per app, (re)built from plans and restored from checkpoints."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from edge_agent import checkpoint
+from edge_agent.config import AgentConfig
+from edge_agent.outbox import Outbox
+from edge_agent.plans import app_of
+from spanedge.errors import SpanEdgeError
+from spanedge.plan import Plan
+from spanedge.runtime import Pipeline, from_plan
+
+log = logging.getLogger("spanedge.agent")
+
+
+class Apps:
+    """The pipelines of the apps one site runs, kept in step with the plans it is given.
+
+    ``pipelines`` is one dict for the agent's lifetime (the checkpointer holds it too); :meth:`apply`
+    changes it in place.
+
+    Args:
+        config: the agent settings (the site and the pipelines' event-time options).
+        outbox: where the pipelines' checkpoints are; a (re)built pipeline is restored from them.
+    """
+
+    def __init__(self, config: AgentConfig, outbox: Outbox) -> None:
+        self.config = config
+        self.outbox = outbox
+        self.pipelines: dict[str, Pipeline] = {}
+        self.plans: dict[str, Plan] = {}
+        # handovers whose part here is done: (app, replica, switch time)
+        self.retired: set[tuple[str, str, float]] = set()
+
+    def retire_drained(self) -> list[str]:
+        """Drop the replicas this site handed over and has finished; return the apps rebuilt.
+
+        The caller commits pending outputs first and rewires the intake after.
+        """
+        rebuilt = []
+        for name, pipeline in list(self.pipelines.items()):
+            done = pipeline.drained()
+            if not done:
+                continue
+            plan = self.plans[name]
+            switch = {h.replica: h.switch_at for h in plan.handovers if h.source == self.config.site}
+            self.retired.update((name, replica, switch[replica]) for replica in done if replica in switch)
+            log.info("app %s: handed over %s; the new owner has the later windows", name, ", ".join(done))
+            self.apply_one(plan)
+            rebuilt.append(name)
+        return rebuilt
+
+    def apply(self, plans: Iterable[Plan]) -> None:
+        """(Re)build the pipelines of ``plans`` from their last checkpoints; stop apps no longer listed.
+
+        An app whose plan cannot be run is logged and keeps its current pipeline, if any.
+        """
+        wanted = {plan.app: plan for plan in plans}
+        for name in list(self.pipelines):
+            if name not in wanted:
+                log.info("stopping app %s (no longer in the plan)", name)
+                del self.pipelines[name]
+                self.plans.pop(name, None)
+        for plan in wanted.values():
+            self.apply_one(plan)
+
+    def apply_one(self, plan: Plan) -> None:
+        """(Re)build the pipeline of one app's plan from its last checkpoint."""
+        name = plan.app
+        pipeline = self._build(plan)
+        if pipeline is None:
+            return
+        if checkpoint.restore(self.outbox, name, pipeline):
+            log.info("app %s: restored window state from the checkpoint", name)
+        self.pipelines[name] = pipeline
+        self.plans[name] = plan
+        if not pipeline.nodes:
+            log.info("app %s: the plan runs nothing at site %s", name, self.config.site)
+
+    def _build(self, plan: Plan) -> Pipeline | None:
+        config = self.config
+        retired = {h.replica for h in plan.handovers if (plan.app, h.replica, h.switch_at) in self.retired}
+        try:
+            return from_plan(
+                app_of(plan),
+                plan,
+                config.site,
+                retired=retired,
+                out_of_orderness=config.out_of_orderness,
+                max_future_skew=config.max_future_skew,
+                idle_timeout=config.idle_timeout,
+            )
+        except SpanEdgeError as exc:
+            log.error("cannot run app %s: %s", plan.app, exc)
+            return None

@@ -1,0 +1,146 @@
+"""Local outputs of the agent: sink values, dead letters to the hub, late records to a side file."""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from edge_agent.checkpoint import Committed
+from edge_agent.intake import Intake
+from edge_agent.transport import Transport, TransportFactory
+from spanedge import topics
+from spanedge.mqtt import AGENT_SINK
+from spanedge.runtime import DeadLetter
+from spanedge.sites import Sites
+
+log = logging.getLogger("spanedge.agent")
+
+#: File sink targets with one of these suffixes are files; other targets are directories.
+FILE_SUFFIXES = (".jsonl", ".json", ".txt", ".log")
+
+
+class SiteBrokerLink:
+    """The connection MQTT sinks publish on: the intake's to this site's broker if it reads it, else its own."""
+
+    def __init__(self, site: str, sites: Sites, intake: Intake, connect: TransportFactory) -> None:
+        """Connect on first use."""
+        self.site = site
+        self.sites = sites
+        self.intake = intake
+        self.connect = connect
+        self._transport: Transport | None = None
+
+    def get(self) -> Transport:
+        """The connection, opened on first use."""
+        if self._transport is None:
+            own = self.intake.transports.get(self.site)
+            if own is None:
+                own = self.connect(
+                    self.sites.site(self.site).mqtt(),
+                    f"spanedge-{self.site}-sink",
+                    f"site broker ({self.site})",
+                    settings=AGENT_SINK,
+                )
+                own.start()
+            self._transport = own
+        return self._transport
+
+    def closed(self, transport: Transport) -> None:
+        """The intake closed ``transport``: open another on next use if it was this one."""
+        if self._transport is transport:
+            self._transport = None
+
+    def stop(self) -> None:
+        """Disconnect, unless the intake owns the connection (it stops its own)."""
+        if self._transport is not None and self._transport not in self.intake.transports.values():
+            self._transport.stop()
+
+
+class LocalSinks:
+    """Serves what a commit made durable: ``mqtt``, ``file``, ``console`` and ``memory`` sinks, the DLQ and late records.
+
+    Args:
+        site: the site this agent serves (file names, DLQ topics).
+        state_dir: where ``late-<app>.jsonl`` goes.
+        late_file_max_bytes: bound of each late-records file (the count is always kept).
+        hub: the hub broker connection (dead letters).
+        site_broker: returns the connection to this site's broker, for MQTT sinks (opened on first use).
+    """
+
+    def __init__(
+        self,
+        site: str,
+        state_dir: Path,
+        late_file_max_bytes: int,
+        hub: Transport,
+        site_broker: Callable[[], Transport],
+    ) -> None:
+        """Open nothing until a sink needs it."""
+        self.site = site
+        self.state_dir = state_dir
+        self.late_file_max_bytes = late_file_max_bytes
+        self.hub = hub
+        self.site_broker = site_broker
+        self.memory: dict[str, list[Any]] = collections.defaultdict(list)
+        self.dlq_count = 0
+        self.late_count = 0
+        self._files: dict[str, IO[str]] = {}
+        self._late_full: set[str] = set()
+
+    def serve(self, done: Committed) -> None:
+        """Deliver the sink values, dead letters and late records of a commit."""
+        for _app, item in done.sinks:
+            spec = item.spec
+            body = orjson.dumps(item.value, default=str)  # a sink never fails on an odd value type
+            if spec.kind == "mqtt":
+                self.site_broker().publish(spec.target, body, 1)
+            elif spec.kind == "file":
+                self._file(item.operator, spec.target).write(body.decode() + "\n")
+            elif spec.kind == "console":
+                print(body.decode(), flush=True)
+            else:
+                self.memory[spec.target or item.operator].append(item.value)
+        for app, dead in done.dlq:
+            self.dlq_count += 1
+            if self.dlq_count <= 10 or self.dlq_count % 1000 == 0:
+                log.info("dead letter #%d (%s, %s): %s", self.dlq_count, app, dead.operator, dead.reason)
+            self.hub.publish(topics.dlq(app, self.site), dead.to_json(), 1)
+        for app, dead in done.late:
+            self.late_count += 1
+            self._side_output(app, dead)
+        for handle in self._files.values():
+            handle.flush()
+
+    def _side_output(self, app: str, dead: DeadLetter) -> None:
+        """Append a late record to ``<state dir>/late-<app>.jsonl`` (bounded; the count is always kept)."""
+        path = self.state_dir / f"late-{app}.jsonl"
+        handle = self._files.get(str(path))
+        if handle is None:
+            handle = self._files[str(path)] = path.open("a", encoding="utf-8")
+        if handle.tell() < self.late_file_max_bytes:
+            handle.write(dead.to_json().decode() + "\n")
+        elif app not in self._late_full:
+            self._late_full.add(app)
+            log.warning("late records of app %s exceed %s bytes; counting only", app, self.late_file_max_bytes)
+
+    def _file(self, operator: str, target: str) -> IO[str]:
+        path = Path(target)
+        if path.suffix not in FILE_SUFFIXES:
+            path = path / f"{operator}-{self.site}.jsonl"
+        key = str(path)
+        handle = self._files.get(key)
+        if handle is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = self._files[key] = path.open("a", encoding="utf-8")
+        return handle
+
+    def close(self) -> None:
+        """Close the files."""
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()

@@ -1,0 +1,169 @@
+"""What the agent tells the hub: heartbeats with counters and rates, and the latencies it measures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from edge_agent.heartbeat import ProcessStats, Rates, heartbeat
+from edge_agent.outbox import Outbox
+from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms, tcp_connect_ms
+from edge_agent.transport import Inbox, Transport
+from spanedge import topics
+from spanedge.runtime import Pipeline
+from spanedge.sites import Sites, Tier
+
+if TYPE_CHECKING:
+    from spanedge.metrics import Exposition
+
+log = logging.getLogger("spanedge.agent")
+
+
+class Telemetry:
+    """The heartbeat and probe loop of one agent.
+
+    Every ``interval`` seconds it probes the hub (a publish acknowledged by the hub broker) and
+    every other spoke's broker (an MQTT CONNECT round trip, or a TCP connect over TLS), then
+    publishes a heartbeat. Echoes of the hub's probe replies keep a clock offset.
+    """
+
+    def __init__(self, site: str, sites: Sites, hub_site: str, hub: Transport, interval: float) -> None:
+        """Measure nothing yet."""
+        self.site = site
+        self.hub_site = hub_site
+        self.hub = hub
+        self.interval = interval
+        self.peers = [s for s in sites.sites.values() if s.name != site and s.tier is Tier.SPOKE]
+        self.hub_probe = PublishProbe()
+        self.peer_rtt: dict[str, RttStats] = {}
+        self.clock = ClockOffset()
+        self._rates = Rates()
+        self._proc = ProcessStats()
+        self.last: dict[str, Any] = {}  # the last heartbeat sent, for the metrics endpoint
+
+    def published(self, mid: int) -> bool:
+        """A publish of ours was acknowledged; True if it was a probe (else it is the outbox's)."""
+        return self.hub_probe.acked(mid)
+
+    def reconnected(self) -> None:
+        """Probes in flight across a reconnect are not measured."""
+        self.hub_probe.forget()
+
+    def echo(self, payload: bytes, arrival: float) -> None:
+        """The hub's reply to a probe: ``{"hub_ts", "echo_ts"}``.
+
+        The agent's own probe (``{"site", "ts"}``) comes back on the same topic and is skipped;
+        anything else is rejected and logged at WARNING with the reason.
+        """
+        try:
+            echo = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            log.warning("rejected probe message (%d bytes): not JSON: %s", len(payload), exc)
+            return
+        if not isinstance(echo, dict):
+            log.warning("rejected probe message: expected a JSON object, got %s", type(echo).__name__)
+            return
+        if "hub_ts" not in echo:
+            return  # this agent's own probe
+        try:
+            sent, hub_ts = float(echo["echo_ts"]), float(echo["hub_ts"])
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("rejected probe echo: needs numbers hub_ts and echo_ts (%s: %s)", type(exc).__name__, exc)
+            return
+        if not (math.isfinite(sent) and math.isfinite(hub_ts)):
+            log.warning("rejected probe echo: hub_ts and echo_ts must be finite, got %r and %r", hub_ts, sent)
+            return
+        self.clock.observe(sent, hub_ts, arrival)
+
+    async def run(self, stop: asyncio.Event, report: Callable[[], dict[str, Any]]) -> None:
+        """Probe and publish ``report()`` every interval until ``stop``."""
+        while not stop.is_set():
+            await self.probe()
+            self.last = report()
+            if self.hub.connected:
+                self.hub.publish(topics.control(self.site, "heartbeat"), orjson.dumps(self.last), 1)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval)
+
+    async def probe(self) -> None:
+        """Send a hub probe and time a connection to every peer spoke's broker."""
+        if self.hub.connected:
+            body = orjson.dumps({"site": self.site, "ts": time.time()})
+            self.hub_probe.send(lambda: self.hub.publish(topics.control(self.site, "probe"), body, 1))
+        brokers = [peer.mqtt() for peer in self.peers]
+        times = await asyncio.gather(
+            *(
+                tcp_connect_ms(b.host, b.port) if b.tls is not None else mqtt_roundtrip_ms(b.host, b.port)
+                for b in brokers
+            )
+        )
+        for peer, ms in zip(self.peers, times, strict=True):
+            if ms is not None:
+                self.peer_rtt.setdefault(peer.name, RttStats()).add(ms)
+
+    def exposition(self) -> Exposition:
+        """The last heartbeat as Prometheus metric families (``spanedge agent --metrics-port``)."""
+        from spanedge.metrics import Exposition  # prometheus_client loads only with --metrics-port
+
+        beat, out = self.last, Exposition()
+        site = {"site": self.site}
+        out.add("spanedge_agent_watermark_lag_seconds", beat.get("watermark_lag_s"), site)
+        out.add(
+            "spanedge_agent_dead_letters_total", beat.get("dlq"), site, help="records sent to the dead-letter topic"
+        )
+        out.add("spanedge_agent_late_records_total", beat.get("late"), site, help="records behind the watermark")
+        out.add("spanedge_agent_overload_dropped_total", beat.get("overload_dropped"), site)
+        outbox = beat.get("outbox") or {}
+        out.add("spanedge_agent_outbox_records", outbox.get("records"), site, help="records waiting for the hub")
+        out.add("spanedge_agent_outbox_bytes", outbox.get("bytes"), site)
+        out.add("spanedge_agent_outbox_sent_records_total", outbox.get("sent"), site)
+        out.add("spanedge_agent_outbox_dropped_records_total", outbox.get("dropped"), site)
+        for replica, stats in (beat.get("operators") or {}).items():
+            labels = {"site": self.site, "replica": replica}
+            out.add("spanedge_operator_input_records_total", stats.get("in"), labels)
+            out.add("spanedge_operator_output_records_total", stats.get("out"), labels)
+            out.add("spanedge_operator_input_records_per_second", stats.get("rate_in"), labels)
+        for peer, stats in (beat.get("latency") or {}).items():
+            labels = {"site": self.site, "peer": peer}
+            out.add(
+                "spanedge_agent_link_rtt_seconds", stats.get("rtt_ms"), labels, help="median round trip", scale=1e-3
+            )
+        return out
+
+    def heartbeat(
+        self, pipelines: Mapping[str, Pipeline], outbox: Outbox, inbox: Inbox, dlq: int, late: int
+    ) -> dict[str, Any]:
+        """The heartbeat message for the agent's current state."""
+        counts: dict[str, dict[str, int]] = {}
+        lags = []
+        for name, pipeline in pipelines.items():
+            prefix = f"{name}/" if len(pipelines) > 1 else ""
+            for replica, c in pipeline.metrics().items():
+                counts[prefix + replica] = c
+            lag = pipeline.watermark_lag()
+            if lag is not None:
+                lags.append(lag)
+        cpu, rss = self._proc.sample()
+        latency = {self.hub_site: self.hub_probe.stats.to_dict()}
+        latency.update({name: stats.to_dict() for name, stats in self.peer_rtt.items()})
+        return heartbeat(
+            site=self.site,
+            apps=sorted(pipelines),
+            operators=self._rates.update(counts),
+            watermark_lag_s=max(lags) if lags else None,
+            outbox=outbox.stats(),
+            dlq=dlq,
+            late=late,
+            overload_dropped=inbox.dropped,
+            cpu_percent=cpu,
+            rss_bytes=rss,
+            latency=latency,
+            clock_offset_ms=self.clock.offset_ms,
+        )
