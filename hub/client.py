@@ -1,4 +1,4 @@
-"""A small client of the hub's REST API for the command line (standard library only).
+"""The client of the hub's REST API, for the command line and the simulator (standard library only).
 
 Edge machines install the light core without httpx, so this uses
 :mod:`urllib`. Errors the hub returns are raised again as the same SpanEdge
@@ -8,6 +8,7 @@ planned locally or the hub did.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -45,8 +46,12 @@ class HubClient:
         self.token = token
         self.timeout = timeout
 
-    def request(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float | None = None
+    ) -> Any:
         """Send a request and return the decoded JSON (or text) answer.
+
+        ``timeout`` (seconds) replaces the client's for this request.
 
         Raises:
             HubError: the hub is unreachable, rejects the token, or fails.
@@ -67,11 +72,11 @@ class HubClient:
             raise HubError(msg)
         req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)  # noqa: S310
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - scheme checked above
+            with urllib.request.urlopen(req, timeout=self.timeout if timeout is None else timeout) as resp:  # noqa: S310 - scheme checked above
                 return _decode(resp.read(), resp.headers.get_content_type())
         except urllib.error.HTTPError as exc:
             raise self._error(exc) from None
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
             msg = f"cannot reach the hub at {self.url} ({reason}); start it with 'spanedge hub --sites sites.yaml' or set --hub-url / SPANEDGE_HUB_URL"
             raise HubError(msg) from None
@@ -98,9 +103,9 @@ class HubClient:
 
     # -- endpoints -----------------------------------------------------------------------------
 
-    def health(self) -> dict[str, Any]:
-        """``GET /healthz``."""
-        return dict(self.request("GET", "/healthz", auth=False))
+    def health(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """``GET /healthz`` (no token needed)."""
+        return dict(self.request("GET", "/healthz", auth=False, timeout=timeout))
 
     def deploy(
         self,
@@ -125,15 +130,34 @@ class HubClient:
         if sites_file is not None:
             load_sites(sites_file)
         # the absolute path, as 'spanedge deploy --dry-run' names the file in its messages
-        body: dict[str, Any] = {"source": source, "filename": str(app_file.resolve())}
+        answer = self.post_app(source, str(app_file.resolve()), slo_ms=slo_ms, app_name=app_name, weights=weights)
+        return Plan.from_dict(answer["plan"])
+
+    def post_app(
+        self,
+        source: str,
+        filename: str,
+        *,
+        slo_ms: float | None = None,
+        app_name: str | None = None,
+        weights: dict[str, float] | None = None,
+    ) -> dict[str, Any]:
+        """``POST /apps`` with an app's source; return the hub's whole answer (its ``plan`` and the app's record).
+
+        ``filename`` names the app in the hub's messages and in the plan.
+
+        Raises:
+            HubError: the hub is unreachable, rejects the token, or fails.
+            InvalidDataflow, InvalidSites, InfeasiblePlacement: the hub rejected the app.
+        """
+        body: dict[str, Any] = {"source": source, "filename": filename}
         if app_name is not None:
             body["app_name"] = app_name
         if slo_ms is not None:
             body["slo_ms"] = slo_ms
         if weights:
             body["weights"] = weights
-        answer = self.request("POST", "/apps", body)
-        return Plan.from_dict(answer["plan"])
+        return dict(self.request("POST", "/apps", body))
 
     def apps(self) -> list[dict[str, Any]]:
         """``GET /apps``."""
@@ -143,9 +167,9 @@ class HubClient:
         """``GET /apps/{name}``."""
         return dict(self.request("GET", f"/apps/{_quote(name)}"))
 
-    def placement(self, name: str) -> dict[str, Any]:
-        """``GET /apps/{name}/placement``."""
-        return dict(self.request("GET", f"/apps/{_quote(name)}/placement"))
+    def placement(self, name: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """``GET /apps/{name}/placement``: the plan, its replicas and the history of re-plans."""
+        return dict(self.request("GET", f"/apps/{_quote(name)}/placement", timeout=timeout))
 
     def delete(self, name: str) -> dict[str, Any]:
         """``DELETE /apps/{name}``."""

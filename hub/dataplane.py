@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from hub.engine import Engine
     from hub.ingest import Ingest
+    from hub.publishers import from_plans
 
     stop = threading.Event()
 
@@ -63,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     broker = sites.site(plan.hub).mqtt()
-    ingest = Ingest(broker, args.state_dir / "ingest", client_id=args.client_id)
+    ingest = Ingest(
+        broker,
+        args.state_dir / "ingest",
+        client_id=args.client_id,
+        may_publish=from_plans(lambda name: (plan,) if name == plan.app else ()),
+    )
     ingest.start()
     engine = Engine(args.state_dir, sites, spark_master=args.spark_master, trigger=args.trigger)
     try:

@@ -2,7 +2,7 @@
 
 Each message goes to ``spanedge/v1/control/<site>/plan`` on the hub broker,
 retained and at QoS 1, so an agent that (re)connects gets its current plans at
-once. The payload is signed with HMAC-SHA256 (:mod:`spanedge.signing`)::
+once. The payload is signed with the hub's Ed25519 key (:mod:`spanedge.signing`)::
 
     {"site": ..., "version": <int, strictly increasing per site>, "issued_at": <unix s>,
      "apps": [{"app", "plan": Plan.to_dict(), "source", "source_sha256"}, ...]}
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,20 +24,23 @@ import orjson
 
 from hub.state import StateStore
 from spanedge import topics
-from spanedge.errors import InvalidPlan
 from spanedge.loader import source_hash
 from spanedge.plan import Plan
-from spanedge.signing import sign, verify
+from spanedge.plan_checks import check_plan_envelope
+from spanedge.signing import PlanSigningKey, TrustedKeys, sign_plan, verify_plan
 from spanedge.sites import Broker
 
 log = logging.getLogger(__name__)
 
 
 class Publisher(Protocol):
-    """Something that publishes MQTT messages and says whether the broker acknowledged them."""
+    """Something that publishes retained QoS 1 messages and says whether the broker acknowledged them."""
 
-    def publish(self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = True) -> bool:
-        """Publish; return True once acknowledged, False if still pending after a timeout."""
+    def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """Publish every ``(topic, payload)``, then wait for the acknowledgements together.
+
+        Returns, per message, True once acknowledged, False if still pending after a timeout.
+        """
         ...
 
 
@@ -59,8 +62,8 @@ class SiteApp:
 
 
 def sites_of(plan: Plan) -> set[str]:
-    """Sites where ``plan`` puts at least one replica."""
-    return {a.site for a in plan.assignments}
+    """Sites where ``plan`` puts at least one replica, or that finish a replica handed over."""
+    return {a.site for a in plan.assignments} | {h.source for h in plan.handovers}
 
 
 class PlanDistributor:
@@ -69,13 +72,13 @@ class PlanDistributor:
     def __init__(
         self,
         publisher: Publisher,
-        secret: bytes,
+        key: PlanSigningKey,
         store: StateStore | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
-        """Publish through ``publisher``, signing with ``secret``; persist versions in ``store``."""
+        """Publish through ``publisher``, signing with the hub's ``key``; persist versions in ``store``."""
         self._publisher = publisher
-        self._secret = secret
+        self._key = key
         self._store = store
         self._clock_ns = clock_ns
         self._lock = threading.Lock()
@@ -102,7 +105,7 @@ class PlanDistributor:
             "issued_at": time.time(),
             "apps": [a.to_dict() for a in sorted(apps, key=lambda a: a.plan.app)],
         }
-        return sign(payload, self._secret)
+        return sign_plan(payload, self._key)
 
     def publish(self, apps: Mapping[str, SiteApp], sites: Iterable[str]) -> dict[str, str]:
         """Publish the message of every site in ``sites`` from the full set of deployed ``apps``.
@@ -116,48 +119,36 @@ class PlanDistributor:
         """
         result: dict[str, str] = {}
         with self._lock:
+            messages, described = [], []
             for site in sorted(set(sites)):
                 mine = [a for a in apps.values() if site in sites_of(a.plan)]
                 version = self._next_version(site)
-                ok = self._publisher.publish(topics.control(site, "plan"), self.message(site, mine, version))
+                messages.append((topics.control(site, "plan"), self.message(site, mine, version)))
+                described.append((site, version, ", ".join(a.plan.app for a in mine) or "no apps"))
+            # one round of acknowledgements for all sites, not one round trip per site
+            acked = self._publisher.publish_all(messages)
+            for (site, version, names), ok in zip(described, acked, strict=True):
                 result[site] = "published" if ok else "pending"
-                log.info(
-                    "plan message %d for site %s (%s): %s",
-                    version,
-                    site,
-                    ", ".join(a.plan.app for a in mine) or "no apps",
-                    result[site],
-                )
+                log.info("plan message %d for site %s (%s): %s", version, site, names, result[site])
         return result
 
 
-def read_plan_message(message: bytes, secret: bytes, *, site: str, after_version: int = 0) -> dict[str, Any]:
-    """Verify a plan message as an agent must, and return its payload.
+def read_plan_message(message: bytes, trusted: TrustedKeys, *, site: str, after_version: int = 0) -> dict[str, Any]:
+    """Verify a plan message as an agent does, and return its payload.
 
     Args:
         message: the raw MQTT payload.
-        secret: the shared plan-signing secret.
+        trusted: the hub public keys to trust.
         site: the site the reader serves; the message must be addressed to it.
         after_version: the last version accepted; the message must be newer.
 
     Raises:
-        InvalidPlan: the message is forged, for another site, stale, or an app's
+        InvalidPlan: not signed by a trusted key, for another site, stale, or an app's
             source does not match its hash or its plan.
     """
-    payload = verify(message, secret)
-    if payload.get("site") != site:
-        msg = f"plan message is for site {payload.get('site')!r}, not {site!r}; check the agent's --site"
-        raise InvalidPlan(msg)
-    version = payload.get("version")
-    if not isinstance(version, int) or version <= after_version:
-        msg = f"stale plan message for site {site!r}: version {version!r} is not newer than {after_version}"
-        raise InvalidPlan(msg)
-    for entry in payload.get("apps", []):
-        if source_hash(str(entry.get("source", ""))) != entry.get("source_sha256"):
-            msg = f"plan message for site {site!r}: the source of app {entry.get('app')!r} does not match its hash"
-            raise InvalidPlan(msg)
-        Plan.from_dict(entry["plan"])
-    return payload
+    verified = verify_plan(message, trusted)
+    check_plan_envelope(verified.payload, site=site, applied_version=after_version)
+    return verified.payload
 
 
 class MqttControl:
@@ -176,27 +167,22 @@ class MqttControl:
         ack_timeout: float = 5.0,
     ) -> None:
         """Prepare a client for ``broker``; ``on_heartbeat(site, payload)`` gets every heartbeat."""
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.enums import CallbackAPIVersion
+        from spanedge.mqtt import HUB_DISTRIBUTION, make_client
 
         self.broker = broker
         self._ack_timeout = ack_timeout
         self._on_heartbeat = on_heartbeat
         self._connected = threading.Event()
         self._stopping = False
-        self._client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311, clean_session=True
-        )
-        self._client.max_queued_messages_set(0)
-        self._client.reconnect_delay_set(min_delay=1, max_delay=10)
-        broker.authenticate(self._client)
+        self._client = make_client(broker, client_id, HUB_DISTRIBUTION)
         self._client.on_connect = self._handle_connect
         self._client.on_disconnect = self._handle_disconnect
         self._client.on_message = self._handle_message
+        self._client.on_subscribe = self._handle_subscribe
 
     @property
     def connected(self) -> bool:
-        """True while connected to the broker."""
+        """True while connected to the broker and, with a heartbeat handler, subscribed to heartbeats."""
         return self._connected.is_set()
 
     def _handle_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
@@ -204,8 +190,16 @@ class MqttControl:
             log.warning("hub broker %s refused the connection: %s", self.broker.url, reason)
             return
         log.info("connected to hub broker %s", self.broker.url)
-        if self._on_heartbeat is not None:
-            client.subscribe([(topics.control("+", "heartbeat"), 0), (topics.control("+", "probe"), 0)])
+        if self._on_heartbeat is None:
+            self._connected.set()
+            return
+        # connected only once the broker has the subscription: a heartbeat sent before it would be lost
+        client.subscribe([(topics.control("+", "heartbeat"), 0), (topics.control("+", "probe"), 0)])
+
+    def _handle_subscribe(self, client: Any, userdata: Any, mid: int, reasons: Any, properties: Any) -> None:
+        refused = [r for r in reasons if getattr(r, "is_failure", False)]
+        if refused:
+            log.warning("hub broker %s refused the heartbeat subscription: %s", self.broker.url, refused)
         self._connected.set()
 
     def _handle_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
@@ -237,20 +231,26 @@ class MqttControl:
 
     def start(self, timeout: float = 10.0) -> MqttControl:
         """Connect in the background and wait up to ``timeout`` s for the first connection."""
-        self._client.connect_async(self.broker.host, self.broker.port, keepalive=30)
-        self._client.loop_start()
+        from spanedge.mqtt import HUB_DISTRIBUTION, connect
+
+        connect(self._client, self.broker, HUB_DISTRIBUTION)
         if not self._connected.wait(timeout):
             log.warning("hub broker %s not reachable yet; plans are queued and sent once it is", self.broker.url)
         return self
 
-    def publish(self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = True) -> bool:
-        """Publish and wait up to the ack timeout for the broker's acknowledgement."""
-        info = self._client.publish(topic, payload, qos=qos, retain=retain)
-        try:
-            info.wait_for_publish(self._ack_timeout)
-        except (RuntimeError, ValueError):
-            return False
-        return bool(info.is_published())
+    def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """Publish retained QoS 1 messages, then wait up to the ack timeout for all their acknowledgements."""
+        infos = [self._client.publish(topic, payload, qos=1, retain=True) for topic, payload in messages]
+        deadline = time.monotonic() + self._ack_timeout
+        acked = []
+        for info in infos:
+            try:
+                info.wait_for_publish(max(deadline - time.monotonic(), 0.0))
+            except (RuntimeError, ValueError):
+                acked.append(False)
+                continue
+            acked.append(bool(info.is_published()))
+        return acked
 
     def stop(self) -> None:
         """Disconnect and stop the network thread."""

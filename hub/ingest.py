@@ -6,7 +6,17 @@ drops records already seen (per app, site and stream, by ``seq`` against a
 persisted high-water mark), appends the rest to the app's log, fsyncs, and
 only then acknowledges the messages to the broker. A crash before the ack
 makes the broker redeliver; the high-water mark turns the redelivery into
-counted duplicates. Several messages share one fsync (group commit).
+counted duplicates. Several messages share one fsync (group commit). The
+writer seals each app's active segment at most every
+:data:`hub.log.SEAL_INTERVAL_S` while records arrive, which makes them
+readable by the engine (:mod:`hub.log`).
+
+A batch comes on the data topic of the site that published it. Its envelope
+names the site whose records it carries: the same site, or the source site of
+a replica placement runs elsewhere. The injected ``may_publish`` policy
+(:mod:`hub.publishers`) decides whether the publishing site may carry that
+site's stream; a refused batch is dead-lettered and counted as
+``site_mismatch``. Dedupe is by the envelope's site, stream and epoch.
 """
 
 from __future__ import annotations
@@ -21,11 +31,15 @@ from typing import Any
 
 import orjson
 import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
 
 from hub.log import AppLog, encode_records
+from hub.publishers import PublishPolicy, SiteMismatch, check_batch, own_sites_only
 from spanedge import topics
-from spanedge.envelope import Record, decode_batch
+from spanedge.envelope import Record
+from spanedge.errors import InvalidName
+from spanedge.mqtt import HUB_INGEST, connect, make_client
+from spanedge.names import check_app_name, check_site_name
+from spanedge.runtime.outputs import excerpt
 from spanedge.sites import Broker
 
 log = logging.getLogger(__name__)
@@ -51,20 +65,49 @@ class _Totals:
     records: int = 0
     duplicates: int = 0
     malformed: int = 0
+    site_mismatch: int = 0
     commits: int = 0
     connects: int = 0
     streams: dict[tuple[str, str, str], StreamStats] = field(default_factory=dict)
+
+    def count(self, app: str, records: list[Record], fresh: list[Record], now: float) -> None:
+        """Count one accepted batch: ``fresh`` of its ``records`` were new, the rest duplicates."""
+        self.messages += 1
+        self.records += len(fresh)
+        self.duplicates += len(records) - len(fresh)
+        if not records:
+            return
+        first = records[0]
+        stats = self.streams.setdefault((app, first.site, first.stream), StreamStats())
+        stats.records += len(fresh)
+        stats.duplicates += len(records) - len(fresh)
+        if fresh:
+            last = fresh[-1]
+            stats.last_seq = last.seq
+            stats.last_event_time = last.event_time
+            stats.lag_s = max(0.0, now - last.event_time)
 
 
 class Ingest:
     """Subscribe to the hub broker and append every new record to its app's log.
 
     ``log_dir`` holds one sub-directory per app (see :mod:`hub.log`).
+    ``may_publish(app, topic_site, envelope_site, stream)`` says whether the
+    site of a data topic may publish a batch of another site's stream (the
+    default: never; :func:`hub.publishers.from_plans` allows what plans assign).
     """
 
-    def __init__(self, broker: Broker, log_dir: Path, client_id: str = "spanedge-hub-ingest") -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        log_dir: Path,
+        client_id: str = "spanedge-hub-ingest",
+        *,
+        may_publish: PublishPolicy = own_sites_only,
+    ) -> None:
         """Prepare the client; nothing connects until :meth:`start`."""
         self.broker = broker
+        self.may_publish = may_publish
         self.log_dir = Path(log_dir)
         self.client_id = client_id
         self._queue: queue.Queue[mqtt.MQTTMessage | None] = queue.Queue()
@@ -83,15 +126,7 @@ class Ingest:
         if self._thread is not None:
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=self.client_id,
-            clean_session=False,
-            protocol=mqtt.MQTTv311,
-            manual_ack=True,
-        )
-        self.broker.authenticate(client)
-        client.reconnect_delay_set(min_delay=1, max_delay=30)
+        client = make_client(self.broker, self.client_id, HUB_INGEST)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
@@ -99,24 +134,28 @@ class Ingest:
         self._client = client
         self._thread = threading.Thread(target=self._write_loop, name="spanedge-ingest-writer", daemon=True)
         self._thread.start()
-        client.connect_async(self.broker.host, self.broker.port, keepalive=30)
-        client.loop_start()
+        connect(client, self.broker, HUB_INGEST)
 
     def wait_connected(self, timeout: float = 10.0) -> bool:
         """Block until subscribed to the broker (or ``timeout``); return whether it is."""
         return self._connected.wait(timeout)
 
     def stop(self) -> None:
-        """Disconnect, write what was received, and close the logs."""
+        """Write and acknowledge what was received, disconnect, and close the logs.
+
+        The writer drains first, so the acknowledgements reach the broker
+        before the disconnect and nothing already logged is redelivered.
+        """
         self._stopping = True
-        if self._client is not None:
-            self._client.disconnect()
-            self._client.loop_stop()
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout=30)
             self._thread = None
+        if self._client is not None:
+            self._client.disconnect()
+            self._client.loop_stop()
         for app_log in self._logs.values():
+            app_log.seal()
             app_log.close()
         self._logs.clear()
 
@@ -154,9 +193,26 @@ class Ingest:
             self._logs[app] = app_log
         return app_log
 
+    def _next_seal(self) -> float | None:
+        """Seconds until the next app log is due to be sealed (None: nothing to seal)."""
+        due = [d for d in (app_log.seal_due_at() for app_log in self._logs.values()) if d is not None]
+        return max(0.0, min(due) - time.monotonic()) if due else None
+
+    def _seal_due(self) -> None:
+        now = time.monotonic()
+        for app_log in self._logs.values():
+            try:
+                app_log.seal_if_due(now)
+            except OSError:
+                log.exception("ingest: sealing the log of %s failed; trying again", app_log.dir.name)
+
     def _write_loop(self) -> None:
         while True:
-            first = self._queue.get()
+            try:
+                first = self._queue.get(timeout=self._next_seal())
+            except queue.Empty:
+                self._seal_due()
+                continue
             if first is None:
                 return
             group = [first]
@@ -175,6 +231,7 @@ class Ingest:
             except Exception:
                 log.exception("ingest: writing %d messages failed; they stay unacknowledged", len(group))
                 continue
+            self._seal_due()
             if stop:
                 return
 
@@ -200,11 +257,19 @@ class Ingest:
     def _accept(self, message: mqtt.MQTTMessage, parsed: tuple[str, str, str], now: float, touched: set[str]) -> None:
         topic_app, _, topic_site = parsed
         try:
-            app, records = decode_batch(bytes(message.payload))
-            if app != topic_app:
-                msg = f"batch says app {app!r} but was published on {message.topic}"
-                raise ValueError(msg)
+            check_app_name(topic_app, f"topic {message.topic}")
+            check_site_name(topic_site, f"topic {message.topic}")
+        except InvalidName as exc:  # never a file name or a DLQ topic: count and log only
+            log.warning("ingest: dropping a message on %s: %s", message.topic, exc)
+            with self._lock:
+                self._totals.malformed += 1
+            return
+        try:
+            app, records = check_batch(message.topic, parsed, bytes(message.payload), self.may_publish)
         except ValueError as exc:
+            if isinstance(exc, SiteMismatch):
+                with self._lock:
+                    self._totals.site_mismatch += 1
             self._dead_letter(topic_app, topic_site, message, str(exc))
             return
         app_log = self._app_log(app)
@@ -213,20 +278,7 @@ class Ingest:
         if fresh:
             touched.add(app)
         with self._lock:
-            totals = self._totals
-            totals.messages += 1
-            totals.records += len(fresh)
-            totals.duplicates += len(records) - len(fresh)
-            if records:
-                first = records[0]
-                stats = totals.streams.setdefault((app, first.site, first.stream), StreamStats())
-                stats.records += len(fresh)
-                stats.duplicates += len(records) - len(fresh)
-                if fresh:
-                    last = fresh[-1]
-                    stats.last_seq = last.seq
-                    stats.last_event_time = last.event_time
-                    stats.lag_s = max(0.0, now - last.event_time)
+            self._totals.count(app, records, fresh, now)
 
     def _dead_letter(self, app: str, site: str, message: mqtt.MQTTMessage, reason: str) -> None:
         log.warning("ingest: dropping malformed message on %s: %s", message.topic, reason)
@@ -235,8 +287,16 @@ class Ingest:
         client = self._client
         if client is None:
             return
+        cut = excerpt(bytes(message.payload))  # a bounded excerpt of a large payload, with its size and hash
         payload = orjson.dumps(
-            {"topic": message.topic, "reason": reason, "payload": message.payload.decode("utf-8", "replace")}
+            {
+                "topic": message.topic,
+                "reason": reason,
+                "payload": cut["excerpt"],
+                "size": cut["size"],
+                "sha256": cut["sha256"],
+                "truncated": cut["truncated"],
+            }
         )
         client.publish(topics.dlq(app, site), payload, qos=1)
 
@@ -252,10 +312,11 @@ class Ingest:
 
         Returns:
             ``{"connected", "messages", "records", "duplicates", "malformed",
-            "commits", "connects", "queued", "apps": {app: {site: {stream:
+            "site_mismatch", "commits", "connects", "queued", "apps": {app: {site: {stream:
             {"records", "duplicates", "last_seq", "last_event_time",
-            "lag_s"}}}}}``; ``lag_s`` is arrival time minus event time of the
-            last accepted record.
+            "lag_s"}}}}}``, per the envelope's site; ``lag_s`` is arrival time minus event time of the
+            last accepted record; ``site_mismatch`` counts refused batches whose records name another
+            site than their topic's, which no plan lets that site publish.
         """
         with self._lock:
             t = self._totals
@@ -274,6 +335,7 @@ class Ingest:
                 "records": t.records,
                 "duplicates": t.duplicates,
                 "malformed": t.malformed,
+                "site_mismatch": t.site_mismatch,
                 "commits": t.commits,
                 "connects": t.connects,
                 "queued": self._queue.qsize(),

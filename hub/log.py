@@ -2,30 +2,49 @@
 
 Layout of one app's log under ``<state>/ingest/<app>/``::
 
-    00000000000000000000.jsonl   segment whose first byte has global offset 0
-    00000000000016777310.jsonl   next segment, named by its first global offset
+    00000000000000000000.jsonl   a sealed segment whose first byte has global offset 0
+    00000000000000016310.jsonl   the next segment, named by its first global offset
     hwm.json                     dedupe high-water marks and the log position they cover
-    readers/<reader>.json        the offset each Spark query has committed
+    inbox/<reader>/              one folder per Spark query: hard links to the sealed
+                                 segments it has not processed yet, and ``.from``
+    readers/<reader>.json        the offset a byte-offset reader has committed
 
 Offsets are byte positions in the concatenation of all segments ever
 written, so a reader finds the bytes of ``[start, end)`` from the file
 names alone. Every line is one record as JSON: ``site``, ``stream``,
 ``seq``, ``event_time``, ``key`` and ``value`` (the record value as JSON
 text). Only whole lines are visible: the tail position is the end of the
-last complete line. Segments wholly below the smallest committed reader
-offset are deleted (never the active one).
+last complete line.
+
+The last segment is the active one, the only one ever appended to. The
+writer *seals* it (:meth:`AppLog.seal`: fsync, start a new segment) at
+most every :data:`SEAL_INTERVAL_S` while records arrive, and hands every
+sealed segment to every subscribed reader as a hard link in the reader's
+inbox (:func:`subscribe`). A sealed segment never changes again, so Spark's
+built-in file source reads an inbox as a directory of JSON-lines files
+(parsed in the JVM, no Python worker), records the files it processed in
+its checkpoint, and deletes each link once its batch is committed
+(``cleanSource``). :mod:`hub.spark_source` is the one place that turns a
+log into a DataFrame.
+
+A segment is deleted from the log once every reader is past it: an inbox
+reader is at its oldest unprocessed link (or at ``.from`` when its inbox is
+empty), a byte-offset reader at its committed offset.
 
 The writer (:class:`AppLog`) lives in the ingest process; the functions at
-module level are used by Spark's source (other processes), so they only
-touch the files.
+module level are also used by the engine, so they only touch the files.
+Inboxes change under an advisory file lock (``inbox/.lock``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import shutil
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +60,11 @@ SUFFIX = ".jsonl"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 HWM_FILE = "hwm.json"
 READERS_DIR = "readers"
+INBOX_DIR = "inbox"
+FROM_FILE = ".from"
+LOCK_FILE = ".lock"
+SEAL_INTERVAL_S = 0.1
+"""While records arrive, the active segment is sealed at most this often (a bound on the added latency)."""
 
 
 def segment_name(base: int) -> str:
@@ -221,11 +245,11 @@ def commit(log_dir: Path, reader: str, offset: int) -> list[Path]:
 
 
 def collect_garbage(log_dir: Path) -> list[Path]:
-    """Delete the segments every registered reader has committed past (never the active one)."""
-    committed = readers(log_dir)
+    """Delete the segments every reader (byte-offset or inbox) is past (never the active one)."""
+    committed = list(readers(log_dir).values()) + list(inbox_positions(log_dir).values())
     if not committed:
         return []
-    floor = min(committed.values())
+    floor = min(committed)
     segs = segments(log_dir)
     deleted: list[Path] = []
     for i in range(len(segs) - 1):
@@ -237,6 +261,152 @@ def collect_garbage(log_dir: Path) -> list[Path]:
         else:
             break
     return deleted
+
+
+# -- inboxes: the sealed segments a Spark file source has still to read --------
+
+
+def inbox(log_dir: Path, reader: str) -> Path:
+    """The folder Spark's file source of ``reader`` lists (it may not be subscribed yet)."""
+    return log_dir / INBOX_DIR / reader
+
+
+@contextlib.contextmanager
+def _inbox_lock(log_dir: Path) -> Iterator[None]:
+    folder = log_dir / INBOX_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / LOCK_FILE).open("a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _linked_to(folder: Path) -> int | None:
+    """The offset below which every sealed segment was handed to the inbox ``folder`` (None: not subscribed)."""
+    try:
+        return int(json.loads((folder / FROM_FILE).read_bytes())["offset"])
+    except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _set_linked_to(folder: Path, offset: int) -> None:
+    _write_atomic(folder / FROM_FILE, json.dumps({"offset": offset}).encode())
+
+
+def _link(path: Path, folder: Path) -> None:
+    with contextlib.suppress(FileExistsError):
+        os.link(path, folder / path.name)
+
+
+def _sealed(log_dir: Path) -> tuple[list[tuple[int, Path]], int]:
+    """The sealed segments (all but the last) and the offset where the active one starts."""
+    segs = segments(log_dir)
+    if not segs:
+        return [], 0
+    return segs[:-1], segs[-1][0]
+
+
+def subscribe(log_dir: Path, reader: str, offset: int | None = None) -> int:
+    """Give ``reader`` an inbox holding every sealed segment from ``offset`` on; return where it starts.
+
+    A reader that is already subscribed keeps its inbox. A new one starts at
+    ``offset`` (a segment boundary; default: the oldest retained segment).
+    """
+    folder = inbox(log_dir, reader)
+    with _inbox_lock(log_dir):
+        existing = _linked_to(folder)
+        if existing is not None:
+            position = inbox_position(log_dir, reader)
+            return existing if position is None else position
+        folder.mkdir(parents=True, exist_ok=True)
+        sealed, active = _sealed(log_dir)
+        start = head(log_dir) if offset is None else offset
+        for base, path in sealed:
+            if base >= start:
+                _link(path, folder)
+        _set_linked_to(folder, max(active, start))
+    return start
+
+
+def unsubscribe(log_dir: Path, reader: str) -> None:
+    """Drop ``reader``'s inbox; it no longer holds back segment deletion."""
+    with _inbox_lock(log_dir):
+        shutil.rmtree(inbox(log_dir, reader), ignore_errors=True)
+
+
+def hand_over(log_dir: Path, reader: str, successor: str, processed: set[str]) -> None:
+    """Move the links ``reader`` has not processed (by file name) to ``successor``'s inbox; drop ``reader``'s.
+
+    The successor then reads exactly what its predecessor had not: nothing
+    twice, nothing skipped. A successor that is already subscribed keeps its
+    own inbox.
+    """
+    old = inbox(log_dir, reader)
+    new = inbox(log_dir, successor)
+    with _inbox_lock(log_dir):
+        linked = _linked_to(old)
+        if linked is not None and _linked_to(new) is None:
+            new.mkdir(parents=True, exist_ok=True)
+            for path in sorted(inbox_files(old)):
+                if path.name not in processed:
+                    _link(path, new)
+            _set_linked_to(new, linked)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def inbox_files(folder: Path) -> list[Path]:
+    """The segment links in an inbox folder, oldest first."""
+    return [path for _, path in segments(folder)]
+
+
+def inbox_position(log_dir: Path, reader: str) -> int | None:
+    """The offset ``reader`` has processed everything below (None if not subscribed)."""
+    folder = inbox(log_dir, reader)
+    linked = _linked_to(folder)
+    if linked is None:
+        return None
+    files = segments(folder)
+    return files[0][0] if files else linked
+
+
+def inbox_positions(log_dir: Path) -> dict[str, int]:
+    """:func:`inbox_position` of every subscribed reader."""
+    out: dict[str, int] = {}
+    try:
+        entries = list(os.scandir(log_dir / INBOX_DIR))
+    except FileNotFoundError:
+        return out
+    for entry in entries:
+        if entry.is_dir() and not entry.name.startswith("."):
+            position = inbox_position(log_dir, entry.name)
+            if position is not None:
+                out[entry.name] = position
+    return out
+
+
+def distribute(log_dir: Path) -> None:
+    """Link every sealed segment into each subscribed inbox that does not have it yet."""
+    with _inbox_lock(log_dir):
+        sealed, active = _sealed(log_dir)
+        try:
+            folders = [Path(e.path) for e in os.scandir(log_dir / INBOX_DIR) if e.is_dir()]
+        except FileNotFoundError:
+            return
+        for folder in folders:
+            linked = _linked_to(folder)
+            if linked is None or linked >= active:
+                continue
+            for base, path in sealed:
+                if base >= linked:
+                    _link(path, folder)
+            _set_linked_to(folder, active)
+
+
+def sealed_tail(log_dir: Path) -> int:
+    """The offset where the active segment starts: every record below it is readable from inboxes."""
+    return _sealed(log_dir)[1]
 
 
 def encode_records(records: Iterable[Record]) -> bytes:
@@ -251,6 +421,7 @@ def encode_records(records: Iterable[Record]) -> bytes:
                 "event_time": r.event_time,
                 "key": r.key,
                 "value": dumps(r.value).decode(),
+                **({"epoch": r.epoch} if r.epoch else {}),
             }
         )
         + b"\n"
@@ -268,14 +439,19 @@ def iter_lines(log_dir: Path, start: int, end: int) -> Iterator[dict[str, Any]]:
 
 @dataclass
 class HighWaterMarks:
-    """The last accepted ``seq`` per (site, stream) of one app, and the log position they cover."""
+    """The last accepted ``seq`` per (site, stream, epoch) of one app, and the log position they cover.
 
-    marks: dict[tuple[str, str], int]
+    Each ownership epoch of a stream has a mark of its own: the old owner of a
+    moved replica finishing its windows and the new owner starting its
+    sequence at 1 never drop each other's records.
+    """
+
+    marks: dict[tuple[str, str, int], int]
     position: int = 0
 
     def accept(self, record: Record) -> bool:
         """Return True (and advance the mark) if ``record`` was not seen before."""
-        key = (record.site, record.stream)
+        key = (record.site, record.stream, record.epoch)
         last = self.marks.get(key)
         if last is not None and record.seq <= last:
             return False
@@ -287,18 +463,18 @@ class HighWaterMarks:
         return orjson.dumps(
             {
                 "position": self.position,
-                "marks": [[site, stream, seq] for (site, stream), seq in sorted(self.marks.items())],
+                "marks": [[site, stream, seq, epoch] for (site, stream, epoch), seq in sorted(self.marks.items())],
             }
         )
 
     @classmethod
     def from_json(cls, data: bytes) -> HighWaterMarks:
-        """Parse :meth:`to_json` output; raise ``ValueError`` if malformed."""
+        """Parse :meth:`to_json` output (marks without an epoch are epoch 0); raise ``ValueError`` if malformed."""
         try:
             raw = orjson.loads(data)
-            marks = {(str(s), str(t)): int(q) for s, t, q in raw["marks"]}
+            marks = {(str(m[0]), str(m[1]), int(m[3]) if len(m) > 3 else 0): int(m[2]) for m in raw["marks"]}
             return cls(marks, int(raw["position"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
             msg = f"malformed high-water marks: {exc}"
             raise ValueError(msg) from None
 
@@ -307,15 +483,25 @@ class AppLog:
     """The writer side of one app's log, with its dedupe high-water marks.
 
     Only one process may write a log. On open, a partial last line (left by
-    a crash mid-write) is cut off, and the high-water marks are rebuilt from
+    a crash mid-write) is cut off, the high-water marks are rebuilt from
     their snapshot plus the records appended after it, so a crash between
-    the append and the snapshot cannot let a duplicate through.
+    the append and the snapshot cannot let a duplicate through, and a
+    non-empty last segment is sealed (it may have been read already, so it
+    is never appended to again).
+
+    Appended records become readable by the inbox readers when the active
+    segment is sealed: the writer calls :meth:`seal_if_due` after each
+    flush, and again at :meth:`seal_due_at` while nothing arrives.
     """
 
-    def __init__(self, log_dir: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+    def __init__(
+        self, log_dir: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES, seal_interval: float = SEAL_INTERVAL_S
+    ) -> None:
         """Open (or create) the log in ``log_dir``."""
         self.dir = log_dir
         self.segment_bytes = segment_bytes
+        self.seal_interval = seal_interval
+        self._sealed_at = 0.0
         log_dir.mkdir(parents=True, exist_ok=True)
         segs = segments(log_dir)
         if not segs:
@@ -334,6 +520,9 @@ class AppLog:
         self.position = self._base + self._path.stat().st_size
         self.hwm = self._recover_marks()
         self._dirty = False
+        if self.position > self._base:
+            self._roll()
+        distribute(log_dir)  # segments sealed just before a crash
 
     def _recover_marks(self) -> HighWaterMarks:
         path = self.dir / HWM_FILE
@@ -346,7 +535,7 @@ class AppLog:
         start = max(hwm.position, head(self.dir))
         replayed = 0
         for row in iter_lines(self.dir, start, self.position):
-            key = (str(row["site"]), str(row["stream"]))
+            key = (str(row["site"]), str(row["stream"]), int(row.get("epoch", 0)))
             seq = int(row["seq"])
             if seq > hwm.marks.get(key, -(2**63)):
                 hwm.marks[key] = seq
@@ -378,6 +567,32 @@ class AppLog:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+    def seal(self) -> bool:
+        """Seal the active segment if it holds records, hand it to every inbox; return whether it did.
+
+        Call after :meth:`flush` (sealed bytes must be durable).
+        """
+        self._sealed_at = time.monotonic()
+        if self.position == self._base:
+            return False
+        self._roll()
+        distribute(self.dir)
+        collect_garbage(self.dir)
+        return True
+
+    def seal_due_at(self) -> float | None:
+        """The :func:`time.monotonic` time the active segment should be sealed at (None if it is empty)."""
+        if self.position == self._base:
+            return None
+        return self._sealed_at + self.seal_interval
+
+    def seal_if_due(self, now: float | None = None) -> bool:
+        """Seal (see :meth:`seal`) if the last seal is :attr:`seal_interval` old; return whether it did."""
+        due = self.seal_due_at()
+        if due is None or (time.monotonic() if now is None else now) < due:
+            return False
+        return self.seal()
 
     def flush(self) -> None:
         """Make everything appended durable (fsync), then snapshot the high-water marks."""

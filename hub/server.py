@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hub.coordinator import Coordinator, SiteRegistry
+from hub.coordinator import Coordinator
 from hub.distribution import MqttControl, PlanDistributor
+from hub.publishers import from_plans
+from hub.registry import SiteRegistry
 from hub.state import StateStore
+from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
+from spanedge.tokens import Tokens
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,8 @@ log = logging.getLogger(__name__)
 class HubConfig:
     """Everything ``spanedge hub`` can set."""
 
-    token: str
-    secret: bytes
+    tokens: Tokens
+    plan_key: PlanSigningKey
     state_dir: Path = Path(".spanedge/hub")
     host: str = "127.0.0.1"
     port: int = 8000
@@ -64,7 +68,7 @@ class Hub:
         self.control = MqttControl(
             self.broker, client_id=f"spanedge-hub-control-{site.name}", on_heartbeat=self.registry.heartbeat
         )
-        self.distributor = PlanDistributor(self.control, config.secret, self.store)
+        self.distributor = PlanDistributor(self.control, config.plan_key, self.store)
         self.ingest: Any = None
         self.engine: Any = None
         self.coordinator = Coordinator(
@@ -78,7 +82,7 @@ class Hub:
         self._ticker: threading.Thread | None = None
 
     def start(self) -> Hub:
-        """Connect to the broker, start the data plane, resume the deployed apps, start the periodic checks.
+        """Connect to the broker, resume the deployed apps, start the data plane and the periodic checks.
 
         Every ``check_interval_s`` the hub checks link latencies for drift and
         restarts failed Spark queries.
@@ -88,6 +92,9 @@ class Hub:
         if self.config.spark:
             self._start_data_plane()
         self.coordinator.resume()
+        if self.ingest is not None:
+            # after the plans are back: a batch a site publishes for another checks them
+            self.ingest.start()
         self._ticker = threading.Thread(target=self._tick, name="spanedge-drift", daemon=True)
         self._ticker.start()
         return self
@@ -107,8 +114,12 @@ class Hub:
             trigger=self.config.trigger,
         )
         self.coordinator.engine = self.engine
-        self.ingest = Ingest(self.broker, self.state_dir / "ingest", client_id=f"spanedge-hub-ingest-{self.site.name}")
-        self.ingest.start()
+        self.ingest = Ingest(
+            self.broker,
+            self.state_dir / "ingest",
+            client_id=f"spanedge-hub-ingest-{self.site.name}",
+            may_publish=from_plans(self.coordinator.plans_of),
+        )
 
     def _tick(self) -> None:
         while not self._stop.wait(self.config.check_interval_s):
@@ -149,7 +160,7 @@ class Hub:
 
         return create_app(
             self.coordinator,
-            self.config.token,
+            self.config.tokens,
             ingest_stats=(lambda: self.ingest.stats()) if self.ingest is not None else None,
             engine_metrics=(lambda: self.engine.metrics()) if self.engine is not None else None,
             health=self.health,
@@ -172,7 +183,12 @@ class Hub:
             self.start()
             server = uvicorn.Server(
                 uvicorn.Config(
-                    self.api(), host=self.config.host, port=self.config.port, log_level="info", access_log=False
+                    self.api(),
+                    host=self.config.host,
+                    port=self.config.port,
+                    log_level="info",
+                    access_log=False,
+                    timeout_graceful_shutdown=3,  # an open dashboard stream must not hold a stop
                 )
             )
             server.run()

@@ -7,6 +7,15 @@ Spark replays after a crash (the batch still runs, so window state commits). Fil
 replay of a half-written batch overwrites rather than duplicates; memory
 results are keyed by batch id. MQTT cannot take a message back: a crash in
 the middle of publishing a batch republishes that batch (at least once).
+
+Dead letters of the query's Python operators (see
+:mod:`hub.python_operators`) are part of the batch: before running it, the
+sink names a staging directory for it (a Spark local property the tasks
+read) and empties it; after it, the sink gathers what the tasks staged,
+writes it to ``<state-dir>/dlq/<app>/<query>-batch-<id>.jsonl`` (atomically,
+so a replay overwrites), publishes each letter to
+``spanedge/v1/<app>/dlq/hub`` when the sink has the hub broker (MQTT sinks),
+counts them, and only then records the batch as completed.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -23,6 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from hub.metrics import DEAD_LETTERS
+from hub.python_operators import STAGING_PROPERTY
+from spanedge import topics
 from spanedge.sites import Broker
 
 if TYPE_CHECKING:
@@ -69,6 +82,16 @@ def rows_of(table: pa.Table) -> list[dict[str, Any]]:
     return rows
 
 
+def staged_letters(folder: Path) -> list[bytes]:
+    """The dead letters the tasks of a batch staged in ``folder``, file by file (one JSON object a line)."""
+    if not folder.is_dir():
+        return []
+    letters: list[bytes] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        letters.extend(line for line in path.read_bytes().splitlines() if line)
+    return letters
+
+
 class BatchSink:
     """The ``foreachBatch`` function of one query: skip completed batches, write, remember."""
 
@@ -80,14 +103,21 @@ class BatchSink:
         state_file: Path,
         memory: MemoryStore,
         broker: Broker | None = None,
+        dead_letters: Path | None = None,
     ) -> None:
         """Prepare a sink of ``kind`` (mqtt, file, console, memory) writing to ``target``.
 
-        ``state_file`` lives in the query's checkpoint directory, whose name
-        identifies the query generation in file names and memory keys.
+        ``state_file`` lives in the query's checkpoint directory
+        (``<state-dir>/checkpoints/<app>/<query>/``), whose name identifies the
+        query generation in file names and memory keys. ``dead_letters`` is the
+        app's dead-letter directory, ``<state-dir>/dlq/<app>`` by default.
         """
         self.name = name
         self.query = state_file.parent.name
+        self.app = state_file.parent.parent.name
+        self.dead_letters = dead_letters or state_file.parent.parent.parent.parent / "dlq" / self.app
+        self.staging = state_file.parent / "dead-letters"
+        self.dead_lettered = 0
         self.kind = kind
         self.target = target
         self.state_file = state_file
@@ -115,19 +145,49 @@ class BatchSink:
         self._last = batch_id
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        """Write one micro-batch unless it was completed before."""
-        if batch_id <= self._last:
-            log.info("sink %s: batch %d already written, skipping the replay", self.name, batch_id)
-            # The batch still has to run: its stateful operators commit their state only then,
-            # and Spark fails a query whose batch left a state store uncommitted.
-            df.write.format("noop").mode("overwrite").save()
-            return
+        """Write one micro-batch and its dead letters unless it was completed before."""
+        staging = self.staging / f"batch-{batch_id:012d}"
+        shutil.rmtree(staging, ignore_errors=True)  # what an interrupted run of this batch staged
+        context = df.sparkSession.sparkContext
+        context.setLocalProperty(STAGING_PROPERTY, str(staging))
+        try:
+            if batch_id <= self._last:
+                log.info("sink %s: batch %d already written, skipping the replay", self.name, batch_id)
+                # The batch still has to run: its stateful operators commit their state only then,
+                # and Spark fails a query whose batch left a state store uncommitted.
+                df.write.format("noop").mode("overwrite").save()
+            else:
+                self._write_batch(df, batch_id, staging)
+        finally:
+            context.setLocalProperty(STAGING_PROPERTY, None)  # type: ignore[arg-type]  # None removes it
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def _write_batch(self, df: DataFrame, batch_id: int, staging: Path) -> None:
         table = df.toArrow()
+        letters = staged_letters(staging)
         if table.num_rows:
             getattr(self, f"_write_{self.kind}")(table, batch_id)
+        if letters:
+            self._write_dead_letters(letters, batch_id)
         self.batches += 1
         self.rows += table.num_rows
         self._save_last(batch_id)
+
+    def _write_dead_letters(self, letters: list[bytes], batch_id: int) -> None:
+        """File the batch's dead letters, publish them to the app's hub dead-letter topic if there is a broker."""
+        self.dead_letters.mkdir(parents=True, exist_ok=True)
+        final = self.dead_letters / f"{self.query}-batch-{batch_id:012d}.jsonl"
+        tmp = self.dead_letters / f".{final.name}.tmp"
+        with tmp.open("wb") as fh:
+            fh.write(b"".join(line + b"\n" for line in letters))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        if self.broker is not None:
+            self._publish(topics.dlq(self.app, "hub"), letters, batch_id)
+        self.dead_lettered += len(letters)
+        DEAD_LETTERS.add(self.app, self.query, len(letters))
+        log.warning("sink %s: batch %d: %d dead letters in %s", self.name, batch_id, len(letters), final)
 
     def _write_memory(self, table: pa.Table, batch_id: int) -> None:
         self.memory.put(self.target, self.query, batch_id, rows_of(table))
@@ -151,30 +211,27 @@ class BatchSink:
 
     def _mqtt_client(self) -> Any:
         if self._client is None:
-            import paho.mqtt.client as mqtt
-            from paho.mqtt.enums import CallbackAPIVersion
+            from spanedge.mqtt import HUB_SINK, connect, make_client
 
             if self.broker is None:
                 msg = f"sink {self.name}: an MQTT sink needs the hub broker"
                 raise ValueError(msg)
             client_id = f"spanedge-sink-{uuid.uuid4().hex[:8]}-{self.name}"[:64]  # unique across apps and hubs
-            client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
-            client.max_inflight_messages_set(1000)
-            client.max_queued_messages_set(0)
-            self.broker.authenticate(client)
-            client.reconnect_delay_set(min_delay=1, max_delay=30)
-            client.connect(self.broker.host, self.broker.port, keepalive=30)
-            client.loop_start()
+            client = make_client(self.broker, client_id, HUB_SINK)
+            connect(client, self.broker, HUB_SINK, wait=True)
             self._client = client
         return self._client
 
     def _write_mqtt(self, table: pa.Table, batch_id: int) -> None:
+        self._publish(self.target, table.column("value").to_pylist(), batch_id)
+
+    def _publish(self, topic: str, payloads: list[Any], batch_id: int) -> None:
         client = self._mqtt_client()
-        infos = [client.publish(self.target, value, qos=1) for value in table.column("value").to_pylist()]
+        infos = [client.publish(topic, value, qos=1) for value in payloads]
         for info in infos:
             info.wait_for_publish(timeout=60)
             if not info.is_published():
-                msg = f"sink {self.name}: publishing batch {batch_id} to {self.target} timed out"
+                msg = f"sink {self.name}: publishing batch {batch_id} to {topic} timed out"
                 raise TimeoutError(msg)
 
     def close(self) -> None:

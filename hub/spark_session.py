@@ -3,17 +3,20 @@
 ``master`` takes any Spark master URL, so the same hub runs against a
 cluster (``spark://host:7077``, ``yarn``, ``k8s://...``). What changes then:
 the ingest log must be readable by every executor, so ``--state-dir`` moves
-to shared storage (NFS, or HDFS/S3 for checkpoints), or the MQTT ingest is
-replaced by an MQTT-to-Kafka bridge and Spark's Kafka source; the executors
-need this package and pyarrow installed (the data source classes are
-pickled by reference); ``spark.sql.shuffle.partitions`` should grow with the
-cluster (pass it in ``extra``).
+to storage every executor mounts at the same path (NFS; the log relies on
+hard links and file locks, so not S3), or the MQTT ingest is replaced by an
+MQTT-to-Kafka bridge and Spark's Kafka source (:mod:`hub.spark_source`);
+checkpoints may go to HDFS or S3 then. The executors need this package and
+pyarrow installed only for apps with Python operators at the hub;
+``spark.sql.shuffle.partitions`` should grow with the cluster (pass it in
+``extra``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -23,6 +26,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+LOCAL_TASK_ATTEMPTS = 4
+"""Attempts of a task in local mode (Spark's default there is 1: any task failure fails the query)."""
 
 #: Settings applied to every hub session (``extra`` overrides them).
 DEFAULTS: dict[str, str] = {
@@ -48,11 +54,10 @@ def build_session(
     extra: dict[str, str] | None = None,
     log_level: str = "ERROR",
 ) -> SparkSession:
-    """Return a SparkSession for the hub and register the ingest-log data source.
+    """Return a SparkSession for the hub.
 
-    Python workers and the driver-side source runner run this interpreter
-    (``PYSPARK_PYTHON``), so they import the same installed ``hub`` package
-    the data source classes are pickled from.
+    Python workers run this interpreter (``PYSPARK_PYTHON``), so they import
+    the same installed ``hub`` package the operators are pickled from.
 
     Args:
         master: any Spark master URL (``local[2]``, ``spark://host:7077``, ...).
@@ -64,25 +69,30 @@ def build_session(
         MissingExtra: pyspark or pyarrow are not installed.
     """
     try:
-        import pyarrow  # noqa: F401  (Python data sources need it on the workers)
+        import pyarrow  # noqa: F401  (Python operators at the hub exchange Arrow batches)
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise MissingExtra(exc.name or "pyspark", "hub") from None
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.master(with_task_retries(master)).appName(app_name)
     for key, value in {**DEFAULTS, **(extra or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
-    register(spark)
     log.info("spark %s session on %s", spark.version, master)
     return spark
 
 
-def register(spark: SparkSession) -> None:
-    """Register the ingest-log data source (format ``spanedge-log``) with ``spark``."""
-    from hub.spark_source import IngestLogSource
+def with_task_retries(master: str) -> str:
+    """``local[N]`` as ``local[N,LOCAL_TASK_ATTEMPTS]``; any other master URL unchanged.
 
-    spark.dataSource.register(IngestLogSource)
+    A task can fail for a passing reason (a Python worker of a user's
+    operator that starts too slowly on a busy machine); a cluster retries
+    it, and so does the hub in local mode, instead of failing the query.
+    """
+    found = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master.strip())
+    if found is None:
+        return master
+    return f"local[{found.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"

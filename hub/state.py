@@ -47,13 +47,21 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 @dataclass
 class HistoryEntry:
-    """One plan version of an app and why it was made."""
+    """One plan version of an app: why it was made, what moved, and its cost against the baselines.
+
+    ``moved`` lists the replicas whose site changed from the previous version, each as
+    ``{"replica", "from", "to"}`` (empty for a first deploy or an unchanged placement);
+    ``baselines`` maps a baseline's name (``central``, ``local-first``) to its totals for
+    this version's inputs. Records written before these fields existed load with both empty.
+    """
 
     version: int
     at: float
     reason: str
     totals: dict[str, Any]
     changed: bool = True
+    moved: list[dict[str, str]] = field(default_factory=list)
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,10 +116,21 @@ class StateStore:
     """Reads and writes the hub's control state under ``root``."""
 
     def __init__(self, root: Path) -> None:
-        """Use ``root`` (created if missing) as the state directory."""
+        """Use ``root`` (created if missing) as the state directory.
+
+        Raises:
+            SpanEdgeError: the directory cannot be created; the message names it and the reason.
+        """
         self.root = Path(root)
         self.apps_dir = self.root / "apps"
-        self.apps_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.apps_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            msg = (
+                f"cannot create the hub's state directory {self.root}: {exc.strerror or exc}; "
+                "pass --state-dir in a writable place"
+            )
+            raise SpanEdgeError(msg) from None
 
     def _app_path(self, name: str) -> Path:
         return self.apps_dir / f"{_SAFE.sub('_', name)}.json"

@@ -1,0 +1,188 @@
+"""The REST API's ``/apps`` routes: deploy, list, inspect and delete apps."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from hub.api_errors import error, not_found
+from hub.api_models import (
+    AppDetail,
+    AppList,
+    DeleteResponse,
+    DeployResponse,
+    PlacementView,
+    errors,
+)
+from hub.coordinator import Coordinator
+from hub.distribution import sites_of
+from hub.state import AppRecord
+from spanedge.errors import InvalidName, SpanEdgeError
+from spanedge.loader import source_hash
+from spanedge.names import check_app_name
+from spanedge.plan import Plan
+
+log = logging.getLogger(__name__)
+audit = logging.getLogger("spanedge.audit")
+
+
+class DeployRequest(BaseModel):
+    """``POST /apps``: an app's source and placement options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(min_length=1, description="Python source that defines the App")
+    filename: str = Field(default="app.py", description="file name used in error messages")
+    app_name: str | None = Field(default=None, description="which App in the source, if it defines several")
+    slo_ms: float | None = Field(default=None, gt=0, description="worst source-to-sink latency allowed")
+    weights: dict[str, float] | None = Field(default=None, description="objective weights of the placement")
+
+
+def summary(record: AppRecord) -> dict[str, Any]:
+    """The short view of a deployed app."""
+    plan = record.plan
+    return {
+        "app": record.name,
+        "version": plan.version,
+        "deployed_at": record.deployed_at,
+        "filename": record.filename,
+        "source_sha256": source_hash(record.source),
+        "slo_ms": record.slo_ms,
+        "weights": record.weights,
+        "sites": sorted(sites_of(plan)),
+        "replicas": len(plan.assignments),
+        "hub_replicas": [a.replica for a in plan.assignments if a.site == plan.hub],
+        "totals": dataclasses.asdict(plan.totals),
+        "last_change": dataclasses.asdict(record.history[-1]) if record.history else None,
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 6) if b else None
+
+
+def placement_view(record: AppRecord) -> dict[str, Any]:
+    """Per replica: site and reason; totals against the baselines; the plan history."""
+    plan: Plan = record.plan
+    return {
+        "app": plan.app,
+        "version": plan.version,
+        "hub": plan.hub,
+        "solver": dataclasses.asdict(plan.solver),
+        "replicas": [dataclasses.asdict(a) for a in plan.assignments],
+        "totals": dataclasses.asdict(plan.totals),
+        "baselines": {
+            name: {
+                **dataclasses.asdict(t),
+                "wan_ratio": _ratio(plan.totals.wan_bytes_per_s, t.wan_bytes_per_s),
+                "worst_latency_delta_ms": round(plan.totals.worst_latency_ms - t.worst_latency_ms, 6),
+            }
+            for name, t in plan.baselines.items()
+        },
+        "slo_ms": plan.slo_ms,
+        "warnings": list(plan.warnings),
+        "handovers": [dataclasses.asdict(h) for h in plan.handovers],
+        "history": [dataclasses.asdict(h) for h in record.history],
+    }
+
+
+def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRouter:
+    """The ``/apps`` routes over ``coordinator``; deploying and deleting also need the ``admin`` dependencies.
+
+    Longer than most functions on purpose: its body is the five short route functions, kept together.
+    """
+    router = APIRouter(tags=["apps"], responses=errors(401))
+    one_app = errors(404, 422, e422="the app name in the URL is invalid")
+
+    def bad_name(name: str) -> JSONResponse | None:
+        """A 422 for a name outside the app name pattern (it never reaches a file name)."""
+        try:
+            check_app_name(name, "the app name in the URL")
+        except InvalidName as exc:
+            return error(422, exc)
+        return None
+
+    def lookup(name: str) -> AppRecord | JSONResponse:
+        """The deployed app ``name``, or the 422 or 404 to answer."""
+        if (refused := bad_name(name)) is not None:
+            return refused
+        try:
+            return coordinator.record(name)
+        except KeyError:
+            return not_found(name, coordinator)
+
+    @router.post(
+        "/apps",
+        status_code=201,
+        response_model=DeployResponse,
+        dependencies=list(admin),
+        responses=errors(
+            403,
+            413,
+            422,
+            500,
+            e422="the request is malformed, or the app, its sites or its placement is invalid "
+            "(the message spanedge deploy --dry-run prints)",
+        ),
+    )
+    def deploy(body: DeployRequest) -> dict[str, Any] | JSONResponse:
+        """Deploy or redeploy an app: place it, persist it, publish its plan, start its hub part."""
+        try:
+            record, distribution = coordinator.deploy(
+                body.source, body.filename, app_name=body.app_name, slo_ms=body.slo_ms, weights=body.weights
+            )
+        except (SpanEdgeError, ValueError) as exc:
+            if isinstance(exc, ValueError):
+                return error(422, exc)
+            log.exception("deploy failed")
+            return error(500, exc)
+        audit.info("deployed app %s v%d, source sha256 %s", record.name, record.plan.version, source_hash(body.source))
+        return {
+            "app": record.name,
+            "version": record.plan.version,
+            "plan": record.plan.to_dict(),
+            "distribution": distribution,
+            "history": [dataclasses.asdict(h) for h in record.history],
+        }
+
+    @router.get("/apps", response_model=AppList)
+    def list_apps() -> dict[str, Any]:
+        """Deployed apps."""
+        return {"apps": [summary(r) for r in coordinator.records()]}
+
+    @router.get("/apps/{name}", response_model=AppDetail, responses=one_app)
+    def get_app(name: str) -> dict[str, Any] | JSONResponse:
+        """One app: its summary and full plan."""
+        record = lookup(name)
+        return record if isinstance(record, JSONResponse) else {**summary(record), "plan": record.plan.to_dict()}
+
+    @router.get("/apps/{name}/placement", response_model=PlacementView, responses=one_app)
+    def get_placement(name: str) -> dict[str, Any] | JSONResponse:
+        """Where every replica runs and why, the totals against the baselines, and the plan history."""
+        record = lookup(name)
+        return record if isinstance(record, JSONResponse) else placement_view(record)
+
+    @router.delete(
+        "/apps/{name}",
+        response_model=DeleteResponse,
+        dependencies=list(admin),
+        responses={**one_app, **errors(403, 500)},
+    )
+    def delete_app(name: str) -> dict[str, Any] | JSONResponse:
+        """Stop an app everywhere and forget it."""
+        if (refused := bad_name(name)) is not None:
+            return refused
+        try:
+            distribution = coordinator.delete(name)
+        except KeyError:
+            return not_found(name, coordinator)
+        audit.info("deleted app %s", name)
+        return {"deleted": name, "distribution": distribution}
+
+    return router

@@ -1,0 +1,323 @@
+"""The shapes of the REST API's answers, for validation and for the OpenAPI document at ``/docs``.
+
+Every route declares one of these as its ``response_model``; every error is
+an :class:`ErrorResponse`. Fields an agent reports in its heartbeat are
+typed as the agent sends them, and a value of another type is shown as
+``null`` rather than failing the whole answer.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _number(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+
+
+def _count(value: Any) -> int | None:
+    number = _number(value)
+    return None if number is None or not number.is_integer() else int(number)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _names(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list | tuple) else []
+
+
+Reported = Annotated[float | None, BeforeValidator(_number)]
+"""A number from a heartbeat: ``null`` when the agent sent none or something else."""
+ReportedCount = Annotated[int | None, BeforeValidator(_count)]
+"""A count from a heartbeat: ``null`` when the agent sent none or something else."""
+ReportedMapping = Annotated[dict[str, Any], BeforeValidator(_mapping)]
+"""An object from a heartbeat: ``{}`` when the agent sent none or something else."""
+
+
+class ErrorResponse(BaseModel):
+    """Every error the API answers: the kind of error and a message for people."""
+
+    error: str = Field(description="the kind of error: InvalidDataflow, InvalidSites, NotFound, Unauthorized, ...")
+    detail: str = Field(description="what went wrong and how to fix it")
+
+
+# -- hub -------------------------------------------------------------------------------------------
+
+
+class HealthResponse(BaseModel):
+    """``GET /healthz``: the hub runs; the other fields appear when the hub reports them."""
+
+    status: str = Field(description="always 'ok' when the hub answers")
+    apps: int = Field(description="deployed apps")
+    broker: str | None = Field(default=None, description="the hub's MQTT broker")
+    broker_connected: bool | None = Field(default=None, description="the control plane is connected to it")
+    spark: bool | None = Field(default=None, description="the Spark engine runs")
+    ingest_connected: bool | None = Field(default=None, description="the MQTT ingest is connected")
+
+
+# -- plans -----------------------------------------------------------------------------------------
+
+
+class TotalsModel(BaseModel):
+    """The cost of a placement (:class:`spanedge.plan.Totals`)."""
+
+    wan_bytes_per_s: float
+    worst_latency_ms: float
+    mean_latency_ms: float
+    objective: float
+    hub_cpu: float = 0.0
+    violations: list[str] = Field(default_factory=list, description="rules of the problem it breaks")
+
+
+class BaselineModel(TotalsModel):
+    """A baseline's totals and how the plan compares with it."""
+
+    wan_ratio: float | None = Field(description="the plan's WAN bytes/s over the baseline's (null if it has none)")
+    worst_latency_delta_ms: float = Field(description="the plan's worst latency minus the baseline's")
+
+
+class AssignmentModel(BaseModel):
+    """Where a replica runs and why (:class:`spanedge.plan.Assignment`)."""
+
+    replica: str
+    operator: str
+    group: str | None = Field(description="the source site of a per-site replica; null for a singleton")
+    site: str
+    reason: str = ""
+    since: int = Field(default=0, description="the plan version at which this site took the replica over")
+
+
+class HandoverModel(BaseModel):
+    """A replica moved between spokes, split at an event time (:class:`spanedge.plan.Handover`)."""
+
+    replica: str
+    source: str = Field(description="the old owner: the windows starting before switch_at")
+    target: str = Field(description="the new owner: the windows starting at or after switch_at")
+    switch_at: float = Field(description="event time (epoch seconds)")
+    epoch: int = Field(description="the old owner's epoch, which its records keep")
+
+
+class FlowModel(BaseModel):
+    """A replica-level edge with its estimated rates (:class:`spanedge.plan.Flow`)."""
+
+    src: str
+    dst: str
+    rate: float = Field(description="records/s")
+    bytes_per_s: float
+
+
+class SolverModel(BaseModel):
+    """How the placement was found (:class:`spanedge.plan.SolverInfo`)."""
+
+    method: str
+    status: str
+    seconds: float
+    gap: float | None = None
+
+
+class PlanModel(BaseModel):
+    """A whole plan, as agents receive it (:class:`spanedge.plan.Plan`)."""
+
+    app: str
+    version: int
+    hub: str
+    assignments: list[AssignmentModel]
+    flows: list[FlowModel]
+    totals: TotalsModel
+    solver: SolverModel
+    baselines: dict[str, TotalsModel] = Field(default_factory=dict)
+    slo_ms: float | None = None
+    warnings: list[str] = Field(default_factory=list)
+    app_file: str = ""
+    app_source: str = ""
+    handovers: list[HandoverModel] = Field(default_factory=list)
+
+
+class MoveModel(BaseModel):
+    """A replica whose site changed with a plan version."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    replica: str
+    from_site: str = Field(alias="from", description="its site in the previous version")
+    to_site: str = Field(alias="to", description="its site in this version")
+
+
+class HistoryModel(BaseModel):
+    """One plan version of an app: why it was made, what moved, its cost against the baselines."""
+
+    version: int
+    at: float = Field(description="epoch seconds")
+    reason: str
+    totals: TotalsModel
+    changed: bool = Field(description="false for a re-plan that kept the placement (same version)")
+    moved: list[MoveModel] = Field(default_factory=list, description="replicas whose site changed")
+    baselines: dict[str, TotalsModel] = Field(default_factory=dict, description="the baselines' totals then")
+
+
+# -- apps ------------------------------------------------------------------------------------------
+
+
+class AppSummary(BaseModel):
+    """The short view of a deployed app."""
+
+    app: str
+    version: int
+    deployed_at: float = Field(description="epoch seconds of the last deploy")
+    filename: str
+    source_sha256: str
+    slo_ms: float | None
+    weights: dict[str, float] | None
+    sites: list[str] = Field(description="sites that run a replica")
+    replicas: int
+    hub_replicas: list[str]
+    totals: TotalsModel
+    last_change: HistoryModel | None
+
+
+class AppList(BaseModel):
+    """``GET /apps``."""
+
+    apps: list[AppSummary]
+
+
+class AppDetail(AppSummary):
+    """``GET /apps/{name}``: the summary and the full plan."""
+
+    plan: PlanModel
+
+
+class PlacementView(BaseModel):
+    """``GET /apps/{name}/placement``: every replica's site and reason, the baselines, the plan history."""
+
+    app: str
+    version: int
+    hub: str
+    solver: SolverModel
+    replicas: list[AssignmentModel]
+    totals: TotalsModel
+    baselines: dict[str, BaselineModel]
+    slo_ms: float | None
+    warnings: list[str]
+    handovers: list[HandoverModel] = Field(default_factory=list, description="moves between spokes still listed")
+    history: list[HistoryModel] = Field(description="oldest first")
+
+
+class DeployResponse(BaseModel):
+    """``POST /apps``: the new plan, where it was published, and the app's plan history."""
+
+    app: str
+    version: int
+    plan: PlanModel
+    distribution: dict[str, str] = Field(description="per site: published, or why not")
+    history: list[HistoryModel]
+
+
+class DeleteResponse(BaseModel):
+    """``DELETE /apps/{name}``."""
+
+    deleted: str
+    distribution: dict[str, str] = Field(description="per site: published, or why not")
+
+
+# -- sites -----------------------------------------------------------------------------------------
+
+
+class SiteLinkModel(BaseModel):
+    """The current estimate of the link from a site to one peer."""
+
+    latency_ms: float
+    p95_ms: float
+    source: str = Field(description="measured, declared, path or default")
+    age_s: float | None = Field(description="age of the measurement; null when not measured")
+
+
+class SiteStatus(BaseModel):
+    """A site's declared facts and its live state from its last heartbeat."""
+
+    site: str
+    tier: str
+    broker: str
+    streams: dict[str, float] = Field(description="declared records/s per stream it sources")
+    alive: bool
+    last_heartbeat_age_s: float | None
+    apps: Annotated[list[str], BeforeValidator(_names)]
+    operators: ReportedMapping = Field(description="per replica: records in and out, and their rates")
+    watermark_lag_s: Reported
+    outbox: ReportedMapping = Field(description="records and bytes waiting for the hub, sent, dropped")
+    dlq: ReportedCount = Field(description="records dead-lettered since the agent started")
+    late: ReportedCount
+    overload_dropped: ReportedCount
+    cpu_percent: Reported = Field(description="percent of one core")
+    rss_bytes: ReportedCount
+    clock_offset_ms: Reported
+    rejected_heartbeats: int
+    latency: dict[str, SiteLinkModel]
+
+
+class SitesResponse(BaseModel):
+    """``GET /sites``."""
+
+    down_after_s: float = Field(description="a site is down after this many seconds without a heartbeat")
+    sites: list[SiteStatus]
+
+
+class LinkModel(BaseModel):
+    """The one-way latency estimate of an ordered site pair: measured if fresh, else declared."""
+
+    src: str
+    dst: str
+    latency_ms: float
+    p95_ms: float
+    declared_ms: float
+    bandwidth_mbps: float
+    cost: float
+    source: str = Field(description="measured, declared, path or default")
+    age_s: float | None
+    samples: int
+    measured_at: str | None = Field(default=None, description="ISO time of the measurement")
+
+
+class LatencyResponse(BaseModel):
+    """``GET /latency``."""
+
+    generated_at: float = Field(description="epoch seconds")
+    alpha: float = Field(description="smoothing factor of the measurements")
+    stale_after_s: float = Field(description="a measurement older than this gives way to the declared value")
+    links: list[LinkModel]
+
+
+# -- error responses per route ---------------------------------------------------------------------
+
+_MEANING = {
+    401: "no bearer token, or an unknown one",
+    403: "the token's scope does not allow this",
+    404: "no such app is deployed",
+    413: "the request body is over 4 MiB",
+    422: "the request, the app, its sites or its placement is invalid",
+    500: "the hub failed; the message says why",
+}
+
+
+def errors(*codes: int, **meanings: str) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route that may answer ``codes``, each an :class:`ErrorResponse`.
+
+    ``meanings`` replaces a code's description, keyed ``e<code>`` (e.g. ``e422="..."``).
+    """
+    return {code: {"model": ErrorResponse, "description": meanings.get(f"e{code}", _MEANING[code])} for code in codes}
+
+
+def errors_of_text_route(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """Like :func:`errors`, for a route whose own answer is not JSON (``/metrics``, the event stream).
+
+    FastAPI would list such a route's errors under its own media type; they are JSON.
+    The schema is a reference to :class:`ErrorResponse`, which the API's other routes register.
+    """
+    schema = {"$ref": "#/components/schemas/ErrorResponse"}
+    return {
+        code: {"description": _MEANING[code], "content": {"application/json": {"schema": schema}}} for code in codes
+    }

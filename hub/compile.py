@@ -1,0 +1,156 @@
+"""Compiling the hub's part of a plan into Spark DataFrames, one per sink replica at the hub.
+
+A sink's DataFrame reads the app's ingest log once
+(:func:`hub.spark_source.read_log`) and applies the hub-placed operators upstream of the
+sink, in dataflow order. Records that crossed from an edge site are
+selected from the log by ``stream`` (the producing operator) and ``site``
+(the source-group site of a replicated producer). Record-level operators
+run as Arrow batches (:mod:`hub.python_operators`), windows as streaming
+aggregations (:mod:`hub.spark_windows`), transforms as the user's function
+over parsed records (:mod:`hub.spark_transforms`). Every stream between
+operators has the columns of :mod:`hub.rows`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hub.fingerprint import fingerprint
+from hub.python_operators import FailurePolicy, LogFailures, pickle_user_code, record_level
+from hub.replicas import Replicas
+from hub.rows import COLUMNS, SCHEMA_DDL
+from hub.spark_source import read_log
+from hub.spark_transforms import transform_frame
+from hub.spark_windows import window_frame
+from spanedge.dag import known_fields
+from spanedge.errors import InvalidPlan
+from spanedge.operators import Kind, Operator
+from spanedge.plan import Assignment, split_replica
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+class Compiler:
+    """Builds the DataFrames of one plan of an app, replica by replica."""
+
+    def __init__(self, spark: SparkSession, replicas: Replicas, on_failure: FailurePolicy = LogFailures) -> None:
+        """Compile ``replicas``; record-level operators hand the records they fail on to ``on_failure``."""
+        self.spark = spark
+        self.replicas = replicas
+        self.on_failure = on_failure
+
+    def fingerprint(self, sink: str) -> str:
+        """A hash of everything the query of sink replica ``sink`` computes."""
+        return fingerprint(self.replicas, sink)
+
+    def frame(self, sink: str, log_dir: Path, reader: str) -> DataFrame:
+        """The records reaching sink replica ``sink``, read from the log in ``log_dir`` as ``reader``."""
+        source = read_log(self.spark, log_dir, self.replicas.app.name, reader).select(*COLUMNS)
+        memo: dict[str, DataFrame] = {}
+        return self._frame(sink, source, memo)
+
+    def _frame(self, replica: str, source: DataFrame, memo: dict[str, DataFrame]) -> DataFrame:
+        """The records ``replica`` emits."""
+        if replica in memo:
+            return memo[replica]
+        a = self.replicas.where[replica]
+        op = self.replicas.op(a)
+        if a.site != self.replicas.hub or op.kind is Kind.SOURCE:
+            df = self._crossing(op, [a], source)
+        else:
+            df = self._apply(op, a, self._inputs([a], source, memo))
+        memo[replica] = df
+        return df
+
+    def _crossing(self, op: Operator, reps: list[Assignment], source: DataFrame) -> DataFrame:
+        """Records of ``reps`` (replicas of ``op`` at edge sites) selected from the log."""
+        return source.where(self._crossing_condition(op, reps))
+
+    def _crossing_condition(self, op: Operator, reps: list[Assignment]) -> Column:
+        from pyspark.sql import functions as F
+
+        cond = F.col("stream") == op.stream_name
+        groups = [r.group if r.group is not None else split_replica(r.replica)[1] for r in reps]
+        if None not in groups:
+            cond = cond & F.col("site").isin(*groups)
+        return cond
+
+    def _is_crossing(self, reps: list[Assignment]) -> bool:
+        return all(r.site != self.replicas.hub or self.replicas.op(r).kind is Kind.SOURCE for r in reps)
+
+    def _inputs(self, reps: list[Assignment], source: DataFrame, memo: dict[str, DataFrame]) -> DataFrame:
+        """The union of the inputs of ``reps``, with the replicas of each upstream operator merged."""
+        by_operator: dict[str, list[Assignment]] = {}
+        for r in reps:
+            for up in self.replicas.upstream(r.replica):
+                ups = by_operator.setdefault(up.operator, [])
+                if up not in ups:
+                    ups.append(up)
+        if not by_operator:
+            msg = f"plan of app '{self.replicas.app.name}': hub replica '{reps[0].replica}' has no inputs"
+            raise InvalidPlan(msg)
+        crossing = [ups for ups in by_operator.values() if self._is_crossing(ups)]
+        frames = [self._merged(ups, source, memo) for ups in by_operator.values() if ups not in crossing]
+        if crossing:  # one filter for every stream read from the log: one source, not a self-union
+            conds = [self._crossing_condition(self.replicas.op(ups[0]), ups) for ups in crossing]
+            cond = conds[0]
+            for more in conds[1:]:
+                cond = cond | more
+            frames.insert(0, source.where(cond))
+        merged = frames[0]
+        for other in frames[1:]:
+            merged = merged.unionByName(other)
+        return merged
+
+    def _merged(self, reps: list[Assignment], source: DataFrame, memo: dict[str, DataFrame]) -> DataFrame:
+        """The records of several replicas of one operator, computed once where that is equivalent.
+
+        Per-site replicas of a record-level operator or a window at the hub
+        become one computation over all their sites (windows also keyed by
+        site), so a query reads the log once instead of once per site (each
+        branch of a self-union would get its own source).
+        """
+        if len(reps) == 1:
+            return self._frame(reps[0].replica, source, memo)
+        memo_key = "+".join(sorted(r.replica for r in reps))
+        if memo_key in memo:
+            return memo[memo_key]
+        op = self.replicas.op(reps[0])
+        at_hub = [r.site == self.replicas.hub and op.kind is not Kind.SOURCE for r in reps]
+        per_site = all(r.group is not None for r in reps)
+        if not any(at_hub):
+            df = self._crossing(op, reps, source)
+        elif all(at_hub) and per_site and op.record_level:
+            df = self._apply(op, reps[0], self._inputs(reps, source, memo))
+        elif all(at_hub) and per_site and op.kind is Kind.WINDOW:
+            inputs = self._inputs(reps, source, memo)
+            df = window_frame(op, inputs, self._fields(op), reps[0].group or self.replicas.hub, per_site=True)
+        else:
+            frames = [self._frame(r.replica, source, memo) for r in reps]
+            df = frames[0]
+            for other in frames[1:]:
+                df = df.unionByName(other)
+        memo[memo_key] = df
+        return df
+
+    def _apply(self, op: Operator, a: Assignment, df: DataFrame) -> DataFrame:
+        """The records hub replica ``a`` of ``op`` emits from its inputs ``df``."""
+        from pyspark.sql import functions as F
+
+        if op.record_level:
+            pickle_user_code(op.func)
+            return df.mapInArrow(record_level(op, self.on_failure), SCHEMA_DDL)
+        if op.kind is Kind.UNION:
+            return df.withColumn("stream", F.lit(op.name))
+        if op.kind is Kind.WINDOW:
+            return window_frame(op, df, self._fields(op), a.group or self.replicas.hub)
+        if op.kind is Kind.TRANSFORM:
+            upstream = known_fields(self.replicas.graph, op.inputs[0])
+            return transform_frame(op, df, upstream, self.replicas.hub)
+        return df
+
+    def _fields(self, op: Operator) -> dict[str, str]:
+        """The declared field types of ``op``'s first input (empty if undeclared)."""
+        return known_fields(self.replicas.graph, op.inputs[0]) or {} if op.inputs else {}

@@ -1,0 +1,499 @@
+// The SpanEdge hub dashboard: reads snapshots from /dashboard/events and draws them.
+// The token lives in sessionStorage and travels only in the Authorization header.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "spanedge.token";
+  const APP_KEY = "spanedge.app";
+  const SVG = "http://www.w3.org/2000/svg";
+  const STALE_AFTER_MS = 5000;
+  const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1", "#edc948", "#9c755f",
+    "#ff9da7", "#86bcb6", "#8cd17d", "#d4a6c8"];
+  const NODE_W = 184;
+  const NODE_H = 62;
+  const GAP_X = 70;
+  const GAP_Y = 22;
+  const PAD = 16;
+
+  const $ = (id) => document.getElementById(id);
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY),
+    app: sessionStorage.getItem(APP_KEY),
+    controller: null,
+    retry: null,
+    failures: 0,
+    count: 0,
+    lastAt: 0,
+    snapshot: null,
+    colours: new Map(),
+    dagKey: "",
+    rateNodes: new Map(),
+  };
+
+  // -- DOM helpers ------------------------------------------------------------------------------
+
+  function build(make, tag, attrs, children) {
+    const node = make(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "text") node.textContent = value;
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children || []) if (child) node.append(child);
+    return node;
+  }
+  const h = (tag, attrs, ...children) => build((t) => document.createElement(t), tag, attrs, children);
+  const s = (tag, attrs, ...children) => build((t) => document.createElementNS(SVG, t), tag, attrs, children);
+
+  // -- formatting -------------------------------------------------------------------------------
+
+  const dash = "–";
+  const isNum = (v) => typeof v === "number" && Number.isFinite(v);
+  function num(v, digits) {
+    if (!isNum(v)) return dash;
+    const d = digits !== undefined ? digits : Math.abs(v) >= 100 ? 0 : Math.abs(v) >= 10 ? 1 : 2;
+    return v.toLocaleString("en-US", { minimumFractionDigits: 0, maximumFractionDigits: d });
+  }
+  const rate = (v) => (isNum(v) ? `${num(v)}/s` : dash);
+  function seconds(v) {
+    if (!isNum(v)) return dash;
+    if (v < 60) return `${num(v, v < 10 ? 1 : 0)} s`;
+    if (v < 3600) return `${Math.floor(v / 60)} min ${Math.round(v % 60)} s`;
+    return `${num(v / 3600, 1)} h`;
+  }
+  function bytes(v) {
+    if (!isNum(v)) return dash;
+    const units = ["B", "KiB", "MiB", "GiB"];
+    let i = 0;
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+    return `${num(v, i ? 1 : 0)} ${units[i]}`;
+  }
+  const clock = (epoch) => (isNum(epoch) ? new Date(epoch * 1000).toLocaleTimeString() : dash);
+
+  // -- sign in and out --------------------------------------------------------------------------
+
+  function showLogin(message) {
+    $("main").hidden = true;
+    $("signout").hidden = true;
+    $("login").hidden = false;
+    const error = $("login-error");
+    error.textContent = message || "";
+    error.hidden = !message;
+    setConn("signed-out", "signed out");
+    $("token").focus();
+  }
+
+  function signIn(token) {
+    state.token = token;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $("login").hidden = true;
+    $("main").hidden = false;
+    $("signout").hidden = false;
+    connect();
+  }
+
+  function signOut(message) {
+    stop();
+    state.token = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(message);
+  }
+
+  function setConn(kind, text) {
+    const pill = $("conn");
+    pill.dataset.state = kind;
+    pill.textContent = text;
+  }
+
+  // -- the event stream -------------------------------------------------------------------------
+
+  function stop() {
+    if (state.controller) state.controller.abort();
+    state.controller = null;
+    clearTimeout(state.retry);
+  }
+
+  function connect() {
+    stop();
+    const controller = new AbortController();
+    state.controller = controller;
+    setConn("connecting", "connecting");
+    fetch("/dashboard/events", {
+      headers: { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" },
+      cache: "no-store",
+      signal: controller.signal,
+    })
+      .then((response) => {
+        if (response.status === 401 || response.status === 403) {
+          signOut(`The hub refused that token (HTTP ${response.status}).`);
+          return "refused";
+        }
+        if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
+        return read(response.body.getReader());
+      })
+      .then(
+        (outcome) => {
+          if (outcome === "refused" || controller.signal.aborted) return;
+          state.failures = 0;
+          state.retry = setTimeout(connect, 0); // the hub ends each stream after a while
+        },
+        (error) => {
+          if (controller.signal.aborted) return;
+          state.failures += 1;
+          const delay = Math.min(10000, 1000 * 2 ** Math.min(state.failures - 1, 4));
+          setConn("down", `reconnecting (${error.message || error})`);
+          state.retry = setTimeout(connect, delay);
+        },
+      );
+  }
+
+  async function read(reader) {
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return "ended";
+      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        dispatch(buffer.slice(0, end));
+        buffer = buffer.slice(end + 2);
+      }
+    }
+  }
+
+  function dispatch(block) {
+    let event = "message";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (line.startsWith("event:")) event = line.slice(6).trim();
+      else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+    }
+    if (!data.length) return;
+    const payload = JSON.parse(data.join("\n"));
+    if (event === "snapshot") render(payload);
+    else if (event === "problem") showProblems([`The hub could not read its state: ${payload.detail}`]);
+  }
+
+  // -- rendering --------------------------------------------------------------------------------
+
+  function colour(site) {
+    if (!state.colours.has(site)) state.colours.set(site, PALETTE[state.colours.size % PALETTE.length]);
+    return state.colours.get(site);
+  }
+
+  function render(snap) {
+    state.snapshot = snap;
+    state.count += 1;
+    state.lastAt = Date.now();
+    for (const site of snap.sites || []) colour(site.site);
+    const updated = $("updated");
+    updated.dataset.count = String(state.count);
+    updated.dataset.generatedAt = String(snap.generated_at);
+    setConn("live", "live");
+    tick();
+    draw();
+  }
+
+  function draw() {
+    const snap = state.snapshot;
+    if (!snap) return;
+    const apps = snap.apps || [];
+    const app = apps.find((a) => a.app === state.app) || apps[0] || null;
+    drawTabs(apps, app);
+    drawLegend(snap.sites || []);
+    drawDag(app);
+    drawSites(snap.sites || []);
+    drawLinks(snap.sites || [], snap.links || []);
+    drawHistory(app);
+    drawHub(snap.hub || {});
+    showProblems((snap.hub && snap.hub.errors) || []);
+  }
+
+  function showProblems(problems) {
+    const banner = $("problems");
+    banner.textContent = problems.join(" · ");
+    banner.hidden = problems.length === 0;
+  }
+
+  function drawTabs(apps, current) {
+    const nav = $("apps");
+    nav.replaceChildren(
+      ...apps.map((a) => {
+        const tab = h("button", {
+          type: "button", class: "tab", "data-testid": "app-tab", "data-app": a.app,
+          "aria-pressed": String(a === current), text: `${a.app} v${a.version}`,
+        });
+        tab.addEventListener("click", () => {
+          state.app = a.app;
+          sessionStorage.setItem(APP_KEY, a.app);
+          draw();
+        });
+        return tab;
+      }),
+    );
+  }
+
+  function drawLegend(sites) {
+    const wan = s("svg", { width: 26, height: 8, "aria-hidden": "true" },
+      s("line", { x1: 0, y1: 4, x2: 26, y2: 4, class: "edge wan" }));
+    $("legend").replaceChildren(
+      ...sites.map((site) => h("span", { class: "key" },
+        swatch(site.site), document.createTextNode(site.site))),
+      h("span", { class: "key wan" }, wan, document.createTextNode("crosses sites")),
+    );
+  }
+
+  function swatch(site) {
+    const box = s("svg", { width: 12, height: 12, class: "swatch", "aria-hidden": "true" },
+      s("rect", { width: 12, height: 12, rx: 3, fill: colour(site) }));
+    return box;
+  }
+
+  // The DAG: layers by longest path from the sources, ordered within a layer by the mean
+  // position of the neighbours (a few sweeps each way), flowing left to right.
+  function layout(app) {
+    const names = app.operators.map((o) => o.name);
+    const preds = new Map(names.map((n) => [n, []]));
+    const succs = new Map(names.map((n) => [n, []]));
+    for (const [a, b] of app.edges) {
+      if (preds.has(b) && succs.has(a)) { preds.get(b).push(a); succs.get(a).push(b); }
+    }
+    const layer = new Map();
+    const indegree = new Map(names.map((n) => [n, preds.get(n).length]));
+    const queue = names.filter((n) => indegree.get(n) === 0);
+    for (const n of queue) layer.set(n, 0);
+    while (queue.length) {
+      const n = queue.shift();
+      for (const m of succs.get(n)) {
+        layer.set(m, Math.max(layer.get(m) || 0, layer.get(n) + 1));
+        indegree.set(m, indegree.get(m) - 1);
+        if (indegree.get(m) === 0) queue.push(m);
+      }
+    }
+    for (const n of names) if (!layer.has(n)) layer.set(n, 0); // only on a cycle, which plans never have
+    const layers = [];
+    for (const n of names) (layers[layer.get(n)] ||= []).push(n);
+    const position = new Map();
+    const index = () => layers.forEach((row) => row.forEach((n, i) => position.set(n, i)));
+    index();
+    const mean = (list) => (list.length ? list.reduce((t, n) => t + position.get(n), 0) / list.length : null);
+    const sweep = (rows, neighbours) => {
+      for (const row of rows) {
+        const keyed = row.map((n, i) => [mean(neighbours.get(n)), i, n]);
+        keyed.sort((x, y) => (x[0] ?? x[1]) - (y[0] ?? y[1]) || x[1] - y[1]);
+        row.splice(0, row.length, ...keyed.map((k) => k[2]));
+        row.forEach((n, i) => position.set(n, i));
+      }
+    };
+    for (let i = 0; i < 4; i += 1) {
+      sweep(layers.slice(1), preds);
+      sweep(layers.slice(0, -1).reverse(), succs);
+    }
+    const tallest = Math.max(1, ...layers.map((row) => row.length));
+    const height = PAD * 2 + tallest * NODE_H + (tallest - 1) * GAP_Y;
+    const width = PAD * 2 + layers.length * NODE_W + (layers.length - 1) * GAP_X;
+    const at = new Map();
+    layers.forEach((row, col) => {
+      const used = row.length * NODE_H + (row.length - 1) * GAP_Y;
+      const top = (height - used) / 2;
+      row.forEach((n, i) => at.set(n, { x: PAD + col * (NODE_W + GAP_X), y: top + i * (NODE_H + GAP_Y) }));
+    });
+    return { at, width, height };
+  }
+
+  const sitesOf = (op) => [...new Set(op.replicas.map((r) => r.site))];
+  const rateText = (op) => `in ${rate(op.in_rate)} · out ${rate(op.out_rate)}`;
+
+  function drawDag(app) {
+    const box = $("dag");
+    $("app-title").textContent = app ? `${app.app} · plan v${app.version}` : "";
+    if (!app || !app.operators.length) {
+      state.dagKey = "";
+      box.replaceChildren(h("p", { class: "empty", text: "No app is deployed. Deploy one with: spanedge deploy app.py --sites sites.yaml" }));
+      return;
+    }
+    const key = JSON.stringify([app.app, app.version, app.operators.map((o) => [o.name, o.kind, sitesOf(o)]), app.edges,
+      [...state.colours]]);
+    if (key !== state.dagKey) {
+      state.dagKey = key;
+      box.replaceChildren(dagSvg(app));
+    }
+    for (const op of app.operators) {
+      const text = state.rateNodes.get(op.name);
+      if (text) text.textContent = rateText(op);
+    }
+  }
+
+  function dagSvg(app) {
+    const { at, width, height } = layout(app);
+    const defs = s("defs", {},
+      s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
+        s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#7b8494" })));
+    const svg = s("svg", {
+      viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+      "aria-label": `operator graph of ${app.app}`,
+    }, defs);
+    svg.style.minWidth = `${Math.round(width * 0.8)}px`; // shrink to fit, but scroll rather than turn unreadable
+    const siteSets = new Map(app.operators.map((o) => [o.name, sitesOf(o)]));
+    for (const [a, b] of app.edges) {
+      const p = at.get(a);
+      const q = at.get(b);
+      if (!p || !q) continue;
+      const x1 = p.x + NODE_W; const y1 = p.y + NODE_H / 2;
+      const x2 = q.x - 2; const y2 = q.y + NODE_H / 2;
+      const bend = Math.max(24, (x2 - x1) / 2);
+      const same = JSON.stringify(siteSets.get(a)) === JSON.stringify(siteSets.get(b));
+      svg.append(s("path", {
+        d: `M${x1},${y1} C${x1 + bend},${y1} ${x2 - bend},${y2} ${x2},${y2}`,
+        class: same ? "edge" : "edge wan", "marker-end": "url(#arrow)",
+        "data-testid": "edge", "data-src": a, "data-dst": b,
+      }));
+    }
+    state.rateNodes = new Map();
+    app.operators.forEach((op, i) => {
+      const { x, y } = at.get(op.name);
+      const sites = sitesOf(op);
+      const where = sites.length === 1 ? sites[0] : `${sites.length} sites`;
+      const rates = s("text", { x: 12, y: 52, class: "op-rate", "data-testid": "operator-rate", text: rateText(op) });
+      state.rateNodes.set(op.name, rates);
+      const band = s("g", {});
+      sites.forEach((site, k) => band.append(s("rect", {
+        x: (k * NODE_W) / sites.length, y: 0, width: NODE_W / sites.length, height: 6, fill: colour(site),
+      })));
+      svg.append(s("g", {
+        transform: `translate(${x},${y})`, class: "op", "data-testid": "operator",
+        "data-operator": op.name, "data-site": sites.join(" "), "data-kind": op.kind,
+      },
+      s("title", { text: `${op.name} (${op.kind})\n${op.replicas.map((r) => `${r.replica} at ${r.site}`).join("\n")}` }),
+      s("rect", { width: NODE_W, height: NODE_H, rx: 8, fill: "#fff" }),
+      // one site: tinted in its colour; several: a band with a segment per site
+      s("rect", { width: NODE_W, height: NODE_H, rx: 8, fill: sites.length === 1 ? colour(sites[0]) : "#fff",
+        "fill-opacity": sites.length === 1 ? 0.14 : 1, stroke: sites.length === 1 ? colour(sites[0]) : "#8a93a3",
+        class: "op-box" }),
+      s("clipPath", { id: `clip-${i}` }, s("rect", { width: NODE_W, height: NODE_H, rx: 8 })),
+      s("g", { "clip-path": `url(#clip-${i})` }, band),
+      s("text", { x: 12, y: 25, class: "op-name", text: clip(op.name, 22) }),
+      s("text", { x: 12, y: 38, class: "op-meta", text: clip(op.kind === "operator" ? where : `${op.kind} · ${where}`, 30) }),
+      rates));
+    });
+    return svg;
+  }
+
+  const clip = (text, n) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
+
+  function drawSites(sites) {
+    $("sites").replaceChildren(...sites.map((site) => {
+      const status = site.alive === null ? "none" : site.alive ? "up" : "down";
+      const label = { up: "up", down: "down", none: "no agent" }[status];
+      return h("tr", { "data-testid": "site-row", "data-site": site.site, "data-state": status },
+        h("td", { class: "site" }, swatch(site.site), document.createTextNode(site.site)),
+        h("td", { text: site.tier }),
+        h("td", {}, h("span", { class: `badge ${status}`, "data-testid": "site-state", text: label })),
+        h("td", { class: "num", "data-testid": "site-heartbeat", text: isNum(site.last_heartbeat_age_s) ? `${seconds(site.last_heartbeat_age_s)} ago` : "never" }),
+        h("td", { class: "num", text: isNum(site.cpu) ? `${num(site.cpu, 1)} %` : dash }),
+        h("td", { class: "num", text: bytes(site.rss_bytes) }),
+        h("td", { class: "num", "data-testid": "site-outbox", text: num(site.outbox_records, 0) }),
+        h("td", { class: "num", text: seconds(site.watermark_lag_s) }),
+        h("td", { class: cls("num", site.dead_lettered), text: num(site.dead_lettered, 0) }),
+        h("td", { class: cls("num", site.late), text: num(site.late, 0) }));
+    }));
+  }
+
+  const cls = (base, count) => (isNum(count) && count > 0 ? `${base} warn` : base);
+
+  function drawLinks(sites, links) {
+    const names = sites.map((site) => site.site);
+    const byPair = new Map(links.map((l) => [`${l.src}\u0000${l.dst}`, l]));
+    if (names.length < 2) {
+      $("links").replaceChildren(h("p", { class: "empty", text: "Fewer than two sites." }));
+      return;
+    }
+    const head = h("tr", {}, h("th", {}), ...names.map((n) => h("th", { class: "num" }, swatch(n), document.createTextNode(n))));
+    const rows = names.map((src) => h("tr", {}, h("th", {}, swatch(src), document.createTextNode(src)), ...names.map((dst) => {
+      if (src === dst) return h("td", { class: "num self", text: dash });
+      const link = byPair.get(`${src}\u0000${dst}`);
+      if (!link) return h("td", { class: "num", text: dash });
+      const measured = isNum(link.measured_ms);
+      return h("td", {
+        class: "num link", "data-testid": "link-cell", "data-src": src, "data-dst": dst,
+        "data-source": measured ? "measured" : "declared",
+        title: `declared ${num(link.declared_ms)} ms` + (measured ? `, measured ${num(link.measured_ms)} ms` : ""),
+      },
+      h(measured ? "b" : "i", { text: measured ? num(link.measured_ms) : num(link.declared_ms) }),
+      h("small", { text: measured ? `decl. ${num(link.declared_ms)} · ${seconds(link.age_s)}` : "declared" }));
+    })));
+    $("links").replaceChildren(h("table", { class: "matrix" }, h("thead", {}, head), h("tbody", {}, ...rows)));
+  }
+
+  function drawHistory(app) {
+    $("history-app").textContent = app ? app.app : "";
+    const entries = app ? [...app.history].reverse() : [];
+    if (!entries.length) {
+      $("history").replaceChildren(h("tr", {}, h("td", { colspan: 6, class: "empty", text: "No plans yet." })));
+      return;
+    }
+    $("history").replaceChildren(...entries.map((e) => h("tr", {
+      "data-testid": "history-row", "data-version": e.version, class: e.changed ? "" : "unchanged",
+    },
+    h("td", { class: "num", text: `v${e.version}` }),
+    h("td", { text: clock(e.at) }),
+    h("td", { class: "reason", text: e.reason }),
+    h("td", { class: "moved" }, ...(e.moved.length ? e.moved.map(moveItem) : [dash])),
+    h("td", { class: "num", text: num(e.objective, 3) }),
+    h("td", { class: "baselines", text: Object.entries(e.baselines).map(([name, b]) => baselineText(name, b, e.objective)).join(" · ") || dash }))));
+  }
+
+  function moveItem(m) {
+    return h("div", { "data-testid": "moved", "data-replica": m.replica, "data-from": m.from, "data-to": m.to, text: `${m.replica}: ${m.from} → ${m.to}` });
+  }
+
+  function baselineText(name, b, objective) {
+    const ratio = isNum(objective) && isNum(b.objective) && b.objective > 0 ? ` (${num(objective / b.objective, 2)}×)` : "";
+    return `${name} ${num(b.objective, 3)}${ratio}`;
+  }
+
+  function drawHub(hub) {
+    const parts = [];
+    if (hub.ingest_connected !== null && hub.ingest_connected !== undefined) {
+      parts.push(`ingest ${hub.ingest_connected ? "connected" : "disconnected"}`);
+    }
+    if (isNum(hub.ingest_records)) parts.push(`${num(hub.ingest_records, 0)} records logged`);
+    parts.push(`worst ingest lag ${seconds(hub.ingest_lag_s)}`);
+    $("ingest").textContent = parts.join(" · ");
+    const queries = hub.queries || [];
+    if (!queries.length) {
+      $("queries").replaceChildren(h("tr", {}, h("td", { colspan: 5, class: "empty", text: "No Spark queries (the engine is off, or no sink runs at the hub)." })));
+      return;
+    }
+    $("queries").replaceChildren(...queries.map((q) => h("tr", { "data-testid": "query-row", "data-query": q.name },
+      h("td", { text: q.name }),
+      h("td", {}, h("span", { class: `badge ${q.active ? "up" : "down"}`, title: q.error || null, text: q.active ? "active" : "stopped" })),
+      h("td", { class: "num", text: isNum(q.batch_duration_ms) ? `${num(q.batch_duration_ms, 0)} ms` : dash }),
+      h("td", { class: "num", text: num(q.input_rows_per_s) }),
+      h("td", { class: cls("num", q.restarts), text: num(q.restarts, 0) }))));
+  }
+
+  // The "last update" counter, and a stale warning when snapshots stop coming.
+  function tick() {
+    if (!state.lastAt) return;
+    const age = (Date.now() - state.lastAt) / 1000;
+    $("updated").textContent = `updated ${num(age, 1)} s ago · #${state.count}`;
+    const pill = $("conn");
+    if (age * 1000 > STALE_AFTER_MS && pill.dataset.state === "live") setConn("stale", "stale");
+  }
+
+  // -- start ------------------------------------------------------------------------------------
+
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const input = $("token");
+    const token = input.value.trim();
+    input.value = "";
+    if (token) signIn(token);
+  });
+  $("signout").addEventListener("click", () => signOut(""));
+  setInterval(tick, 250);
+  if (state.token) signIn(state.token);
+  else showLogin("");
+})();

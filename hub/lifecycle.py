@@ -1,0 +1,255 @@
+"""Running the hub's queries: deploy and replace them, restart the failed ones, stop them.
+
+One query per sink branch (rather than one per app) gives each branch its
+own checkpoint, so redeploying a new version of an app restarts only the
+branches whose operators changed (their fingerprint, :mod:`hub.fingerprint`)
+and the others keep their window state; a branch that changed reads the
+log segments its predecessor had not committed (:mod:`hub.checkpoints`), so
+no result is repeated.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+
+from hub import log as ingest_log
+from hub.checkpoints import checkpoint_name, is_checkpoint_of, retire
+from hub.compile import Compiler
+from hub.queries import Deployed, Query, await_first_batch
+from hub.replicas import Replicas
+from hub.restarts import RestartBook
+from hub.sinks import BatchSink, MemoryStore
+from spanedge.errors import InvalidDataflow, InvalidPlan
+from spanedge.operators import Kind
+from spanedge.plan import Assignment, Plan
+from spanedge.sites import Sites
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from hub.late import LateRecords
+    from spanedge.app import App
+
+log = logging.getLogger(__name__)
+
+SINK_KINDS = ("mqtt", "file", "console", "memory")
+"""The sink kinds a hub query can write to."""
+
+_Built = dict[str, tuple[Query, "DataFrame"]]
+"""New queries by sink replica, with the DataFrame each will run."""
+
+
+class Lifecycle:
+    """The queries of the apps deployed at the hub, under one lock.
+
+    ``state_dir`` holds ``ingest/<app>/`` (the logs :class:`hub.ingest.Ingest`
+    writes) and ``checkpoints/<app>/<sink>-<hash>/`` (one per query, with
+    the sink's last completed batch id).
+    """
+
+    def __init__(
+        self, spark: SparkSession, state_dir: Path, sites: Sites, memory: MemoryStore, late: LateRecords, trigger: str
+    ) -> None:
+        """Run queries on ``spark`` with micro-batches every ``trigger`` (or ``availableNow``)."""
+        self.spark = spark
+        self.state_dir = state_dir
+        self.sites = sites
+        self.memory = memory
+        self.late = late
+        self.trigger = trigger
+        self.apps: dict[str, Deployed] = {}
+        self.restarts = RestartBook()
+        self.lock = threading.RLock()
+
+    def log_dir(self, app: str) -> Path:
+        """The ingest log directory of ``app``."""
+        return self.state_dir / "ingest" / app
+
+    def checkpoint_root(self, app: str) -> Path:
+        """The directory of the checkpoints of ``app``'s queries."""
+        return self.state_dir / "checkpoints" / app
+
+    # -- deployment ----------------------------------------------------------
+
+    def deploy(self, app: App, plan: Plan) -> None:
+        """Start (or restart) the queries of the sinks ``plan`` puts at the hub; see :meth:`hub.engine.Engine.deploy`.
+
+        Every new query is built before any running one stops, so a plan the
+        compiler rejects leaves the app as it was.
+        """
+        replicas = Replicas(app, plan, _checked_graph(app, plan))
+        _warn_flows_leaving_hub(app.name, plan)
+        compiler = Compiler(self.spark, replicas)
+        sinks = [a for a in plan.at(plan.hub) if replicas.op(a).kind is Kind.SINK]
+        wanted = {a.replica: compiler.fingerprint(a.replica) for a in sinks}
+        with self.lock:
+            current = self.apps.get(app.name)
+            old = current.queries if current else {}
+            keep = {r: q for r, q in old.items() if wanted.get(r) == q.fingerprint and q.running}
+            built: _Built = {
+                a.replica: self._build(compiler, a, wanted[a.replica]) for a in sinks if a.replica not in keep
+            }
+            self.log_dir(app.name).mkdir(parents=True, exist_ok=True)
+            self._replace(app.name, old, keep, built)
+            self._retire_earlier_runs(app.name, [*old.values(), *keep.values()], built)
+            deployed = Deployed(app, plan, dict(keep))
+            self.apps[app.name] = deployed
+            self._start(deployed, built)
+
+    def _build(self, compiler: Compiler, sink: Assignment, fingerprint: str) -> tuple[Query, DataFrame]:
+        """The query ending at ``sink`` and its DataFrame, not started.
+
+        Raises:
+            InvalidDataflow: the sink's kind is unknown, or the compiler rejects an operator.
+        """
+        app = compiler.replicas.app.name
+        name = checkpoint_name(sink.replica, fingerprint)
+        checkpoint = self.checkpoint_root(app) / name
+        op = compiler.replicas.op(sink)
+        assert op.sink is not None
+        if op.sink.kind not in SINK_KINDS:
+            msg = f"sink {op.describe()}: unknown sink kind {op.sink.kind!r}"
+            raise InvalidDataflow(msg)
+        hub = compiler.replicas.hub
+        broker = self.sites.site(hub).mqtt() if op.sink.kind == "mqtt" else None
+        batch_sink = BatchSink(
+            sink.replica, op.sink.kind, op.sink.target, checkpoint / "sink.json", self.memory, broker
+        )
+        df = compiler.frame(sink.replica, self.log_dir(app), name)
+        return Query(sink.replica, batch_sink, checkpoint, name, fingerprint), df
+
+    def _replace(self, app: str, old: dict[str, Query], keep: dict[str, Query], built: _Built) -> None:
+        """Stop the old queries not kept; a changed one hands its unread log segments to its successor."""
+        for replica, q in old.items():
+            if replica in keep:
+                continue
+            q.stop()
+            successor = built[replica][0] if replica in built else None
+            if successor is not None and successor.checkpoint == q.checkpoint:
+                continue  # the same query again (it had failed): it resumes from its checkpoint
+            retire(self.log_dir(app), q.reader, q.checkpoint, successor.reader if successor else None)
+            log.info("app %s: query %s stopped (%s)", app, replica, "changed" if successor else "gone")
+
+    def _retire_earlier_runs(self, app: str, known: list[Query], built: _Built) -> None:
+        """Retire the checkpoints of an earlier run of the hub that this deployment replaces."""
+        in_use = {q.checkpoint for q in known} | {q.checkpoint for q, _ in built.values()}
+        root = self.checkpoint_root(app)
+        for path in sorted(root.iterdir()) if root.is_dir() else ():
+            if path in in_use or not path.is_dir():
+                continue
+            successor = next((q for q, _ in built.values() if is_checkpoint_of(path.name, q.replica)), None)
+            retire(self.log_dir(app), path.name, path, successor.reader if successor else None)
+            log.info("app %s: checkpoint %s of an earlier version retired", app, path.name)
+
+    def _start(self, deployed: Deployed, built: _Built) -> None:
+        """Start the new queries one after another (see :func:`hub.queries.await_first_batch`)."""
+        app = deployed.app.name
+        previous: StreamingQuery | None = None
+        for replica, (q, df) in built.items():
+            if previous is not None:
+                await_first_batch(previous)
+            ingest_log.subscribe(self.log_dir(app), q.reader)
+            previous = q.start(app, df, self.trigger)
+            deployed.queries[replica] = q
+            log.info("app %s: query %s started (checkpoint %s)", app, replica, q.checkpoint.name)
+
+    def undeploy(self, name: str) -> None:
+        """Stop an app's queries and drop its hub state (checkpoints and log readers)."""
+        with self.lock:
+            deployed = self.apps.pop(name, None)
+            if deployed is None:
+                return
+            for q in deployed.queries.values():
+                q.stop()
+                ingest_log.unsubscribe(self.log_dir(name), q.reader)
+                self.restarts.forget(name, q.replica)
+            shutil.rmtree(self.checkpoint_root(name), ignore_errors=True)
+
+    def stop(self) -> None:
+        """Stop every query and forget the apps."""
+        with self.lock:
+            for deployed in self.apps.values():
+                for q in deployed.queries.values():
+                    q.stop()
+            self.apps.clear()
+
+    # -- monitoring ----------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """Per app: the plan version, and per query what :meth:`hub.queries.Query.metrics` says."""
+        out: dict[str, Any] = {}
+        with self.lock:
+            for name, deployed in self.apps.items():
+                queries = {
+                    replica: q.metrics(self.restarts.total(name, replica), self.late)
+                    for replica, q in deployed.queries.items()
+                }
+                out[name] = {"version": deployed.plan.version, "queries": queries}
+        return out
+
+    def recover(self, now: float | None = None) -> list[str]:
+        """Restart failed queries from their checkpoints, each after a growing wait (:mod:`hub.restarts`).
+
+        Returns:
+            ``<app>/<sink replica>`` of the queries restarted by this call.
+        """
+        now = time.monotonic() if now is None else now
+        restarted: list[str] = []
+        with self.lock:
+            for name, deployed in list(self.apps.items()):
+                due = []
+                for replica, q in deployed.queries.items():
+                    error = q.failure()  # None while running, and for a finished availableNow query
+                    if error is not None and self.restarts.failed(name, replica, error, now):
+                        due.append(replica)
+                if not due:
+                    continue
+                try:
+                    self.deploy(deployed.app, deployed.plan)  # rebuilds exactly the queries that are not running
+                except Exception:
+                    log.exception("app %s: restarting queries %s failed; trying again later", name, ", ".join(due))
+                    for replica in due:
+                        self.restarts.retry_later(name, replica, now)
+                    continue
+                for replica in due:
+                    self.restarts.restarted(name, replica, now)
+                    restarted.append(f"{name}/{replica}")
+        return restarted
+
+
+def _checked_graph(app: App, plan: Plan) -> nx.DiGraph:
+    """``app``'s DAG, once ``plan`` is known to place this app's operators.
+
+    Raises:
+        InvalidPlan: the plan is for another app or names unknown operators.
+    """
+    if plan.app != app.name:
+        msg = f"plan is for app '{plan.app}' but the app is '{app.name}'"
+        raise InvalidPlan(msg)
+    graph = app.graph()
+    for a in plan.assignments:
+        if a.operator not in graph:
+            msg = f"plan of app '{app.name}' places unknown operator '{a.operator}' (replica '{a.replica}')"
+            raise InvalidPlan(msg)
+    return graph
+
+
+def _warn_flows_leaving_hub(app: str, plan: Plan) -> None:
+    """Log the flows from the hub to an edge site: the hub does not forward results to edge sites."""
+    site_of = {a.replica: a.site for a in plan.assignments}
+    for f in plan.flows:
+        if site_of.get(f.src) == plan.hub and site_of.get(f.dst, plan.hub) != plan.hub:
+            log.warning(
+                "app %s: flow %s -> %s leaves the hub; the hub does not forward results to edge sites",
+                app,
+                f.src,
+                f.dst,
+            )

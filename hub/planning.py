@@ -1,0 +1,152 @@
+"""Placing an app at the hub: loading its source and solving its placement with live measurements."""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from hub.links import pair
+from hub.registry import SiteRegistry
+from spanedge.app import App
+from spanedge.errors import InvalidDataflow, SpanEdgeError
+from spanedge.loader import load_app_source
+from spanedge.plan import Plan
+from spanedge.sites import Sites
+
+#: Baselines every plan is compared with.
+BASELINES = ("central", "local-first")
+
+
+class Planner(Protocol):
+    """Places an app: the signature of :func:`default_planner`."""
+
+    def __call__(
+        self,
+        app: App,
+        sites: Sites,
+        *,
+        latency_rows: list[dict[str, Any]],
+        weights: Mapping[str, float] | None,
+        slo_ms: float | None,
+        version: int,
+        previous: Plan | None = None,
+    ) -> Plan:
+        """Return the plan of ``app`` (a re-plan of ``previous``, if given)."""
+        ...
+
+
+def default_planner(
+    app: App,
+    sites: Sites,
+    *,
+    latency_rows: list[dict[str, Any]],
+    weights: Mapping[str, float] | None,
+    slo_ms: float | None,
+    version: int,
+    previous: Plan | None = None,
+) -> Plan:
+    """Solve the placement ILP over the declared links overlaid with the measured ones.
+
+    ``weights`` holds the objective weights by name (``traffic``, ``latency``,
+    ``migration``). The plan carries the totals of the central and
+    local-first baselines. A re-plan of ``previous`` keeps its placement
+    unless the new one is better by more than the hysteresis, and ties go to
+    the sites it used (see :func:`placement.solve`).
+    """
+    import placement
+
+    matrix = placement.LatencyMatrix.from_sites(sites).with_measurements(latency_rows, where="heartbeat latencies")
+    try:
+        w = placement.Weights(**dict(weights)) if weights else placement.Weights()
+    except TypeError:
+        msg = f"unknown placement weights {sorted(weights or {})}; the weights are 'traffic', 'latency' and 'migration'"
+        raise ValueError(msg) from None
+    before = placement.Previous.of(previous) if previous is not None else None
+    return placement.solve(
+        app, sites, latency=matrix, weights=w, slo_ms=slo_ms, version=version, baselines=BASELINES, previous=before
+    )
+
+
+def load_app(source: str, filename: str, app_name: str | None = None) -> App:
+    """Load an app from source; an exception its code raises becomes :class:`InvalidDataflow` naming the line."""
+    try:
+        return load_app_source(source, filename, app_name)
+    except SpanEdgeError:
+        raise
+    except Exception as exc:
+        lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+        where = f"{filename}:{lines[-1]}" if lines else filename
+        msg = f"{where}: the app raised {type(exc).__name__} while loading: {exc}"
+        raise InvalidDataflow(msg) from None
+
+
+def basis(registry: SiteRegistry, app: App) -> dict[str, Any]:
+    """The latencies and stream rates an app is planned with, kept to detect drift."""
+    names = list(registry.sites.sites)
+    latency = {pair(a, b): registry.link(a, b)["latency_ms"] for i, a in enumerate(names) for b in names[i + 1 :]}
+    sites = registry.effective_sites(app.source_streams())
+    rates = {f"{s}@{site.name}": b.rate for site in sites.sites.values() for s, b in site.streams.items()}
+    return {"latency": latency, "rates": rates}
+
+
+def plan_app(
+    planner: Planner,
+    registry: SiteRegistry,
+    app: App,
+    version: int,
+    *,
+    source: str,
+    filename: str,
+    weights: Mapping[str, float] | None,
+    slo_ms: float | None,
+    previous: Plan | None = None,
+) -> Plan:
+    """Plan version ``version`` of ``app`` with the measured rates and latencies.
+
+    The plan carries the app's source and file name, whatever planner made it.
+    ``previous`` (the plan in force, for a re-plan) goes to the planner only
+    when given, so planners without that parameter still plan first versions.
+    """
+    sites = registry.effective_sites(app.source_streams())
+    # the checks the planner makes, in its order, whatever planner is plugged in
+    sites.check_app_streams(app.source_streams(), app.name)
+    app.graph()
+    replan = {"previous": previous} if previous is not None else {}
+    plan = planner(
+        app,
+        sites,
+        latency_rows=registry.latency_rows(),
+        weights=weights,
+        slo_ms=slo_ms,
+        version=version,
+        **replan,
+    )
+    updates: dict[str, Any] = {}
+    if plan.version != version:
+        updates["version"] = version
+    if not plan.app_source:
+        updates["app_source"] = source
+    if not plan.app_file:
+        updates["app_file"] = filename
+    return dataclasses.replace(plan, **updates) if updates else plan
+
+
+def carry_ownership(plan: Plan, previous: Plan | None) -> Plan:
+    """Stamp each assignment of ``plan`` with the version at which its site took the replica over.
+
+    A replica that stays where ``previous`` ran it keeps its ``since``; one that
+    moves, or is new in a later version, gets ``plan.version``: its new owner
+    numbers the records it sends to the hub in an epoch of its own. Without
+    ``previous`` (a first deploy) the plan is returned as is.
+    """
+    if previous is None:
+        return plan
+    before = {a.replica: a for a in previous.assignments}
+    stamped = []
+    for a in plan.assignments:
+        old = before.get(a.replica)
+        since = old.since if old is not None and old.site == a.site else plan.version
+        stamped.append(a if a.since == since else dataclasses.replace(a, since=since))
+    return dataclasses.replace(plan, assignments=tuple(stamped))

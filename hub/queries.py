@@ -1,0 +1,114 @@
+"""One streaming query per sink replica at the hub: its sink, checkpoint, reader and Spark handle."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hub.sinks import BatchSink
+from spanedge.app import App
+from spanedge.plan import Plan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from hub.late import LateRecords
+
+log = logging.getLogger(__name__)
+
+FIRST_BATCH_WAIT_S = 60.0
+"""How long a deployment waits for a query's first trigger before starting the next query."""
+
+
+@dataclass
+class Query:
+    """The query ending at the sink ``replica``; ``reader`` (its name in the ingest log) is its checkpoint's name."""
+
+    replica: str
+    sink: BatchSink
+    checkpoint: Path
+    reader: str
+    fingerprint: str
+    handle: StreamingQuery | None = None
+
+    @property
+    def running(self) -> bool:
+        """True while Spark runs the query."""
+        return self.handle is not None and self.handle.isActive
+
+    def failure(self) -> BaseException | None:
+        """The error the query stopped with; None while it runs, before it starts, or once it finished."""
+        if self.handle is None or self.handle.isActive:
+            return None
+        return self.handle.exception()
+
+    def start(self, app: str, df: DataFrame, trigger: str) -> StreamingQuery:
+        """Start writing ``df`` to the sink, every ``trigger`` (or ``availableNow``), from the checkpoint."""
+        writer = (
+            df.writeStream.queryName(f"spanedge:{app}:{self.replica}")
+            .foreachBatch(self.sink)
+            .option("checkpointLocation", str(self.checkpoint))
+        )
+        if trigger.replace(" ", "").replace("-", "").lower() == "availablenow":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=trigger)
+        self.handle = writer.start()
+        return self.handle
+
+    def stop(self) -> None:
+        """Stop the query (a failure to stop is logged) and disconnect its sink."""
+        if self.handle is not None:
+            try:
+                self.handle.stop()
+            except Exception:
+                log.exception("stopping query %s failed", self.replica)
+            self.handle = None
+        self.sink.close()
+
+    def metrics(self, restarts: int, late: LateRecords) -> dict[str, Any]:
+        """Status, last batch id and duration, input rate, state rows, sink counts, restarts, late records."""
+        entry: dict[str, Any] = {"active": False, "sink_batches": self.sink.batches, "sink_rows": self.sink.rows}
+        entry["restarts"] = restarts
+        handle = self.handle
+        if handle is None:
+            return entry
+        entry["active"] = handle.isActive
+        error = handle.exception()
+        entry["error"] = str(error) if error is not None else None
+        entry["late_dropped"] = late.dropped(str(handle.id))
+        progress = handle.lastProgress
+        if progress:
+            entry["batch_id"] = progress.get("batchId")
+            entry["batch_ms"] = (progress.get("durationMs") or {}).get("triggerExecution")
+            entry["input_rows_per_s"] = progress.get("inputRowsPerSecond")
+            entry["processed_rows_per_s"] = progress.get("processedRowsPerSecond")
+            entry["input_rows"] = progress.get("numInputRows")
+            entry["state_rows"] = sum(int(s.get("numRowsTotal", 0)) for s in progress.get("stateOperators") or [])
+        return entry
+
+
+def await_first_batch(handle: StreamingQuery, timeout: float = FIRST_BATCH_WAIT_S) -> None:
+    """Wait until ``handle`` finished its first trigger (or stopped, or ``timeout`` passed).
+
+    Queries start one after another: when the first jobs of a fresh Spark
+    driver ran concurrently, their tasks sometimes failed to deserialize
+    (``java.io.OptionalDataException``), and kept failing until the driver
+    restarted.
+    """
+    deadline = time.monotonic() + timeout
+    while handle.isActive and handle.lastProgress is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@dataclass
+class Deployed:
+    """An app at the hub: the plan it runs and its queries by sink replica."""
+
+    app: App
+    plan: Plan
+    queries: dict[str, Query] = field(default_factory=dict)

@@ -1,0 +1,141 @@
+"""Window operators at the hub as Spark streaming aggregations.
+
+A window is ``groupBy(window/session_window, key)`` over the records'
+event time with a watermark of the allowed lateness and append output, so
+each window is emitted once, as ``{<key>, window_start, window_end,
+<aggs>}`` with event time ``window_end - 0.001`` like the edge agents.
+Built-in aggregations are Spark's; custom aggregators collect the field's
+values and are finished in Python (:func:`hub.python_operators.window_finisher`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hub.python_operators import pickle_user_code, window_finisher
+from hub.rows import SCHEMA_DDL
+from spanedge.errors import InvalidDataflow
+from spanedge.operators import Operator, WindowKind
+from spanedge.runtime.operators import WINDOW_TIME_OFFSET
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from spanedge.operators import WindowSpec
+
+_NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "FLOAT", "DOUBLE", "LONG", "INTEGER", "DECIMAL")
+
+
+def window_frame(op: Operator, df: DataFrame, fields: dict[str, str], site: str, per_site: bool = False) -> DataFrame:
+    """The results of window ``op`` over the records of ``df``.
+
+    Args:
+        op: the window operator.
+        df: its input records.
+        fields: the declared field types of its input (parsed as DOUBLE where unknown).
+        site: the ``site`` of every result, unless ``per_site``.
+        per_site: window the records of each site apart (the merged per-site replicas
+            of one operator), each result carrying its site.
+
+    Raises:
+        InvalidDataflow: an aggregation Spark has no function for.
+    """
+    from pyspark.sql import functions as F
+
+    spec = op.window
+    assert spec is not None
+    parsed = df.withColumn("_r", F.from_json("value", _parse_schema(spec, fields))).withColumn(
+        "_ts", F.timestamp_seconds("event_time")
+    )
+    lateness_ms = round(spec.allowed_lateness * 1000)
+    parsed = parsed.withWatermark("_ts", f"{lateness_ms} milliseconds")
+    win = _window_column(spec)
+    aggs = _aggregations(op, spec)
+    parsed = parsed.where(F.col(f"_r.`{spec.key}`").isNotNull())  # records without the key join no window
+    keys = [win.alias("_w"), F.col(f"_r.`{spec.key}`").alias("_k")]
+    if per_site:
+        keys.append(F.col("site").alias("_site"))
+    grouped = parsed.groupBy(*keys).agg(*aggs)
+    start = F.unix_micros(F.col("_w.start")) / F.lit(1_000_000.0)
+    end = F.unix_micros(F.col("_w.end")) / F.lit(1_000_000.0)
+    site_column = F.col("_site") if per_site else F.lit(site)
+    shaped = grouped.select(
+        site_column.alias("site"),
+        F.lit(op.name).alias("stream"),
+        F.lit(None).cast("bigint").alias("seq"),
+        (end - F.lit(WINDOW_TIME_OFFSET)).alias("event_time"),
+        F.col("_k").alias("key"),
+        start.alias("window_start"),
+        end.alias("window_end"),
+        *[F.col(f"`{out}`") for out, _ in spec.aggs],
+    )
+    return _encode(shaped, spec)
+
+
+def _parse_schema(spec: WindowSpec, fields: dict[str, str]) -> str:
+    """The DDL the window parses record values with: the key as text, aggregated fields typed."""
+    wanted: dict[str, str] = {spec.key: "STRING"}
+    for _, ag in spec.aggs:
+        if ag.field is None or ag.custom is not None or ag.field == spec.key:
+            continue
+        kind = fields.get(ag.field, "DOUBLE")
+        if ag.func in ("sum", "mean") or (kind.split("(")[0] not in _NUMERIC and kind != "STRING"):
+            kind = "DOUBLE"
+        wanted[ag.field] = kind
+    return ", ".join(f"`{name}` {kind}" for name, kind in wanted.items())
+
+
+def _window_column(spec: WindowSpec) -> Column:
+    """The tumbling, sliding or session window over ``_ts``."""
+    from pyspark.sql import functions as F
+
+    if spec.kind is WindowKind.SESSION:
+        return F.session_window("_ts", f"{round((spec.gap or 1.0) * 1000)} milliseconds")
+    if spec.kind is WindowKind.SLIDING:
+        return F.window(
+            "_ts",
+            f"{round((spec.size or 1.0) * 1000)} milliseconds",
+            f"{round((spec.slide or 1.0) * 1000)} milliseconds",
+        )
+    return F.window("_ts", f"{round((spec.size or 1.0) * 1000)} milliseconds")
+
+
+def _aggregations(op: Operator, spec: WindowSpec) -> list[Column]:
+    """One Spark aggregate per result field; a custom aggregator collects the field's JSON values."""
+    from pyspark.sql import functions as F
+
+    aggs: list[Column] = []
+    for out, ag in spec.aggs:
+        if ag.custom is not None:
+            aggs.append(F.collect_list(F.get_json_object("value", f"$.{ag.field}")).alias(out))
+        elif ag.func == "count":
+            col = F.count(F.lit(1)) if ag.field is None else F.count(F.col(f"_r.`{ag.field}`"))
+            aggs.append(col.alias(out))
+        else:
+            col = F.col(f"_r.`{ag.field}`")
+            fn = {"sum": F.sum, "mean": F.avg, "min": F.min, "max": F.max}.get(ag.func)
+            if fn is None:
+                msg = f"window {op.describe()}: unknown aggregation {ag.describe()}"
+                raise InvalidDataflow(msg)
+            aggs.append(fn(col).alias(out))
+    return aggs
+
+
+def _encode(shaped: DataFrame, spec: WindowSpec) -> DataFrame:
+    """The window results as records: the result fields as the JSON value."""
+    from pyspark.sql import functions as F
+
+    customs: dict[str, Any] = {out: ag for out, ag in spec.aggs if ag.custom is not None}
+    if not customs:
+        value = F.to_json(
+            F.struct(
+                F.col("key").alias(spec.key),
+                F.col("window_start"),
+                F.col("window_end"),
+                *[F.col(f"`{out}`") for out, _ in spec.aggs],
+            )
+        )
+        return shaped.select("site", "stream", "seq", "event_time", "key", value.alias("value"))
+    for ag in customs.values():
+        pickle_user_code(ag.custom.add if ag.custom else None)
+    return shaped.mapInArrow(window_finisher(spec.key, [o for o, _ in spec.aggs], customs), SCHEMA_DDL)
