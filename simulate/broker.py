@@ -5,16 +5,53 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from simulate.tls import TlsFiles
+from spanedge.broker_acl import MAX_QUEUED_MESSAGES, mosquitto_conf
 from spanedge.errors import SpanEdgeError
 
-#: Per-client queue limit written into every broker config the project writes.
-#: Mosquitto's default of 1000 silently drops QoS 1 messages of slow clients.
-MAX_QUEUED_MESSAGES = 1_000_000
+__all__ = [
+    "MAX_QUEUED_MESSAGES",
+    "BrokerProcess",
+    "BrokerSecurity",
+    "Login",
+    "Mosquitto",
+    "free_port",
+    "mosquitto_path",
+]
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """What a secured broker enforces: TLS with these files, the password file and the ACL file."""
+
+    tls: TlsFiles
+    password_file: Path
+    acl_file: Path
+
+
+@dataclass(frozen=True)
+class Login:
+    """How a client of the simulator (a sensor, a watcher) logs in to a secured broker."""
+
+    username: str
+    password: str
+    ca_file: Path
+
+    def aiomqtt_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``aiomqtt.Client``: the credentials and a TLS context that verifies the broker."""
+        return {
+            "username": self.username,
+            "password": self.password,
+            "tls_context": ssl.create_default_context(cafile=str(self.ca_file)),
+        }
 
 
 def free_port() -> int:
@@ -119,31 +156,51 @@ class BrokerProcess:
 class Mosquitto(BrokerProcess):
     """A Mosquitto broker on 127.0.0.1 with persistence, started and stopped on demand.
 
+    With ``security``, the only listener speaks TLS, refuses anonymous clients
+    and applies the password and ACL files (``mqtts://``); without it, the broker
+    is plain and anonymous (``mqtt://``), for tests and development only.
     Use as a context manager, or call :meth:`start`, :meth:`stop` and
     :meth:`restart` (the port and the persisted sessions are kept).
     """
 
     def __init__(
-        self, port: int | None = None, workdir: Path | None = None, name: str = "broker", extra_config: str = ""
+        self,
+        port: int | None = None,
+        workdir: Path | None = None,
+        name: str = "broker",
+        extra_config: str = "",
+        security: BrokerSecurity | None = None,
     ) -> None:
         """Prepare a broker config; nothing runs until :meth:`start`.
 
         ``extra_config`` lines are appended to the generated config (e.g. ``sys_interval 1``).
         """
+        self.security = security
         self.port = port or free_port()
         self.name = name
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix=f"spanedge-{name}-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config = self.workdir / "mosquitto.conf"
+        if security is None:
+            listener = (
+                f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+                f"max_queued_messages {MAX_QUEUED_MESSAGES}\nmax_queued_bytes 0\n"
+            )
+        else:
+            listener = mosquitto_conf(
+                port=self.port,
+                bind="127.0.0.1",
+                acl_file=str(security.acl_file),
+                password_file=str(security.password_file),
+                cafile=str(security.tls.ca_file),
+                certfile=str(security.tls.cert_file),
+                keyfile=str(security.tls.key_file),
+            )
         self.config.write_text(
-            f"listener {self.port} 127.0.0.1\n"
-            "allow_anonymous true\n"
-            "persistence true\n"
+            listener + "persistence true\n"
             f"persistence_location {self.workdir}/\n"
             "autosave_interval 1\n"
-            f"max_queued_messages {MAX_QUEUED_MESSAGES}\n"
-            "max_queued_bytes 0\n"
             "max_inflight_messages 100\n"
             "log_dest stderr\n"
             "log_type error\n"
@@ -154,6 +211,12 @@ class Mosquitto(BrokerProcess):
         super().__init__()
 
     log_name = "mosquitto.log"
+
+    @property
+    def url(self) -> str:
+        """``mqtts://127.0.0.1:<port>`` when secured, else ``mqtt://127.0.0.1:<port>``."""
+        scheme = "mqtt" if self.security is None else "mqtts"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
         """``mosquitto -c <config>``."""

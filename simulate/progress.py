@@ -2,8 +2,41 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class EventLog:
+    """What happened during a run, each line stamped with the time since setup began or the sensors started."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """Start the setup clock now."""
+        self.clock = clock
+        self.began = clock()
+        self.t0 = 0.0
+        self.lines: list[str] = []
+
+    def start(self, t0: float) -> None:
+        """Stamp later lines with the time since ``t0`` (when the sensors started)."""
+        self.t0 = t0
+
+    def elapsed(self) -> float:
+        """Seconds since the sensors started (0 before)."""
+        return self.clock() - self.t0 if self.t0 else 0.0
+
+    def note(self, text: str) -> None:
+        """Note something that happened, and log it."""
+        if self.t0:
+            line = f"t={self.clock() - self.t0:5.1f}s {text}"
+        else:
+            line = f"setup +{self.clock() - self.began:4.1f}s {text}"
+        self.lines.append(line)
+        log.info("%s", line)
 
 
 @dataclass

@@ -1,10 +1,15 @@
 """The expected sink results of an app, computed in plain Python from what the sensors sent.
 
-Record-level operators run the user's functions; tumbling and sliding windows
-are evaluated per key (per source site for ``@local`` windows) with the
-built-in aggregations or the app's custom ones; session windows per key close
-after ``gap`` seconds without a record. Hub ``transform`` functions are not
-evaluated: sinks behind them are reported as unchecked.
+Record-level operators run the user's functions through the runtime's
+:func:`~spanedge.runtime.apply`. Windows are assigned here, independently of
+the runtime: tumbling and sliding windows per key (per source site for
+``@local`` windows) from epoch-aligned starts, session windows per key closing
+after ``gap`` seconds without a record. What a window computes over its
+records is the runtime's :class:`~spanedge.runtime.windows.Aggregations`
+(built-in and the app's custom ones), and a record whose key or aggregated
+fields the runtime cannot read is an expected dead letter, as at the edge.
+Hub ``transform`` functions are not evaluated: sinks behind them are reported
+as unchecked.
 """
 
 from __future__ import annotations
@@ -17,14 +22,11 @@ from typing import Any
 
 import networkx as nx
 
-from spanedge.aggregations import Agg
 from spanedge.app import App
 from spanedge.operators import Kind, Operator, WindowKind, WindowSpec
+from spanedge.runtime import WINDOW_TIME_OFFSET, apply
+from spanedge.runtime.windows import AggregationError, Aggregations, FieldError, WindowState
 from spanedge.scope import Scope
-
-#: A window's results carry the event time ``window_end`` less this, as in the agents and the hub,
-#: so that a downstream window puts them in the window that contains their upstream window.
-WINDOW_TIME_OFFSET = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,38 +38,25 @@ class Item:
     value: Any
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A record in a window: the item, its window key and the field values its aggregations read."""
+
+    item: Item
+    key: Any
+    values: list[Any]
+
+
 @dataclass
 class Expected:
     """Expected results per sink; ``unchecked`` names sinks the reference cannot evaluate."""
 
     sinks: dict[str, list[Item]] = field(default_factory=dict)
     windowed: dict[str, WindowSpec] = field(default_factory=dict)
+    reshaped: set[str] = field(default_factory=set)
+    """Sinks fed by a window through maps that reshape its results: records, checked up to the cutoff."""
     unchecked: dict[str, str] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-
-
-def _aggregate(agg: Agg, values: list[dict[str, Any]]) -> Any:
-    if agg.func == "count" and agg.custom is None:
-        return len(values)
-    column = [v.get(agg.field) for v in values if isinstance(v, dict)] if agg.field else values
-    if agg.custom is not None:
-        acc = agg.custom.zero()
-        for x in column:
-            acc = agg.custom.add(acc, x)
-        return agg.custom.result(acc)
-    numbers = [float(x) for x in column if isinstance(x, int | float) and not isinstance(x, bool)]
-    if not numbers:
-        return None
-    if agg.func == "sum":
-        return math.fsum(numbers)
-    if agg.func == "mean":
-        return math.fsum(numbers) / len(numbers)
-    if agg.func == "min":
-        return min(numbers)
-    if agg.func == "max":
-        return max(numbers)
-    msg = f"unknown aggregation {agg.func!r}"
-    raise ValueError(msg)
 
 
 def window_starts(spec: WindowSpec, t: float) -> list[float]:
@@ -83,42 +72,61 @@ def window_starts(spec: WindowSpec, t: float) -> list[float]:
     return sorted(starts)
 
 
-def _window(op: Operator, items: list[Item]) -> list[Item]:
+def _window(op: Operator, items: list[Item], expected: Expected) -> list[Item]:
     spec = op.window
     assert spec is not None
+    # the runtime reads a record's key and aggregated fields; which windows the record joins is decided here
+    state = WindowState(spec)
     per_site = op.scope is Scope.LOCAL
-    groups: dict[tuple[str, Any, float], list[Item]] = defaultdict(list)
-    keyed = [i for i in items if isinstance(i.value, dict) and spec.key in i.value]
+    groups: dict[tuple[str, Any, float], list[Member]] = defaultdict(list)
+    members: list[Member] = []
+    for item in items:
+        try:
+            members.append(Member(item, state.key_of(item.value), state.aggs.values(item.value)))
+        except FieldError:  # the runtime dead-letters a record its window cannot read
+            expected.errors[item.site] += 1
     if spec.kind is WindowKind.SESSION:
-        for (site, key), members in _by_key(keyed, spec.key, per_site).items():
+        for (site, key), mine in _by_key(members, per_site).items():
             start = last = None
-            for item in sorted(members, key=lambda i: i.event_time):
-                if last is None or item.event_time - last >= (spec.gap or 1.0):
-                    start = item.event_time
-                last = item.event_time
+            for m in sorted(mine, key=lambda m: m.item.event_time):
+                if last is None or m.item.event_time - last >= (spec.gap or 1.0):
+                    start = m.item.event_time
+                last = m.item.event_time
                 assert start is not None
-                groups[(site, key, start)].append(item)
+                groups[(site, key, start)].append(m)
     else:
-        for item in keyed:
-            for start in window_starts(spec, item.event_time):
-                groups[(item.site if per_site else "", item.value[spec.key], start)].append(item)
+        for m in members:
+            for start in window_starts(spec, m.item.event_time):
+                groups[(m.item.site if per_site else "", m.key, start)].append(m)
     out = []
-    for (site, key, start), members in sorted(groups.items(), key=lambda kv: (kv[0][2], str(kv[0][1]))):
+    for (site, key, start), mine in sorted(groups.items(), key=lambda kv: (kv[0][2], str(kv[0][1]))):
         if spec.kind is WindowKind.SESSION:
-            end = max(m.event_time for m in members) + (spec.gap or 1.0)
+            end = max(m.item.event_time for m in mine) + (spec.gap or 1.0)
         else:
             end = round(start + (spec.size or 0.0), 6)
-        value: dict[str, Any] = {spec.key: key, "window_start": start, "window_end": end}
-        for name, agg in spec.aggs:
-            value[name] = _aggregate(agg, [m.value for m in members])
-        out.append(Item(site or members[0].site, end - WINDOW_TIME_OFFSET, value))
+        where = site or mine[0].item.site
+        try:
+            results = _aggregate(state.aggs, mine)
+        except AggregationError:  # the runtime emits no result for the window and dead-letters the failure
+            expected.errors[where] += 1
+            continue
+        value: dict[str, Any] = {spec.key: key, "window_start": start, "window_end": end, **results}
+        out.append(Item(where, end - WINDOW_TIME_OFFSET, value))
     return out
 
 
-def _by_key(items: list[Item], key: str, per_site: bool) -> dict[tuple[str, Any], list[Item]]:
-    out: dict[tuple[str, Any], list[Item]] = defaultdict(list)
-    for item in items:
-        out[(item.site if per_site else "", item.value[key])].append(item)
+def _aggregate(aggs: Aggregations, members: list[Member]) -> dict[str, Any]:
+    """The runtime's aggregations over the members of one window."""
+    accs = aggs.zero()
+    for m in members:
+        aggs.add(accs, m.values)
+    return aggs.results(accs)
+
+
+def _by_key(members: list[Member], per_site: bool) -> dict[tuple[str, Any], list[Member]]:
+    out: dict[tuple[str, Any], list[Member]] = defaultdict(list)
+    for m in members:
+        out[(m.item.site if per_site else "", m.key)].append(m)
     return out
 
 
@@ -135,13 +143,13 @@ def evaluate(app: App, sources: dict[str, list[Item]]) -> Expected:
         if why is not None:
             broken[name] = why
         if op.kind is Kind.SOURCE:
-            outputs[name] = list(sources.get(op.stream or name, []))
+            outputs[name] = list(sources.get(op.stream_name, []))
         elif op.record_level:
             outputs[name] = list(_apply(op, inputs, expected))
         elif op.kind is Kind.UNION:
             outputs[name] = inputs
         elif op.kind is Kind.WINDOW and op.window is not None:
-            outputs[name] = [] if name in broken else _window(op, inputs)
+            outputs[name] = [] if name in broken else _window(op, inputs, expected)
         elif op.kind is Kind.TRANSFORM:
             broken[name] = f"transform '{name}' runs PySpark code the reference does not evaluate"
             outputs[name] = []
@@ -151,8 +159,11 @@ def evaluate(app: App, sources: dict[str, list[Item]]) -> Expected:
             else:
                 expected.sinks[name] = inputs
                 spec = _upstream_window(graph, name)
-                if spec is not None:
+                # a map after the window may reshape its results: then they are checked as records
+                if spec is not None and all(_shows_window(i.value, spec) for i in inputs):
                     expected.windowed[name] = spec
+                elif spec is not None:
+                    expected.reshaped.add(name)
     return expected
 
 
@@ -160,11 +171,16 @@ def _apply(op: Operator, items: Iterable[Item], expected: Expected) -> Iterable[
     for item in items:
         results: list[Any] | None = None
         try:
-            results = list(op.apply(item.value))
+            results = list(apply(op, item.value))
         except Exception:  # a user function failing on a record makes a dead letter, not a crash
             expected.errors[item.site] += 1
         for value in results or ():
             yield Item(item.site, item.event_time, value)
+
+
+def _shows_window(value: Any, spec: WindowSpec) -> bool:
+    """Whether a result still names its window: its key, start and end."""
+    return isinstance(value, dict) and {spec.key, "window_start", "window_end"} <= value.keys()
 
 
 def _upstream_window(graph: nx.DiGraph, sink: str) -> WindowSpec | None:

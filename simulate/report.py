@@ -1,26 +1,16 @@
 """The simulation report: records in and out, latencies, WAN bytes, losses, duplicates, dead letters.
 
-:func:`check_sink` compares what one sink published with the reference; window
-results are matched on ``(key, window_start)``: a window received twice is a
-duplicate, a window missing or short of records is a loss (in records when the
-window counts them). Only windows that end at least ``settle`` seconds before
-the last event time are checked: later ones may still be open.
+:mod:`simulate.checking` fills the :class:`SinkCheck` of each sink; this
+module holds the report's data and renders it.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
-from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-import orjson
-
-from simulate.reference import Item
-from simulate.results import Result
-from spanedge.operators import WindowSpec
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -88,108 +78,6 @@ class SinkCheck:
     examples: list[str] = field(default_factory=list)
 
 
-def _close(a: Any, b: Any) -> bool:
-    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
-        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-3)
-    return bool(a == b)
-
-
-def _count_field(spec: WindowSpec) -> str | None:
-    return next((name for name, agg in spec.aggs if agg.func == "count" and agg.custom is None), None)
-
-
-def check_sink(
-    sink: str,
-    tier: str,
-    received: Sequence[Result],
-    expected: Sequence[Item] | None,
-    window: WindowSpec | None,
-    cutoff: float,
-    time_field: str | None = None,
-    latency_from: float = 0.0,
-) -> tuple[SinkCheck, list[float]]:
-    """Compare one sink's results with the reference (``expected=None``: not checkable).
-
-    Returns the check and the sink's latencies in seconds (first arrival of each result).
-    """
-    check = SinkCheck(sink, tier, received=len(received))
-    latencies: list[float] = []
-    if window is not None:
-        got: dict[tuple[str, float], list[Result]] = defaultdict(list)
-        for r in received:
-            start = epoch(r.value.get("window_start")) if isinstance(r.value, dict) else None
-            if start is None:
-                check.unexpected += 1
-                continue
-            got[(str(r.value.get(window.key)), round(start, 3))].append(r)
-        for rs in list(got.values()):
-            check.duplicates += len(rs) - 1
-            end = epoch(rs[0].value.get("window_end"))
-            if end is not None and end >= latency_from:
-                latencies.append(rs[0].received_at - end)
-        if expected is not None:
-            count = _count_field(window)
-            want = {(str(i.value[window.key]), round(float(i.value["window_start"]), 3)): i for i in expected}
-            check.expected = len(want)
-            for k, item in want.items():
-                if float(item.value["window_end"]) > cutoff:
-                    check.open_at_end += 1
-                    continue
-                check.checked += 1
-                hits = got.get(k)
-                n = int(item.value[count]) if count else 0
-                if not hits:
-                    check.missing += 1
-                    check.lost_records += n if count else 1
-                    _example(check, f"missing {k} (n={n})")
-                    continue
-                value = hits[0].value
-                if count is not None:
-                    have = int(value.get(count) or 0)
-                    check.lost_records += max(0, n - have)
-                    check.extra_records += max(0, have - n)
-                    if have != n:
-                        _example(check, f"{k}: {have} records, want {n}")
-                        continue  # the other aggregates differ for the same reason
-                if any(not _close(value.get(name), item.value[name]) for name, _ in window.aggs):
-                    check.wrong += 1
-                    _example(check, f"wrong {k}: got {_short(value)}, want {_short(item.value)}")
-            for k, rs in got.items():
-                end = epoch(rs[0].value.get("window_end"))
-                if k not in want and end is not None and end <= cutoff:
-                    check.unexpected += 1
-                    _example(check, f"unexpected {k}: {_short(rs[0].value)}")
-    else:
-        for r in received:
-            t = epoch(r.value.get(time_field)) if time_field and isinstance(r.value, dict) else None
-            if t is not None and t >= latency_from:
-                latencies.append(r.received_at - t)
-        if expected is not None:
-            want_c = Counter(_canon(i.value) for i in expected)
-            got_c = Counter(_canon(r.value) for r in received)
-            check.expected = check.checked = sum(want_c.values())
-            check.missing = check.lost_records = sum((want_c - got_c).values())
-            surplus = got_c - want_c
-            check.duplicates = sum(n for v, n in surplus.items() if v in want_c)
-            check.unexpected = sum(n for v, n in surplus.items() if v not in want_c)
-    check.latency = Latency.of(latencies)
-    return check, latencies
-
-
-def _canon(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-
-
-def _short(value: Any) -> str:
-    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _example(check: SinkCheck, text: str) -> None:
-    if len(check.examples) < 5:
-        check.examples.append(text)
-
-
 @dataclass
 class StreamCount:
     """Sensor messages of one stream at one site."""
@@ -250,11 +138,17 @@ class Report:
         """Results received more than once."""
         return sum(s.duplicates for s in self.sinks)
 
+    @property
+    def wrong(self) -> int:
+        """Results whose values differ from the reference's."""
+        return sum(s.wrong for s in self.sinks)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
         data = asdict(self)
         data["lost"] = self.lost
         data["duplicates"] = self.duplicates
+        data["wrong"] = self.wrong
         return data
 
 
@@ -262,6 +156,26 @@ def combine_latency(checks: Iterable[SinkCheck], results: dict[str, list[float]]
     """Latency over every sink of ``tier`` (``results`` holds each sink's raw latencies in seconds)."""
     values = [v for c in checks if c.tier == tier for v in results.get(c.sink, [])]
     return Latency.of(values)
+
+
+def replans_of(placement: Any) -> int | None:
+    """Re-plans from the hub's placement answer: its history length less one, or its version less one."""
+    if not isinstance(placement, dict):
+        return None
+    history = placement.get("history")
+    if isinstance(history, list):
+        return max(0, len(history) - 1)
+    plan = placement.get("plan", placement)
+    version = plan.get("version") if isinstance(plan, dict) else None
+    return max(0, int(version) - 1) if isinstance(version, int) else None
+
+
+def plan_changes_of(placement: Any) -> int | None:
+    """Re-plans that moved an operator (history entries after the first marked ``changed``)."""
+    history = placement.get("history") if isinstance(placement, dict) else None
+    if not isinstance(history, list):
+        return None
+    return sum(1 for h in history[1:] if isinstance(h, dict) and h.get("changed", True))
 
 
 def _ms(value: float | None) -> str:
@@ -275,18 +189,22 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-def render(reports: Sequence[Report]) -> Any:
-    """A rich renderable with the reports side by side (one column per run)."""
-    from rich.console import Group
-    from rich.table import Table
+@dataclass
+class Summary:
+    """The report's numbers as a table: one column per run, one row per measure, then notes."""
 
-    table = Table(title=f"SpanEdge simulation: app '{reports[0].app}'", show_lines=False)
-    table.add_column("measure", style="bold")
-    for r in reports:
-        table.add_column(f"{r.label} ({r.placement})", justify="right")
+    title: str
+    columns: list[str]
+    rows: list[tuple[str, list[str]]]
+    notes: list[str]
+
+
+def summarise(reports: Sequence[Report]) -> Summary:
+    """The rows the text and HTML reports show, the runs side by side."""
+    rows: list[tuple[str, list[str]]] = []
 
     def row(name: str, cells: Iterable[str]) -> None:
-        table.add_row(name, *cells)
+        rows.append((name, list(cells)))
 
     row("broker", (r.broker for r in reports))
     row("sensor run (s)", (f"{r.duration:.0f}" for r in reports))
@@ -306,9 +224,10 @@ def render(reports: Sequence[Report]) -> Any:
         row(f"WAN {link}", (_bytes(sum(r.wan_bytes.get(link, {}).values())) for r in reports))
     row("WAN total", (_bytes(r.wan_total) for r in reports))
     if len(reports) > 1 and reports[1].wan_total:
-        table.add_row("WAN vs second run", f"{reports[0].wan_total / reports[1].wan_total:.1%}", "")
+        row("WAN vs second run", [f"{reports[0].wan_total / reports[1].wan_total:.1%}"] + [""] * (len(reports) - 1))
     row("lost records", (str(r.lost) + ("" if r.drained else " (not drained)") for r in reports))
     row("duplicate results", (str(r.duplicates) for r in reports))
+    row("wrong results", (str(r.wrong) for r in reports))
     row("dead-lettered (expected)", (_dead_cell(r) for r in reports))
     row("late records", (str(sum(s.late for s in r.sites)) for r in reports))
     row("outbox backlog max / at end", (_backlog_cell(r) for r in reports))
@@ -317,9 +236,28 @@ def render(reports: Sequence[Report]) -> Any:
     row("faults", (", ".join(r.faults) or "none" for r in reports))
     notes = [f"[{r.label}] {p}" for r in reports for p in r.problems]
     notes += [f"[{r.label}] {c.sink}: {e}" for r in reports for c in r.sinks for e in c.examples]
+    return Summary(
+        title=f"SpanEdge simulation: app '{reports[0].app}'",
+        columns=[f"{r.label} ({r.placement})" for r in reports],
+        rows=rows,
+        notes=notes,
+    )
+
+
+def render(reports: Sequence[Report]) -> Any:
+    """A rich renderable with the reports side by side (one column per run)."""
+    from rich.console import Group
+    from rich.table import Table
     from rich.text import Text
 
-    return Group(table, *(Text(n, style="yellow") for n in notes))
+    summary = summarise(reports)
+    table = Table(title=summary.title, show_lines=False)
+    table.add_column("measure", style="bold")
+    for column in summary.columns:
+        table.add_column(column, justify="right")
+    for name, cells in summary.rows:
+        table.add_row(name, *cells)
+    return Group(table, *(Text(n, style="yellow") for n in summary.notes))
 
 
 def _backlog_cell(report: Report) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from simulate.broker import Login
 from spanedge import topics
 from spanedge.app import App
 from spanedge.operators import Kind
@@ -52,6 +53,8 @@ class Collector:
     heartbeat_times: dict[str, float] = field(default_factory=dict)
     heartbeat_count: int = 0
     max_backlog: dict[str, int] = field(default_factory=dict)
+    backlog_history: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    """Per site, ``(arrival time, outbox records)`` of every heartbeat."""
     dlq: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     dlq_samples: list[Any] = field(default_factory=list)
     subscriptions: dict[str, int] = field(default_factory=dict)
@@ -93,6 +96,7 @@ class Collector:
                 site_name = parts[3]
                 backlog = int(_number(beat, "outbox", "records"))
                 self.max_backlog[site_name] = max(self.max_backlog.get(site_name, 0), backlog)
+                self.backlog_history.setdefault(site_name, []).append((now, backlog))
                 self.heartbeats[site_name] = beat
                 self.heartbeat_times[parts[3]] = now
                 self.heartbeat_count += 1
@@ -114,9 +118,16 @@ class Collector:
         beat = self.heartbeats.get(site)
         return 0.0 if beat is None else _number(beat, *path)
 
-    async def watch(self, site: str, host: str, port: int, hub: bool, stop: asyncio.Event) -> None:
-        """Subscribe on one broker until ``stop`` is set, reconnecting with a persistent session."""
+    async def watch(
+        self, site: str, host: str, port: int, hub: bool, stop: asyncio.Event, login: Login | None = None
+    ) -> None:
+        """Subscribe on one broker until ``stop`` is set, reconnecting with a persistent session.
+
+        ``login`` gives the credentials and CA of a secured broker.
+        """
         import aiomqtt
+
+        options = {} if login is None else login.aiomqtt_options()
 
         filters = self.filters(hub)
         if not filters:
@@ -124,7 +135,13 @@ class Collector:
         while not stop.is_set():
             try:
                 async with aiomqtt.Client(
-                    host, port, identifier=f"sim-watch-{site}", clean_session=False, keepalive=10, timeout=10
+                    host,
+                    port,
+                    identifier=f"sim-watch-{site}",
+                    clean_session=False,
+                    keepalive=10,
+                    timeout=10,
+                    **options,
                 ) as client:
                     for flt in filters:
                         await client.subscribe(flt, qos=1)

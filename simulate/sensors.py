@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from simulate.broker import Login
 from simulate.config import FieldSpec, SensorSpec
 
 log = logging.getLogger(__name__)
@@ -187,19 +188,21 @@ class SiteSensors:
     failures: int = 0
     pending: int = 0
     done: bool = False
+    login: Login | None = None
 
     async def run(self, start_monotonic: float, duration: float, on_sent: Callable[[Sent], None] | None = None) -> None:
         """Send every message due before ``duration``, reconnecting (and retrying) while the broker is down."""
         import aiomqtt
 
         loop = asyncio.get_running_loop()
+        options = {} if self.login is None else self.login.aiomqtt_options()
         heap = [(d.offset(0), i) for i, d in enumerate(self.devices)]
         heapq.heapify(heap)
         backlog: list[Message] = []
         while heap or backlog:
             try:
                 async with aiomqtt.Client(
-                    self.host, self.port, identifier=f"sim-sensors-{self.site}", timeout=10, keepalive=10
+                    self.host, self.port, identifier=f"sim-sensors-{self.site}", timeout=10, keepalive=10, **options
                 ) as client:
                     while heap or backlog:
                         if not backlog:

@@ -3,6 +3,15 @@
 Each process gets its own ``sites.yaml`` in the run directory, in which its
 own site's broker is direct and every other site's broker is the proxy of the
 link between the two sites, so every inter-site byte crosses the emulated WAN.
+
+By default every broker is secured as a fleet's should be: a TLS listener with
+a certificate from a CA made for the run, no anonymous access, one MQTT
+identity per site (its name, with a random password) and the ACL
+:func:`spanedge.broker_acl.acl_text` generates. A process's sites file names
+its own site as the username on every broker, the CA, and the environment
+variable :data:`PASSWORD_ENV` that holds its password (:meth:`Topology.env`).
+The simulator's own clients log in as :data:`OBSERVER` (read-only) or, for
+sensors, as their site. ``secure=False`` runs plain anonymous brokers instead.
 """
 
 from __future__ import annotations
@@ -15,11 +24,23 @@ from typing import Protocol
 
 import yaml
 
-from simulate.broker import Mosquitto, mosquitto_path
+from simulate.broker import BrokerSecurity, Login, Mosquitto, mosquitto_path
 from simulate.config import Simulation, resolve_links
+from simulate.tls import make_tls
 from simulate.wan import LinkProxy, WanLink
+from spanedge.broker_acl import acl_text, identities, new_password, password_file
 from spanedge.errors import SpanEdgeError
 from spanedge.sites import Sites
+
+#: The read-only MQTT identity of the simulator's watchers.
+OBSERVER = "spanedge-sim-observer"
+#: The environment variable that holds a simulated process's MQTT password.
+PASSWORD_ENV = "SPANEDGE_MQTT_PASSWORD"  # noqa: S105 - the name of a variable, not a password
+_NO_SECURE_EMBEDDED = (
+    "the embedded Python broker cannot enforce per-site credentials, ACLs and TLS; "
+    "install Mosquitto ('apt-get install mosquitto' or 'brew install mosquitto'), "
+    "or run plain anonymous brokers with --insecure-brokers (development only)"
+)
 
 
 class BrokerProcess(Protocol):
@@ -71,27 +92,40 @@ def broker_kind(requested: str = "auto") -> str:
     return "amqtt"
 
 
-def make_broker(kind: str, name: str, workdir: Path) -> BrokerProcess:
-    """A stopped broker of ``kind`` for site ``name``."""
+def make_broker(kind: str, name: str, workdir: Path, security: BrokerSecurity | None = None) -> BrokerProcess:
+    """A stopped broker of ``kind`` for site ``name`` (Mosquitto enforces ``security`` if given)."""
     if kind == "amqtt":
+        if security is not None:
+            raise SpanEdgeError(_NO_SECURE_EMBEDDED)
         from simulate.embedded import EmbeddedBroker
 
         embedded: BrokerProcess = EmbeddedBroker(workdir=workdir, name=name)
         return embedded
-    return Mosquitto(workdir=workdir, name=name, extra_config="sys_interval 1\n")
+    return Mosquitto(workdir=workdir, name=name, extra_config="sys_interval 1\n", security=security)
 
 
 class Topology:
     """Brokers, WAN links and proxies of a simulated set of sites."""
 
-    def __init__(self, sites: Sites, sim: Simulation, run_dir: Path, broker: str = "auto") -> None:
-        """Plan the topology; :meth:`start` starts brokers and proxies."""
+    def __init__(
+        self, sites: Sites, sim: Simulation, run_dir: Path, broker: str = "auto", *, secure: bool = True
+    ) -> None:
+        """Plan the topology and, if ``secure``, make its CA, passwords and ACLs; :meth:`start` starts brokers and proxies.
+
+        Raises:
+            SpanEdgeError: ``secure`` with the embedded broker, or a site name that cannot be an MQTT identity.
+        """
         self.sites = sites
         self.sim = sim
         self.run_dir = run_dir
         self.broker_kind = broker_kind(broker)
+        self.secure = secure
+        self.passwords: dict[str, str] = {}
+        self.ca_file: Path | None = None
+        security = self._secure_brokers(run_dir / "brokers") if secure else {}
         self.brokers: dict[str, BrokerProcess] = {
-            name: make_broker(self.broker_kind, name, run_dir / "brokers" / name) for name in sites.sites
+            name: make_broker(self.broker_kind, name, run_dir / "brokers" / name, security.get(name))
+            for name in sites.sites
         }
         self.links: dict[frozenset[str], WanLink] = {}
         for i, wan in enumerate(resolve_links(sites, sim)):
@@ -100,6 +134,34 @@ class Topology:
         self.proxies: dict[tuple[str, str], LinkProxy] = {}
         self.files: dict[str, Path] = {}
         atexit.register(self._close_brokers)
+
+    def _secure_brokers(self, directory: Path) -> dict[str, BrokerSecurity]:
+        """Make the run's CA and server certificate, a password per identity and each broker's ACL."""
+        if self.broker_kind != "mosquitto":
+            raise SpanEdgeError(_NO_SECURE_EMBEDDED)
+        self.passwords = {user: new_password() for user in identities(self.sites, [OBSERVER])}
+        tls = make_tls(directory / "tls")
+        self.ca_file = tls.ca_file
+        passwords = directory / "passwords"
+        passwords.touch(mode=0o600)
+        passwords.write_text(password_file(self.passwords))
+        security = {}
+        for name in self.sites.sites:
+            acl = directory / f"{name}.acl"
+            acl.write_text(acl_text(self.sites, [name], observers=[OBSERVER]))
+            security[name] = BrokerSecurity(tls, passwords, acl)
+        return security
+
+    def env(self, site: str) -> dict[str, str]:
+        """The environment a process of ``site`` needs to log in to the brokers (empty when not secure)."""
+        return {PASSWORD_ENV: self.passwords[site]} if self.secure else {}
+
+    def login(self, user: str) -> Login | None:
+        """How the simulator's client ``user`` (:data:`OBSERVER` or a site) logs in; None when not secure."""
+        if not self.secure:
+            return None
+        assert self.ca_file is not None
+        return Login(user, self.passwords[user], self.ca_file)
 
     def link(self, a: str, b: str) -> WanLink:
         """The link between two sites."""
@@ -125,7 +187,8 @@ class Topology:
         """The URL of ``site``'s broker as a process at ``seen_from`` must use."""
         if seen_from == site:
             return self.brokers[site].url
-        return self.proxies[(seen_from, site)].url
+        url = self.proxies[(seen_from, site)].url  # the proxy relays bytes: TLS runs end to end through it
+        return url.replace("mqtt://", "mqtts://", 1) if self.secure else url
 
     def write_sites_file(self, seen_from: str) -> Path:
         """Write the sites file for processes at ``seen_from`` and return its path."""
@@ -133,6 +196,8 @@ class Topology:
         for name, site in data["sites"].items():
             site.pop("name", None)
             site["broker"] = self.broker_url(seen_from, name)
+            if self.secure:  # every broker sees this process as its own site
+                site.update(username=seen_from, password_env=PASSWORD_ENV, tls={"ca_file": str(self.ca_file)})
         path = self.run_dir / "sites" / f"{seen_from}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         header = f"# sites as seen from {seen_from}: remote brokers go through the emulated WAN\n"

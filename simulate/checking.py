@@ -1,0 +1,323 @@
+"""Checking results: what the sinks published against the reference run of what the sensors sent.
+
+Window results are matched on ``(key, window_start)``: a window received
+twice is a duplicate; a window missing or short of records is a loss (in
+records when the window counts them). Values are compared whenever a result
+exists: a window whose aggregates differ from the reference's, its count
+included, is wrong, so a partial window is both short and wrong. Only windows
+that end at least ``settle`` seconds before the last event time are checked:
+later ones may still be open. Other sinks are compared as multisets of values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import orjson
+
+from simulate.reference import Expected, Item, evaluate
+from simulate.report import Latency, SinkCheck, SiteCount, StreamCount, epoch
+from simulate.results import Collector, Result
+from simulate.sensors import Sent
+from spanedge.app import App
+from spanedge.operators import Kind, Operator, WindowSpec
+
+WindowKey = tuple[str, float]
+"""A window result's identity: its key (as text) and its start (rounded to milliseconds)."""
+
+
+def scope_tier(app: App, sink: str) -> str:
+    """``global`` if the sink or anything upstream runs only at the hub, else ``local``."""
+    graph = app.graph()
+    names = {sink, *nx.ancestors(graph, sink)}
+    return "global" if any(graph.nodes[n]["op"].hub_only for n in names) else "local"
+
+
+def source_time_field(app: App) -> str | None:
+    """The event-time field of the app's sources (the first one that names one)."""
+    return next((op.time_field for op in app.operators.values() if op.kind is Kind.SOURCE and op.time_field), None)
+
+
+@dataclass
+class Reference:
+    """The expected results of what the sensors sent, the cutoff of checkable windows, and the messages per stream."""
+
+    expected: Expected
+    cutoff: float
+    streams: dict[tuple[str, str], StreamCount] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, app: App, sent: Iterable[Sent], settle: float, t0: float) -> Reference:
+        """Run the reference over the well-formed messages in ``sent``.
+
+        The cutoff is the last event time of the site that sent the least far,
+        less ``settle`` (``t0`` less ``settle`` if nothing was sent).
+        """
+        items: dict[str, list[Item]] = {}
+        max_event: dict[str, float] = {}
+        streams: dict[tuple[str, str], StreamCount] = {}
+        for record in sent:
+            m = record.message
+            count = streams.setdefault((m.stream, m.site), StreamCount(m.stream, m.site))
+            count.sent += 1
+            if m.malformed:
+                count.malformed += 1
+                continue
+            assert m.event_time is not None, "well-formed messages carry their event time"
+            items.setdefault(m.stream, []).append(Item(m.site, m.event_time, m.value))
+            max_event[m.site] = max(max_event.get(m.site, 0.0), m.event_time)
+        cutoff = (min(max_event.values()) if max_event else t0) - settle
+        return cls(evaluate(app, items), cutoff, streams)
+
+    def missing(self, results: Sequence[Result]) -> int:
+        """Checkable results that have not arrived yet (windows by key and start, others by count)."""
+        missing = 0
+        for sink, want in self.expected.sinks.items():
+            got = [r for r in results if r.sink == sink]
+            spec = self.expected.windowed.get(sink)
+            if sink in self.expected.reshaped:
+                arrived = Counter(_canon(r.value) for r in got)
+                due = Counter(_canon(i.value) for i in want if i.event_time <= self.cutoff)
+                missing += sum((due - arrived).values())
+                continue
+            if spec is None:
+                missing += max(0, len(want) - len(got))
+                continue
+            seen = {_received_key(r.value, spec) for r in got}
+            missing += sum(
+                1 for i in want if float(i.value["window_end"]) <= self.cutoff and _want_key(i, spec) not in seen
+            )
+        return missing
+
+
+def check_sinks(
+    app: App, reference: Reference, results: Sequence[Result], latency_from: float
+) -> tuple[list[SinkCheck], dict[str, list[float]]]:
+    """Check every sink of ``app``; return the checks and each sink's latencies in seconds."""
+    time_field = source_time_field(app)
+    checks: list[SinkCheck] = []
+    latencies: dict[str, list[float]] = {}
+    for op in app.operators.values():
+        if op.kind is not Kind.SINK:
+            continue
+        received = [r for r in results if r.sink == op.name]
+        check, lat = _check_operator(app, op, reference, received, time_field, latency_from)
+        checks.append(check)
+        latencies[op.name] = lat
+    return checks, latencies
+
+
+def _check_operator(
+    app: App,
+    op: Operator,
+    reference: Reference,
+    received: Sequence[Result],
+    time_field: str | None,
+    latency_from: float,
+) -> tuple[SinkCheck, list[float]]:
+    expected = reference.expected
+    window = expected.windowed.get(op.name)
+    want: list[Item] | None = None
+    unchecked: str | None = None
+    if op.sink is None or op.sink.kind != "mqtt":
+        window = None
+        unchecked = f"{op.sink.kind if op.sink else '?'} sink: the simulator only watches mqtt sinks"
+    elif op.name in expected.unchecked:
+        unchecked = expected.unchecked[op.name]
+    else:
+        want = expected.sinks.get(op.name, [])
+    tier = scope_tier(app, op.name)
+    late: Counter[bytes] = Counter()
+    if want is not None and op.name in expected.reshaped:
+        # results of windows that end after the cutoff may still be open: neither expected nor counted
+        late = Counter(_canon(i.value) for i in want if i.event_time > reference.cutoff)
+        want = [i for i in want if i.event_time <= reference.cutoff]
+        received = _without(received, late)
+    check, lat = check_sink(op.name, tier, received, want, window, reference.cutoff, time_field, latency_from)
+    check.open_at_end += sum(late.values())
+    check.unchecked = unchecked
+    return check, lat
+
+
+def _without(received: Sequence[Result], values: Counter[bytes]) -> list[Result]:
+    """``received`` less one result per occurrence in ``values`` (canonical JSON)."""
+    left = Counter(values)
+    kept = []
+    for r in received:
+        key = _canon(r.value)
+        if left[key] > 0:
+            left[key] -= 1
+        else:
+            kept.append(r)
+    return kept
+
+
+def check_sink(
+    sink: str,
+    tier: str,
+    received: Sequence[Result],
+    expected: Sequence[Item] | None,
+    window: WindowSpec | None,
+    cutoff: float,
+    time_field: str | None = None,
+    latency_from: float = 0.0,
+) -> tuple[SinkCheck, list[float]]:
+    """Compare one sink's results with the reference (``expected=None``: not checkable).
+
+    Returns the check and the sink's latencies in seconds (first arrival of each result).
+    """
+    check = SinkCheck(sink, tier, received=len(received))
+    if window is not None:
+        latencies = _check_windows(check, received, expected, window, cutoff, latency_from)
+    else:
+        latencies = _check_records(check, received, expected, time_field, latency_from)
+    check.latency = Latency.of(latencies)
+    return check, latencies
+
+
+def _check_windows(
+    check: SinkCheck,
+    received: Sequence[Result],
+    expected: Sequence[Item] | None,
+    window: WindowSpec,
+    cutoff: float,
+    latency_from: float,
+) -> list[float]:
+    got: dict[WindowKey, list[Result]] = defaultdict(list)
+    for r in received:
+        key = _received_key(r.value, window)
+        if key is None:
+            check.unexpected += 1
+        else:
+            got[key].append(r)
+    latencies = []
+    for rs in got.values():
+        check.duplicates += len(rs) - 1
+        end = epoch(rs[0].value.get("window_end"))
+        if end is not None and end >= latency_from:
+            latencies.append(rs[0].received_at - end)
+    if expected is None:
+        return latencies
+    want = {_want_key(i, window): i.value for i in expected}
+    check.expected = len(want)
+    for key, value in want.items():
+        if float(value["window_end"]) > cutoff:
+            check.open_at_end += 1
+        else:
+            check.checked += 1
+            hits = got.get(key)
+            _compare_window(check, key, value, hits[0].value if hits else None, window)
+    for key, rs in got.items():
+        end = epoch(rs[0].value.get("window_end"))
+        if key not in want and end is not None and end <= cutoff:
+            check.unexpected += 1
+            _example(check, f"unexpected {key}: {_short(rs[0].value)}")
+    return latencies
+
+
+def _compare_window(
+    check: SinkCheck, key: WindowKey, want: dict[str, Any], got: dict[str, Any] | None, window: WindowSpec
+) -> None:
+    """Count one checkable window: missing, short or long in records, and wrong if any aggregate differs."""
+    count = _count_field(window)
+    n = int(want[count]) if count else 0
+    if got is None:
+        check.missing += 1
+        check.lost_records += n if count else 1
+        _example(check, f"missing {key} (n={n})")
+        return
+    notes = []
+    if count is not None:
+        have = int(got.get(count) or 0)
+        check.lost_records += max(0, n - have)
+        check.extra_records += max(0, have - n)
+        if have != n:
+            notes.append(f"{have} records, want {n}")
+    if notes or any(not _close(got.get(name), want[name]) for name, _ in window.aggs):
+        check.wrong += 1
+        notes.append(f"wrong: got {_short(got)}, want {_short(want)}")
+    if notes:
+        _example(check, f"{key}: {'; '.join(notes)}")
+
+
+def _check_records(
+    check: SinkCheck,
+    received: Sequence[Result],
+    expected: Sequence[Item] | None,
+    time_field: str | None,
+    latency_from: float,
+) -> list[float]:
+    latencies = []
+    for r in received:
+        t = epoch(r.value.get(time_field)) if time_field and isinstance(r.value, dict) else None
+        if t is not None and t >= latency_from:
+            latencies.append(r.received_at - t)
+    if expected is not None:
+        want = Counter(_canon(i.value) for i in expected)
+        got = Counter(_canon(r.value) for r in received)
+        check.expected = check.checked = sum(want.values())
+        check.missing = check.lost_records = sum((want - got).values())
+        surplus = got - want
+        check.duplicates = sum(n for v, n in surplus.items() if v in want)
+        check.unexpected = sum(n for v, n in surplus.items() if v not in want)
+    return latencies
+
+
+def site_counts(
+    collector: Collector, spokes: Iterable[str], reference: Reference, sensor_failures: dict[str, int]
+) -> list[SiteCount]:
+    """What each spoke's agent reported (dead letters, late records, backlog) next to the dead letters expected."""
+    out = []
+    for spoke in spokes:
+        malformed = sum(c.malformed for c in reference.streams.values() if c.site == spoke)
+        out.append(
+            SiteCount(
+                site=spoke,
+                dead_lettered=max(collector.dlq.get(spoke, 0), int(collector.counter(spoke, "dlq"))),
+                expected_dead=malformed + reference.expected.errors.get(spoke, 0),
+                late=int(collector.counter(spoke, "late")),
+                dropped=int(collector.counter(spoke, "outbox", "dropped")),
+                backlog=collector.backlog(spoke),
+                max_backlog=collector.max_backlog.get(spoke, 0),
+                sensor_failures=sensor_failures.get(spoke, 0),
+            )
+        )
+    return out
+
+
+def _received_key(value: Any, window: WindowSpec) -> WindowKey | None:
+    start = epoch(value.get("window_start")) if isinstance(value, dict) else None
+    return None if start is None else (str(value.get(window.key)), round(start, 3))
+
+
+def _want_key(item: Item, window: WindowSpec) -> WindowKey:
+    return (str(item.value[window.key]), round(float(item.value["window_start"]), 3))
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-3)
+    return bool(a == b)
+
+
+def _count_field(window: WindowSpec) -> str | None:
+    return next((name for name, agg in window.aggs if agg.func == "count" and agg.custom is None), None)
+
+
+def _canon(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def _short(value: Any) -> str:
+    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _example(check: SinkCheck, text: str) -> None:
+    if len(check.examples) < 5:
+        check.examples.append(text)

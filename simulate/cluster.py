@@ -1,0 +1,255 @@
+"""The processes of a simulated topology: the hub and one agent per spoke, on the topology's brokers and WAN.
+
+Managed mode starts ``spanedge hub`` and deploys the app over its REST API
+with :class:`hub.client.HubClient`; standalone mode starts ``python -m
+hub.dataplane`` and the agents with a plan file. :class:`Cluster` is also
+the :class:`~simulate.fault_schedule.FaultTarget` of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hub.client import HubClient
+from simulate.broker import free_port
+from simulate.errors import SimulationError
+from simulate.processes import Child, spanedge_command
+from simulate.readiness import wait_healthy
+from simulate.topology import Topology
+from spanedge.errors import SpanEdgeError
+from spanedge.signing import PlanSigningKey
+
+
+def hub_argv(
+    mode: str,
+    sites_file: Path,
+    state_dir: Path,
+    *,
+    hub_site: str,
+    spark_master: str,
+    port: int = 0,
+    app_file: Path | None = None,
+    plan_file: Path | None = None,
+    hub_command: Sequence[str] | None = None,
+) -> list[str]:
+    """The command of the hub: ``spanedge hub`` (managed) or ``python -m hub.dataplane`` with a plan (standalone).
+
+    ``hub_command`` replaces the program and keeps the options (from ``--sites`` on).
+    """
+    if mode == "managed":
+        argv = spanedge_command(
+            "hub", "--sites", str(sites_file), "--state-dir", str(state_dir), "--port", str(port),
+            "--spark-master", spark_master, "--hub-site", hub_site, "--min-replan-interval", "10",
+        )  # fmt: skip
+    else:
+        if app_file is None or plan_file is None:
+            msg = "standalone mode starts the hub's data plane with an app and a plan file"
+            raise SimulationError(msg)
+        argv = [
+            sys.executable, "-m", "hub.dataplane", "--sites", str(sites_file), "--state-dir", str(state_dir),
+            "--app", str(app_file), "--plan", str(plan_file), "--spark-master", spark_master,
+        ]  # fmt: skip
+    if hub_command is not None:
+        argv = [*hub_command, *argv[argv.index("--sites") :]]
+    return argv
+
+
+def agent_argv(
+    site: str, sites_file: Path, state_dir: Path, heartbeat_interval: float, plan_file: Path | None = None
+) -> list[str]:
+    """The command of the agent of ``site`` (with ``--plan`` in standalone mode)."""
+    args = [
+        "agent", "--site", site, "--sites", str(sites_file), "--state-dir", str(state_dir),
+        "--heartbeat-interval", str(heartbeat_interval),
+    ]  # fmt: skip
+    if plan_file is not None:
+        args += ["--plan", str(plan_file)]
+    return spanedge_command(*args)
+
+
+class Cluster:
+    """The hub and agent processes of a run, their credentials, and the hub's REST client in managed mode."""
+
+    def __init__(self, topology: Topology, run_dir: Path, hub_site: str, spokes: Sequence[str]) -> None:
+        """Prepare fresh credentials; nothing starts until :meth:`start_hub` and :meth:`start_agents`."""
+        self.topology = topology
+        self.run_dir = run_dir
+        self.hub_site = hub_site
+        self.spokes = list(spokes)
+        self.token = secrets.token_hex(16)
+        # the hub signs plans with a key of this run; agents trust only its public key
+        plan_key = PlanSigningKey.generate()
+        key_file = run_dir / "plan-key.pem"
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        key_file.write_bytes(plan_key.to_pem())
+        key_file.chmod(0o600)
+        self.env = {
+            "SPANEDGE_TOKEN": self.token,
+            "SPANEDGE_PLAN_KEY_FILE": str(key_file),
+            "SPANEDGE_PLAN_PUBLIC_KEYS": plan_key.public_key.to_text(),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.hub: Child | None = None
+        self.agents: dict[str, Child] = {}
+        self.client: HubClient | None = None
+
+    @property
+    def logs(self) -> Path:
+        """The directory of the processes' logs."""
+        return self.run_dir / "logs"
+
+    def children(self) -> list[Child]:
+        """Every process started so far: the agents, then the hub."""
+        return [*self.agents.values(), *([self.hub] if self.hub is not None else [])]
+
+    def start_hub(
+        self,
+        mode: str,
+        spark_master: str,
+        app_file: Path,
+        plan_file: Path | None = None,
+        hub_command: Sequence[str] | None = None,
+    ) -> Child:
+        """Start the hub (managed: on a free port, with a REST client for it)."""
+        port = free_port() if mode == "managed" else 0
+        argv = hub_argv(
+            mode,
+            self.topology.files[self.hub_site],
+            self.run_dir / "hub",
+            hub_site=self.hub_site,
+            spark_master=spark_master,
+            port=port,
+            app_file=app_file,
+            plan_file=plan_file,
+            hub_command=hub_command,
+        )
+        if mode == "managed":
+            self.client = HubClient(f"http://127.0.0.1:{port}", self.token, timeout=120)
+        env = {**self.env, **self.topology.env(self.hub_site)}  # the hub logs in to the brokers as its site
+        self.hub = Child("hub", argv, self.logs / "hub.log", env).start()
+        return self.hub
+
+    def start_agents(self, heartbeat_interval: float, plan_file: Path | None = None) -> None:
+        """Start one agent per spoke."""
+        for site in self.spokes:
+            argv = agent_argv(
+                site, self.topology.files[site], self.run_dir / "agents" / site, heartbeat_interval, plan_file
+            )
+            env = {**self.env, **self.topology.env(site)}  # each agent logs in to the brokers as its own site
+            self.agents[site] = Child(f"agent-{site}", argv, self.logs / f"agent-{site}.log", env).start()
+
+    def check_alive(self, children: Sequence[Child] | None = None) -> None:
+        """Raise if one of ``children`` (default: all) exited, with the last lines of its log.
+
+        Raises:
+            SimulationError: a process exited.
+        """
+        for child in self.children() if children is None else children:
+            if child.proc is not None and child.proc.poll() is not None:
+                msg = (
+                    f"{child.name} exited with code {child.proc.returncode}; last lines of {child.log}:\n{child.tail()}"
+                )
+                raise SimulationError(msg)
+
+    def check_agents(self) -> None:
+        """:meth:`check_alive` for the agents only."""
+        self.check_alive(list(self.agents.values()))
+
+    def _client(self) -> HubClient:
+        if self.client is None:
+            msg = "the hub has no REST API in standalone mode"
+            raise SimulationError(msg)
+        return self.client
+
+    async def wait_hub(self, timeout: float) -> None:
+        """Wait until the managed hub answers ``/healthz`` (see :func:`~simulate.readiness.wait_healthy`)."""
+        hub = self.hub
+        assert hub is not None, "start_hub first"
+        await wait_healthy(self._client(), timeout, lambda: self.check_alive([hub]), hub.log)
+
+    async def deploy(self, app_file: Path) -> dict[str, Any]:
+        """Deploy the app to the managed hub; write its answer to ``deploy.json`` and return it.
+
+        Raises:
+            SimulationError: the hub refused the app or could not be reached.
+        """
+        client = self._client()
+        loop = asyncio.get_running_loop()
+        try:
+            answer = await loop.run_in_executor(None, lambda: client.post_app(app_file.read_text(), app_file.name))
+        except SpanEdgeError as exc:
+            msg = f"the hub refused the app: {exc}"
+            raise SimulationError(msg) from None
+        (self.run_dir / "deploy.json").write_text(json.dumps(answer, indent=2))
+        return answer
+
+    async def placement(self, app: str) -> dict[str, Any] | None:
+        """The managed hub's placement of ``app`` (also written to ``placement.json``); None if unavailable."""
+        if self.client is None:
+            return None
+        client = self.client
+        loop = asyncio.get_running_loop()
+        try:
+            answer = await loop.run_in_executor(None, lambda: client.placement(app, timeout=10))
+        except (SpanEdgeError, ValueError):
+            return None
+        (self.run_dir / "placement.json").write_text(json.dumps(answer, indent=2))
+        return answer
+
+    def stopped(self) -> list[str]:
+        """A problem line for every process that is not running (it should be, until :meth:`stop`)."""
+        named = [*self.agents.items(), *([("hub", self.hub)] if self.hub is not None else [])]
+        return [f"{name} is not running at the end; see {child.log}" for name, child in named if not child.alive]
+
+    async def sample_cpu(self, interval: float = 1.0) -> None:
+        """Sample the hub's CPU time every ``interval`` seconds, until cancelled."""
+        while True:
+            if self.hub is not None:
+                self.hub.sample_cpu()
+            await asyncio.sleep(interval)
+
+    def hub_cpu(self) -> float | None:
+        """CPU seconds the hub and its children used (None without a hub)."""
+        return self.hub.sample_cpu() if self.hub is not None else None
+
+    async def stop(self) -> None:
+        """Stop every process, concurrently."""
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(None, c.stop) for c in self.children()), return_exceptions=True)
+
+    # -- the fault target ----------------------------------------------------------------------
+
+    def partition(self, site: str) -> None:
+        """Cut every WAN link of ``site``."""
+        self.topology.partition(site)
+
+    def heal(self, site: str) -> None:
+        """Heal every WAN link of ``site``."""
+        self.topology.heal(site)
+
+    def set_latency(self, site: str, delay_ms: float) -> None:
+        """Set the one-way delay of every WAN link of ``site``."""
+        self.topology.set_latency(site, delay_ms)
+
+    def restart_broker(self, site: str) -> None:
+        """Stop and start the broker of ``site`` (blocks)."""
+        self.topology.brokers[site].restart()
+
+    def kill_agent(self, site: str) -> None:
+        """SIGKILL the agent of ``site`` (blocks until reaped)."""
+        self.agents[site].kill()
+
+    def start_agent(self, site: str) -> None:
+        """Start the agent of ``site`` again with the same command."""
+        self.agents[site].start()
+
+    def restart_hub(self) -> None:
+        """Stop the hub gracefully and start it again (blocks)."""
+        if self.hub is not None:
+            self.hub.restart()

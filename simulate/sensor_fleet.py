@@ -1,0 +1,80 @@
+"""Driving the sensors of every site: one publisher per site broker, the devices the simulation section asks for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from simulate.broker import Login
+from simulate.config import Simulation
+from simulate.sensors import Device, Sent, SiteSensors
+from spanedge.sites import Sites
+
+
+class SensorFleet:
+    """The sensors of every site of a run and what they sent."""
+
+    def __init__(self, sensors: Mapping[str, SiteSensors] | None = None) -> None:
+        """Hold ``sensors`` per site (none until :meth:`build`)."""
+        self.sensors: dict[str, SiteSensors] = dict(sensors or {})
+
+    @classmethod
+    def build(
+        cls,
+        sites: Sites,
+        sim: Simulation,
+        ports: Mapping[str, int],
+        start: float,
+        host: str = "127.0.0.1",
+        logins: Mapping[str, Login | None] | None = None,
+    ) -> SensorFleet:
+        """The devices of every sensor spec, publishing to the broker of their site at ``host:ports[site]``.
+
+        ``logins`` gives, per site, the credentials and CA its sensors use on a secured broker.
+
+        ``start`` is the wall-clock time event times count from; the QoS of a
+        stream is the sensor spec's, else the stream binding's.
+        """
+        sensors = {}
+        for site, streams in sim.sensors.items():
+            devices: list[Device] = []
+            qos: dict[str, int] = {}
+            for stream, spec in streams.items():
+                binding = sites.sites[site].streams[stream]
+                qos[stream] = spec.qos if spec.qos is not None else binding.qos
+                devices += [Device(site, stream, i, spec, binding.topic, sim.seed, start) for i in range(spec.count)]
+            login = (logins or {}).get(site)
+            sensors[site] = SiteSensors(site, host, ports[site], devices, qos, login=login)
+        return cls(sensors)
+
+    @property
+    def devices(self) -> int:
+        """Number of devices over every site."""
+        return sum(len(s.devices) for s in self.sensors.values())
+
+    def sent(self) -> list[Sent]:
+        """Every message a site broker accepted, site by site."""
+        return [s for sensors in self.sensors.values() for s in sensors.sent]
+
+    def sent_at(self, site: str) -> int:
+        """Messages sent at ``site`` so far."""
+        sensors = self.sensors.get(site)
+        return len(sensors.sent) if sensors else 0
+
+    def pending_at(self, site: str) -> int:
+        """Messages due at ``site`` but not yet accepted by its broker."""
+        sensors = self.sensors.get(site)
+        return sensors.pending if sensors else 0
+
+    def failures_at(self, site: str) -> int:
+        """Times the sensors of ``site`` lost their broker."""
+        sensors = self.sensors.get(site)
+        return sensors.failures if sensors else 0
+
+    def recent(self, since: float) -> int:
+        """Messages sent after wall-clock time ``since`` (among the last 2000 of each site)."""
+        return sum(1 for s in self.sensors.values() for x in s.sent[-2000:] if x.sent_at > since)
+
+    async def run(self, start_monotonic: float, duration: float) -> None:
+        """Send every message due in the first ``duration`` seconds after ``start_monotonic`` (event-loop time)."""
+        await asyncio.gather(*(s.run(start_monotonic, duration) for s in self.sensors.values()))
