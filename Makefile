@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean system-packages
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "SpanEdge needs Python 3.11+; run make PYTHON=python3.11 ..."'
@@ -23,7 +23,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(STAMP) lint
+system-packages:
+	@scripts/system-packages
+
+test: $(STAMP) lint system-packages
 	$(BIN)/pytest
 
 bench: $(STAMP)
