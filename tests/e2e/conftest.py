@@ -86,3 +86,35 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
         faults=["partition:truck-9:20s@8s", "kill-agent:truck-7@12s"],
         tweak={},
     )
+
+
+SMART_FARM = EXAMPLES / "smart_farm"
+
+
+def simulate_smart_farm(directory: Path, duration: float, faults: list[str], tweak: dict[str, Any]) -> Any:
+    """Run the smart-farm example on secured brokers with its simulation section updated by ``tweak``."""
+    from simulate.runner import Options, run
+
+    data = yaml.safe_load((SMART_FARM / "sites.yaml").read_text())
+    data["simulation"].update(tweak)
+    directory.mkdir(parents=True, exist_ok=True)
+    sites = directory / "sites.yaml"
+    sites.write_text(yaml.safe_dump(data, sort_keys=False))
+    opts = Options(
+        sites=sites,
+        app=SMART_FARM / "app.py",
+        duration=duration,
+        faults=faults,
+        mode="managed",
+        run_dir=directory / "run",
+    )
+    return asyncio.run(run(opts))
+
+
+@pytest.fixture(scope="module")
+def move_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """80 s of probe data; barn's links slow down to 300 ms at 20 s, so field-east's offloaded windows move."""
+    _require_parts()
+    return simulate_smart_farm(
+        tmp_path_factory.mktemp("move"), duration=80, faults=["latency:barn:300@20s"], tweak={"settle": "15s"}
+    )

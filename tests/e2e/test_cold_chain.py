@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -39,6 +40,30 @@ def test_results_match_the_reference(clean_run: Any) -> None:
     assert clean_run.report.wan_total > 0
 
 
+def _html_report(outcome: Any) -> str:
+    """The run's report.html: one inline chart per measure, nothing to fetch."""
+    path = outcome.run_dir / "report.html"
+    assert outcome.html == path
+    html = path.read_text()
+    assert html.count("<svg") == 4, outcome.run_dir
+    assert not re.search(r"https?://", html)
+    assert "<script" not in html
+    assert f"{outcome.report.lost} lost, {outcome.report.duplicates} duplicated" in html
+    assert (outcome.run_dir / "report.json").exists()
+    return html
+
+
+def test_the_run_writes_an_html_report_with_its_charts(clean_run: Any) -> None:
+    html = _html_report(clean_run)
+    timeline = clean_run.timeline
+    assert timeline.latency_ms["local"]
+    assert timeline.latency_ms["global"]
+    assert timeline.wan_times[-1] >= 40  # sampled through the sensor run and the drain
+    assert max(series[-1] for series in timeline.wan.values()) > 0
+    assert set(timeline.backlog) == {"truck-7", "truck-9", "warehouse-north"}
+    assert "cloud&lt;-&gt;truck-7" in html  # a WAN link in the chart's legend
+
+
 def test_malformed_messages_are_all_dead_lettered(clean_run: Any) -> None:
     sites = {s.site: s for s in clean_run.report.sites}
     bad = {s.site: s.malformed for s in clean_run.report.streams}
@@ -61,6 +86,20 @@ def test_partition_loses_and_duplicates_nothing_and_drains(fault_run: Any) -> No
     healed = fault_run.started_at + 8 + 20
     held_back = [r for r in truck9 if r.value["window_end"] < healed - 5 and r.received_at > healed]
     assert held_back, "no global result of truck-9 was held back by the partition and delivered after the heal"
+
+
+def test_the_faults_are_marked_in_the_html_report(fault_run: Any) -> None:
+    html = _html_report(fault_run)
+    marks = {m.label: m for m in fault_run.timeline.marks if m.kind == "fault"}
+    partition = marks["partition:truck-9:20s@8s"]
+    assert partition.until is not None
+    assert 7.5 < partition.t < 9.5
+    assert 19 < partition.until - partition.t < 22
+    assert "kill-agent:truck-7@12s" in marks
+    wan, backlog = re.findall(r"<svg\b.*?</svg>", html, flags=re.S)[2:]
+    for chart in (wan, backlog):
+        assert "partition:truck-9:20s@8s" in chart
+        assert "kill-agent:truck-7@12s" in chart
 
 
 def test_agent_sigkill_and_restart_lose_and_duplicate_nothing(fault_run: Any) -> None:

@@ -9,8 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +20,11 @@ from spanedge.envelope import Record, decode_batch
 from spanedge.loader import load_app
 from spanedge.sites import Sites, parse_sites
 from spanedge.testing import local_plan
+from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_FILE = ROOT / "examples" / "cold_chain" / "app.py"
 _ids = itertools.count()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``predicate`` until true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def write_setup(tmp: Path, hub_url: str, site_url: str) -> tuple[Path, Path, Sites]:
@@ -198,14 +187,15 @@ def same(got: dict[tuple[str, float], dict[str, Any]], want: dict[tuple[str, flo
 
 
 class AgentProcess:
-    """``python -m edge_agent`` as a subprocess, logging to a file."""
+    """``spanedge agent`` as a subprocess, logging to a file."""
 
     def __init__(self, tmp: Path, sites: Path, plan: Path, *extra: str) -> None:
         self.tmp = tmp
         self.args = [
             sys.executable,
-            "-m",
-            "edge_agent",
+            "-c",
+            "from spanedge.cli import main; main()",
+            "agent",
             "--site",
             "truck-7",
             "--sites",
@@ -230,7 +220,7 @@ class AgentProcess:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(self.args, stderr=log, stdout=log, cwd=self.tmp)
         self.starts += 1
-        wait_until(
+        wait_for(
             lambda: self.log.read_text().count("subscribed to trucks") > before,
             20,
             f"the agent to subscribe (log: {self.log})",

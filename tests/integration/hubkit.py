@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import orjson
-import pytest
 
 from spanedge.app import App
 from spanedge.envelope import Record, encode_batch
@@ -131,16 +128,6 @@ class Collector:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.25) -> None:
-    """Poll ``predicate`` until true or fail after ``timeout`` seconds, saying what was awaited."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(poll)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 def broker_of(url: str) -> Broker:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,28 +12,28 @@ import orjson
 import pytest
 
 from edge_agent.agent import Agent, AgentConfig
+from edge_agent.transport import PahoTransport, TransportFactory
+from edge_agent.transports import transport_factory
 from spanedge.plan import Plan
+from tests.polling import poll
 
 from .agentkit import HubObserver, Sensor, client, readings, reference, results, same, write_setup
 
 
-async def poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-async def start_agent(tmp_path: Path, hub: Any, site: Any, **options: Any) -> tuple[Agent, asyncio.Task[None]]:
+async def start_agent(
+    tmp_path: Path, hub: Any, site: Any, connect: TransportFactory = PahoTransport, **options: Any
+) -> tuple[Agent, asyncio.Task[None]]:
     _, plan_path, sites = write_setup(tmp_path, hub.url, site.url)
     config = AgentConfig(
         "truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, checkpoint_interval=0.2, **options
     )
-    agent = Agent(config, [Plan.from_json(plan_path.read_text())])
+    agent = Agent(config, [Plan.from_json(plan_path.read_text())], connect=connect)
     task = asyncio.create_task(agent.run())
-    await poll(lambda: "truck-7" in agent._intake and agent._intake["truck-7"].subscribed.is_set(), 10, "subscription")
+    await poll(
+        lambda: "truck-7" in agent.intake.transports and agent.intake.transports["truck-7"].subscribed.is_set(),
+        10,
+        "subscription",
+    )
     return agent, task
 
 
@@ -57,11 +56,14 @@ def listen(port: int, topic: str) -> tuple[Any, list[dict[str, Any]]]:
 
 
 @pytest.mark.timeout(60)
-async def test_windows_reach_the_hub_and_bad_messages_the_dlq(mosquitto_factory: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["asyncio", "paho"])
+async def test_windows_reach_the_hub_and_bad_messages_the_dlq(
+    mosquitto_factory: Any, tmp_path: Path, transport: str
+) -> None:
     hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
     observer = HubObserver(hub.port)
     local, local_stats = listen(site.port, "cold-chain/unit-stats")
-    agent, task = await start_agent(tmp_path, hub, site)
+    agent, task = await start_agent(tmp_path, hub, site, transport_factory(transport))
     sensor = Sensor(site.port)
     try:
         start = t0()

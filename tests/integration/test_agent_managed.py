@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 
 from edge_agent.agent import Agent, AgentConfig
+from edge_agent.transport import PahoTransport
 from spanedge import signing, topics
 from spanedge.plan import Plan
+from spanedge.signing import PlanSigningKey
+from tests.keys import KEY, ROGUE, TRUSTED
+from tests.polling import poll
 
 from .agentkit import APP_FILE, HubObserver, Sensor, client, readings, reference, results, same, write_setup
-from .test_agent_flow import poll
-
-SECRET = b"test-secret"
 
 
-def _signed(plan: Plan, version: int, secret: bytes = SECRET, apps: bool = True) -> bytes:
+def _signed(plan: Plan, version: int, key: PlanSigningKey = KEY, apps: bool = True, site: str = "truck-7") -> bytes:
     code = APP_FILE.read_text()
     entry = {
         "app": plan.app,
@@ -30,8 +31,8 @@ def _signed(plan: Plan, version: int, secret: bytes = SECRET, apps: bool = True)
         "source": code,
         "source_sha256": hashlib.sha256(code.encode()).hexdigest(),
     }
-    body = {"site": "truck-7", "version": version, "issued_at": time.time(), "apps": [entry] if apps else []}
-    return signing.sign(body, secret)
+    body = {"site": site, "version": version, "issued_at": time.time(), "apps": [entry] if apps else []}
+    return signing.sign_plan(body, key)
 
 
 @pytest.mark.timeout(60)
@@ -44,17 +45,27 @@ async def test_agent_applies_signed_plans_and_rejects_forged_ones(
     plan = Plan.from_json(plan_path.read_text())
     control = client(hub.port)
     plan_topic = topics.control("truck-7", "plan")
-    control.publish(plan_topic, _signed(plan, 1, secret=b"forged"), qos=1, retain=True).wait_for_publish(5)
+    control.publish(plan_topic, _signed(plan, 1, key=ROGUE), qos=1, retain=True).wait_for_publish(5)
     observer = HubObserver(hub.port)
-    config = AgentConfig("truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, secret=SECRET)
-    agent = Agent(config)
+    config = AgentConfig("truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, trusted_keys=TRUSTED)
+    agent = Agent(config, connect=PahoTransport)
     task = asyncio.create_task(agent.run())
     sensor = Sensor(site.port)
     try:
-        await poll(lambda: "signature does not match" in caplog.text, 10, "the forged plan to be rejected")
+        await poll(lambda: "trusts only key ids" in caplog.text, 10, "the forged plan to be rejected")
         assert agent.pipelines == {}
+        # truck-9's plan, validly signed by the hub, replayed on truck-7's topic
+        control.publish(plan_topic, _signed(plan, 1, site="truck-9"), qos=1, retain=True).wait_for_publish(5)
+        await poll(lambda: "plan is for site 'truck-9'" in caplog.text, 10, "another site's plan to be rejected")
+        assert agent.pipelines == {}
+        rejected = [r for r in caplog.records if "plan is for site 'truck-9'" in r.getMessage()]
+        assert {r.levelno for r in rejected} == {logging.WARNING}
         control.publish(plan_topic, _signed(plan, 1), qos=1, retain=True).wait_for_publish(5)
-        await poll(lambda: "truck-7" in agent._intake and agent._intake["truck-7"].subscribed.is_set(), 10, "plan v1")
+        await poll(
+            lambda: "truck-7" in agent.intake.transports and agent.intake.transports["truck-7"].subscribed.is_set(),
+            10,
+            "plan v1",
+        )
         assert agent.plan_intake is not None
         assert agent.plan_intake.version == 1
         start = (time.time() - 3600) // 10 * 10

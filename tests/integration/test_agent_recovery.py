@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from .agentkit import AgentProcess, HubObserver, Sensor, readings, reference, results, same, wait_until, write_setup
+from tests.polling import wait_for
+
+from .agentkit import AgentProcess, HubObserver, Sensor, readings, reference, results, same, write_setup
 
 
 def _t0() -> float:
@@ -26,7 +28,7 @@ def _close_and_check(sensor: Sensor, observer: HubObserver, closing_ts: float, w
     """Send a reading at ``closing_ts`` to close every window before it; all of them must reach the hub once."""
     sensor.send([{"unit": "u0", "ts": closing_ts, "temp_f": 40.0}])
     want = reference(sensor.published[:-1], closing_ts - 1.0)
-    wait_until(lambda: same(results(observer.deduped()), want), 40, what)
+    wait_for(lambda: same(results(observer.deduped()), want), 40, what)
     records = observer.deduped()
     assert sorted(records) == list(range(1, len(records) + 1)), "seqs must be contiguous from 1 (no loss)"
     assert same(results(records), want)
@@ -43,10 +45,10 @@ def test_hub_outage_then_restart(mosquitto_factory: Any, tmp_path: Path) -> None
     try:
         start = _t0()
         sensor.send(readings(start, 600))
-        wait_until(lambda: len(observer.deduped()) >= 3, 20, "results before the outage")
+        wait_for(lambda: len(observer.deduped()) >= 3, 20, "results before the outage")
         hub.stop()
         sensor.send(readings(start, 600, start=600))
-        wait_until(lambda: _outbox_records(tmp_path / "state") > 0, 20, "a backlog in the outbox")
+        wait_for(lambda: _outbox_records(tmp_path / "state") > 0, 20, "a backlog in the outbox")
         time.sleep(3)  # keep the hub down a few seconds while the agent keeps processing
         sensor.send(readings(start, 300, start=1200))
         hub.start()
@@ -71,7 +73,7 @@ def test_sigkill_mid_stream_then_restart(mosquitto_factory: Any, tmp_path: Path)
     try:
         start = _t0()
         sensor.send(readings(start, 300))
-        wait_until(lambda: len(observer.deduped()) >= 3, 20, "results before the kill")
+        wait_for(lambda: len(observer.deduped()) >= 3, 20, "results before the kill")
 
         def stream() -> None:
             for chunk in range(30):
@@ -81,7 +83,7 @@ def test_sigkill_mid_stream_then_restart(mosquitto_factory: Any, tmp_path: Path)
         streaming = threading.Thread(target=stream)
         streaming.start()
         seen = len(observer.deduped())
-        wait_until(lambda: len(observer.deduped()) > seen + 6, 20, "the agent to be mid-stream")
+        wait_for(lambda: len(observer.deduped()) > seen + 6, 20, "the agent to be mid-stream")
         agent.kill()
         streaming.join(30)
         sensor.send(readings(start, 300, start=3300))  # queued by the site broker while the agent is down

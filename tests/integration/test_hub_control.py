@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +21,24 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent import plans
 from hub.client import HubClient, HubError
-from hub.coordinator import Coordinator, SiteRegistry
+from hub.coordinator import Coordinator
 from hub.distribution import MqttControl, PlanDistributor
+from hub.registry import SiteRegistry
 from hub.state import StateStore
 from simulate.broker import free_port
 from spanedge import topics
 from spanedge.errors import InvalidDataflow, InvalidPlan
 from spanedge.loader import load_app
-from spanedge.signing import sign
+from spanedge.signing import sign_plan
 from spanedge.sites import Sites, parse_sites
+from tests.keys import KEY, ROGUE, TRUSTED, key_env
+from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 COLD_CHAIN = ROOT / "examples" / "cold_chain"
-SECRET = b"integration-plan-secret"
-TOKEN = "integration-token"
+TOKEN = "integration-token-0123456789abcdef0123"
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"gave up waiting for {what}")
 
 
 def sites_text(broker_url: str) -> str:
@@ -92,7 +83,7 @@ def control_plane(mosquitto: Any, sites: Sites, tmp_path: Path) -> Iterator[tupl
     control.start()
     assert control.connected
     store = StateStore(tmp_path / "hub")
-    coordinator = Coordinator(registry, distributor=PlanDistributor(control, SECRET, store), store=store)
+    coordinator = Coordinator(registry, distributor=PlanDistributor(control, KEY, store), store=store)
     yield coordinator, control
     control.stop()
 
@@ -107,7 +98,7 @@ def test_a_fresh_agent_receives_the_retained_signed_plan_and_verifies_it(
 
     message = fresh_message(mosquitto.port, topics.control("truck-7", "plan"))
     assert message.retain
-    intake = plans.PlanIntake("truck-7", SECRET)
+    intake = plans.PlanIntake("truck-7", TRUSTED)
     (plan,) = intake.accept(message.payload)
     assert plan == record.plan
     assert plan.app_source == source
@@ -135,7 +126,7 @@ def test_forged_and_stale_plans_on_the_broker_are_rejected_by_an_agent(
     second = fresh_message(mosquitto.port, topic).payload
     assert second != first
 
-    intake = plans.PlanIntake("truck-9", SECRET)
+    intake = plans.PlanIntake("truck-9", TRUSTED)
     assert intake.accept(second)[0].version == 2
 
     publish(mosquitto.port, topic, first)  # an attacker replays the older, validly signed plan
@@ -144,8 +135,8 @@ def test_forged_and_stale_plans_on_the_broker_are_rejected_by_an_agent(
 
     body = orjson.loads(orjson.loads(second)["payload"])
     body["version"] += 1
-    publish(mosquitto.port, topic, sign(body, b"not-the-secret"))
-    with pytest.raises(InvalidPlan, match="signature"):
+    publish(mosquitto.port, topic, sign_plan(body, ROGUE))  # a gateway signing a plan for another site
+    with pytest.raises(InvalidPlan, match="trusts only key ids"):
         intake.accept(fresh_message(mosquitto.port, topic).payload)
     assert intake.version == orjson.loads(orjson.loads(second)["payload"])["version"]
 
@@ -189,9 +180,9 @@ def http_status(url: str, token: str | None = None) -> int:
 
 
 @pytest.fixture
-def hub_env() -> dict[str, str]:
+def hub_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
-    return {**env, "SPANEDGE_TOKEN": TOKEN, "SPANEDGE_PLAN_SECRET": SECRET.decode()}
+    return {**env, "SPANEDGE_TOKEN": TOKEN, **key_env(tmp_path)}
 
 
 def test_the_hub_refuses_to_start_without_a_token(mosquitto: Any, tmp_path: Path, hub_env: dict[str, str]) -> None:
@@ -254,7 +245,7 @@ def test_the_hub_process_serves_authenticates_deploys_and_resumes_after_sigkill(
         assert [(a["app"], a["version"]) for a in client.apps()] == [("cold-chain", 1)]
         assert client.placement("cold-chain")["history"][0]["reason"] == "deployed"
         message = fresh_message(mosquitto.port, topics.control("truck-7", "plan"))
-        (resumed,) = plans.PlanIntake("truck-7", SECRET).accept(message.payload)
+        (resumed,) = plans.PlanIntake("truck-7", TRUSTED).accept(message.payload)
         assert resumed == plan
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -270,10 +261,10 @@ def test_plans_published_while_the_broker_is_down_are_sent_when_it_is_back(mosqu
     try:
         mosquitto.stop()
         wait_for(lambda: not control.connected, what="the hub to notice the broker is gone")
-        status = PlanDistributor(control, SECRET).publish({}, ["truck-7"])
+        status = PlanDistributor(control, KEY).publish({}, ["truck-7"])
         assert status == {"truck-7": "pending"}
         mosquitto.start()
         message = fresh_message(mosquitto.port, topics.control("truck-7", "plan"), timeout=30)
-        assert plans.PlanIntake("truck-7", SECRET).accept(message.payload) == []
+        assert plans.PlanIntake("truck-7", TRUSTED).accept(message.payload) == []
     finally:
         control.stop()

@@ -15,7 +15,8 @@ import pytest
 from spanedge.envelope import Record
 from spanedge.loader import load_app
 from spanedge.sites import parse_sites
-from tests.integration.hubkit import ROOT, T0, Publisher, make_plan, wait_for
+from tests.integration.hubkit import ROOT, T0, Publisher, make_plan
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import orjson
 import pytest
 
 from hub import log as ingest_log
+from hub.checkpoints import settled, unprocessed
 from hub.engine import Engine
 from hub.ingest import Ingest
 from spanedge import App, agg, sinks
@@ -32,15 +32,17 @@ from tests.integration.hubkit import (
     sites_for,
     stats_records,
     unit_stats,
-    wait_for,
 )
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.spark
 
 
 def caught_up(engine: Engine, app: str) -> bool:
     """True when every query of ``app`` has processed the whole log and is idle."""
-    tail = ingest_log.tail(engine.log_dir(app))
+    log_dir = engine.log_dir(app)
+    if ingest_log.sealed_tail(log_dir) < ingest_log.tail(log_dir):
+        return False  # records not sealed yet
     deployed = engine._apps[app]
     for q in deployed.queries.values():
         assert q.handle is not None
@@ -50,10 +52,9 @@ def caught_up(engine: Engine, app: str) -> bool:
         progress = q.handle.lastProgress
         if not progress or not progress.get("sources"):
             return False
-        end = progress["sources"][0].get("endOffset")
-        if isinstance(end, str):
-            end = json.loads(end)
-        if not end or int(end["pos"]) < tail or q.handle.status.get("isDataAvailable"):
+        if unprocessed(log_dir, q.reader, q.checkpoint) or q.handle.status.get("isDataAvailable"):
+            return False
+        if not settled(q.checkpoint):  # a batch without data will emit the windows the watermark closed
             return False
     return True
 
@@ -286,7 +287,8 @@ def test_union_transform_custom_aggregation_to_memory(spark: Any, mosquitto: Any
         app3 = mix_app(scale=double_x)
         engine.deploy(app3, make_plan(app3, sites, at_hub=hub_ops, singletons=hub_ops, version=3))
         assert len(list(engine.checkpoint_root("mix").iterdir())) == 2
-        last = [{"id": "k8", "t": T0 + 80 + i, "x": float(i + 1)} for i in range(3)]
+        # inside the window [T0+70, T0+75) the watermark has not passed: no window closes in this version
+        last = [{"id": "k8", "t": T0 + 74.1 + i / 10, "x": float(i + 1)} for i in range(3)]
         publisher.send([Record("s1", "b", 300 + i, v["t"], v["id"], v) for i, v in enumerate(last)])
         wait_for(lambda: len(engine.memory("mix_t")) >= len(last), 90, "the third version's results")
         wait_for(lambda: caught_up(engine, app.name), 60, "the engine to process the whole log")

@@ -9,7 +9,8 @@ from hub import log as ingest_log
 from hub.ingest import Ingest
 from spanedge import topics
 from spanedge.envelope import Record
-from tests.integration.hubkit import Collector, Publisher, broker_of, mqtt_client, wait_for
+from tests.integration.hubkit import Collector, Publisher, broker_of, mqtt_client
+from tests.polling import wait_for
 
 
 def records(site: str, stream: str, seqs: range) -> list[Record]:
@@ -77,3 +78,91 @@ def test_malformed_messages_go_to_the_dead_letter_topic(mosquitto: Any, tmp_path
         raw.disconnect()
         ingest.stop()
     assert logged(tmp_path / "app2") == [("s1", "x", i) for i in range(5)]
+
+
+def test_a_site_cannot_publish_another_sites_records_or_escape_the_log(mosquitto: Any, tmp_path: Path) -> None:
+    from spanedge.envelope import encode_batch
+
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id="ingest-test-3")
+    dlq = Collector(mosquitto.url, "spanedge/v1/app3/dlq/#")
+    raw = mqtt_client(mosquitto.url)
+    publisher = Publisher(mosquitto.url, "app3")
+    try:
+        ingest.start()
+        assert ingest.wait_connected()
+        # s2 publishes records that claim to be s1's, on its own topic: refused, and s1's seqs stay free
+        forged = encode_batch("app3", records("s1", "x", range(100, 110)))
+        raw.publish(topics.data("app3", "x", "s2"), forged, qos=1).wait_for_publish(10)
+        # an app name that would be a path outside the log directory
+        escape = encode_batch("..", records("s1", "x", range(3)))
+        raw.publish("spanedge/v1/../x/s1", escape, qos=1).wait_for_publish(10)
+        publisher.send(records("s1", "x", range(5)))
+        wait_for(lambda: ingest.stats()["records"] == 5, 60, "the good records")
+        wait_for(lambda: bool(dlq.get(topics.dlq("app3", "s2"))), 60, "the dead letter")
+        letter = dlq.get(topics.dlq("app3", "s2"))[0]
+        assert "carries records of site 's1'" in letter["reason"]
+        assert letter["size"] == len(forged)
+        wait_for(lambda: ingest.stats()["malformed"] == 2, 30, "both refusals counted")
+        assert ingest.stats()["site_mismatch"] == 1
+    finally:
+        publisher.close()
+        dlq.close()
+        raw.disconnect()
+        ingest.stop()
+    assert logged(tmp_path / "ingest" / "app3") == [("s1", "x", i) for i in range(5)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ingest"]
+
+
+def test_a_moved_stream_keeps_a_sequence_the_hub_accepts(mosquitto: Any, tmp_path: Path) -> None:
+    """Tiny's window replica moves from big1 (epoch 0) to big2 (epoch 4): both outboxes number 'avg' from 1."""
+    import orjson
+
+    from edge_agent.outbox import Outbox
+    from spanedge.runtime import HubRecord
+
+    def hub_record(i: int, epoch: int) -> HubRecord:
+        value = {"window_start": float(i), "n": i}
+        return HubRecord("avg", "tiny", float(i), "tiny", value, orjson.dumps(value), epoch)
+
+    old_owner = Outbox(tmp_path / "big1" / "agent.db")
+    new_owner = Outbox(tmp_path / "big2" / "agent.db")
+    old_owner.commit({"farm": [hub_record(i, 0) for i in range(40)]})
+    new_owner.commit({"farm": [hub_record(i, 4) for i in range(45, 55)]})
+    old_owner.commit({"farm": [hub_record(i, 0) for i in range(40, 45)]})  # windows open before the switch
+    new_owner.commit({"farm": [hub_record(i, 4) for i in range(55, 65)]})
+    raw = mqtt_client(mosquitto.url)
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "log", client_id="ingest-test-epochs")
+
+    def publish(outbox: Outbox) -> None:
+        for batch in outbox.batches(0, 1000, batch_size=10):
+            info = raw.publish(topics.data("farm", batch.stream, batch.site), batch.payload, qos=1)
+            info.wait_for_publish(timeout=60)
+
+    try:
+        ingest.start()
+        assert ingest.wait_connected()
+        publish(new_owner)
+        publish(old_owner)
+        wait_for(lambda: ingest.stats()["records"] == 65, 60, "both owners' records")
+        publish(old_owner)  # redelivered after a lost acknowledgement
+        publish(new_owner)
+        wait_for(lambda: ingest.stats()["duplicates"] == 65, 60, "the redeliveries")
+        ingest.stop()
+        publish(new_owner)  # the hub restarts: its marks per epoch were persisted
+        again = Ingest(broker_of(mosquitto.url), tmp_path / "log", client_id="ingest-test-epochs")
+        again.start()
+        try:
+            # at least the 20 sent while it was down (and any whose acknowledgement the stop cut off)
+            wait_for(lambda: again.stats()["duplicates"] >= 20, 60, "the redelivery after the restart")
+            assert again.stats()["records"] == 0
+        finally:
+            again.stop()
+    finally:
+        raw.disconnect()
+        old_owner.close()
+        new_owner.close()
+    rows = list(ingest_log.iter_lines(tmp_path / "log" / "farm", 0, ingest_log.tail(tmp_path / "log" / "farm")))
+    assert sorted(orjson.loads(r["value"])["n"] for r in rows) == list(range(65))
+    assert sorted((r.get("epoch", 0), r["seq"]) for r in rows) == [(0, s) for s in range(1, 46)] + [
+        (4, s) for s in range(1, 21)
+    ]

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from edge_agent.runtime import Pipeline, edge_part
 from spanedge import App, agg
+from spanedge.runtime import Pipeline, edge_part
 
 
 class Clock:

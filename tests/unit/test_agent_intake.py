@@ -9,12 +9,12 @@ from typing import Any
 import orjson
 import pytest
 
-import edge_agent.agent as agent_module
 from edge_agent.agent import Agent, AgentConfig
 from edge_agent.transport import Message
 from spanedge.loader import load_app
 from spanedge.sites import parse_sites
 from spanedge.testing import local_plan
+from tests.unit.fakes import FakeTransport
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_FILE = ROOT / "examples" / "cold_chain" / "app.py"
@@ -29,43 +29,13 @@ sites:
 """
 
 
-class FakeTransport:
-    """Stands in for a broker connection; records acknowledgements and publishes."""
-
-    def __init__(self, broker: Any, client_id: str, name: str, **_: Any) -> None:
-        self.broker, self.name = broker, name
-        self.filters: list[tuple[str, int]] = []
-        self.acked: list[int] = []
-        self.published: list[tuple[str, bytes]] = []
-        self.connected = False
-        self.on_connected = None
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def subscribe(self, filters: list[tuple[str, int]]) -> None:
-        self.filters.extend(f for f in filters if f not in self.filters)
-
-    def unsubscribe(self, topics: list[str]) -> None:
-        self.filters = [f for f in self.filters if f[0] not in topics]
-
-    def ack(self, mid: int, qos: int) -> None:
-        self.acked.append(mid)
-
-    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int:
-        self.published.append((topic, payload))
-        return len(self.published)
-
-
 @pytest.fixture
-def make_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    monkeypatch.setattr(agent_module, "PahoTransport", FakeTransport)
+def make_agent(tmp_path: Path) -> Any:
     sites = parse_sites(SITES)
     plan = dataclasses.replace(local_plan(load_app(APP_FILE), sites), app_source=APP_FILE.read_text())
 
     def make(**options: Any) -> Agent:
-        agent = Agent(AgentConfig("truck-7", sites, tmp_path / "state", **options), [plan])
+        agent = Agent(AgentConfig("truck-7", sites, tmp_path / "state", **options), [plan], connect=FakeTransport)
         agent.apply([plan])
         return agent
 
@@ -73,7 +43,7 @@ def make_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
 
 
 def _msg(agent: Agent, mid: int, ts: float) -> Message:
-    source = agent._intake["truck-7"]
+    source = agent.intake.transports["truck-7"]
     body = orjson.dumps({"unit": "u1", "ts": ts, "temp_f": 41.0})
     return Message("trucks/7/u1/temp", body, 1, mid, source, 0.0)  # type: ignore[arg-type]
 
@@ -86,11 +56,11 @@ def _count(agent: Agent) -> int:
 
 def test_acks_only_after_commit_and_redeliveries_count_once(make_agent: Any) -> None:
     first = make_agent()
-    source = first._intake["truck-7"]
+    source = first.intake.transports["truck-7"]
     assert source.filters == [("trucks/7/+/temp", 1)]
     first._handle([_msg(first, mid, 1000.0 + mid) for mid in range(1, 6)])
     assert source.acked == []  # processed, not yet committed
-    first._flush()
+    first.processor.flush()
     assert source.acked == [1, 2, 3, 4, 5]
     assert _count(first) == 5
     first.outbox.close()
@@ -99,8 +69,8 @@ def test_acks_only_after_commit_and_redeliveries_count_once(make_agent: Any) -> 
     second = make_agent()
     assert _count(second) == 5  # restored from the checkpoint
     second._handle([_msg(second, mid, 1000.0 + mid) for mid in (3, 4, 5, 6)])
-    second._flush()
-    assert second._intake["truck-7"].acked == [3, 4, 5, 6]
+    second.processor.flush()
+    assert second.intake.transports["truck-7"].acked == [3, 4, 5, 6]
     assert _count(second) == 6
     assert second.pipelines["cold-chain"].metrics()["readings@truck-7"]["in"] == 1
 
@@ -108,12 +78,12 @@ def test_acks_only_after_commit_and_redeliveries_count_once(make_agent: Any) -> 
 def test_uncommitted_messages_are_processed_again_after_a_crash(make_agent: Any) -> None:
     first = make_agent()
     first._handle([_msg(first, 1, 1000.0)])
-    first._flush()
+    first.processor.flush()
     first._handle([_msg(first, 2, 1001.0)])  # crash before this commit: not acked, not in the checkpoint
     first.outbox.close()
     second = make_agent()
     second._handle([_msg(second, 2, 1001.0)])
-    second._flush()
+    second.processor.flush()
     assert _count(second) == 2
 
 
@@ -124,16 +94,16 @@ def test_an_idle_tick_commits_what_it_fired_like_any_output(make_agent: Any) -> 
     now = [2000.0]
     pipeline.clock = lambda: now[0]
     first._handle([_msg(first, mid, 1000.0 + mid) for mid in range(1, 4)])
-    first._flush()
+    first.processor.flush()
     assert first.outbox.records == 0  # the window [1000, 1010) is open
-    first._tick()
-    assert first._touched == set()  # not idle yet
+    first.processor.tick()
+    assert first.processor.touched == set()  # not idle yet
     now[0] = 2005.0
-    first._tick()
-    assert first._touched == {"cold-chain"}
-    first._flush()
+    first.processor.tick()
+    assert first.processor.touched == {"cold-chain"}
+    first.processor.flush()
     assert first.outbox.records == 1  # the window result, bound for the hub
-    sink = first._intake["truck-7"]
+    sink = first.intake.transports["truck-7"]
     assert [(t, orjson.loads(b)["n"]) for t, b in sink.published] == [("cold-chain/unit-stats", 3)]
     saved = orjson.loads(first.outbox.load_state("cold-chain") or b"{}")
     assert saved["watermark"] == pytest.approx(2005.0 - 5.0 - 1.0)
@@ -143,7 +113,7 @@ def test_an_idle_tick_commits_what_it_fired_like_any_output(make_agent: Any) -> 
     assert second.pipelines["cold-chain"].watermark == pytest.approx(1999.0)
     assert _count(second) == 0
     second._handle([_msg(second, 9, 1004.0)])  # its window fired at the idle tick: late
-    second._flush()
+    second.processor.flush()
     assert second.late_count == 1
     assert second.outbox.records == 1
     second.outbox.close()
@@ -151,7 +121,7 @@ def test_an_idle_tick_commits_what_it_fired_like_any_output(make_agent: Any) -> 
 
 def test_without_idle_timeout_the_agent_does_not_tick(make_agent: Any) -> None:
     agent = make_agent()
-    assert agent._tick_interval is None
+    assert agent.processor.tick_interval is None
     assert agent.pipelines["cold-chain"].idle_timeout is None
     agent.outbox.close()
 
@@ -162,21 +132,18 @@ def _moved(plan: Any, to: dict[str, str]) -> Any:
     return dataclasses.replace(plan, assignments=moved)
 
 
-def test_offloaded_replicas_subscribe_to_the_source_sites_broker(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(agent_module, "PahoTransport", FakeTransport)
+def test_offloaded_replicas_subscribe_to_the_source_sites_broker(tmp_path: Path) -> None:
     sites = parse_sites((ROOT / "examples" / "cold_chain" / "sites.yaml").read_text())
     base = dataclasses.replace(local_plan(load_app(APP_FILE), sites), app_source=APP_FILE.read_text())
     offload = {f"{op}@truck-9": "warehouse-north" for op in ("to_celsius", "plausible", "unit_stats", "local_stats")}
     plan = _moved(base, offload)
-    agent = Agent(AgentConfig("warehouse-north", sites, tmp_path / "state"), [plan])
+    agent = Agent(AgentConfig("warehouse-north", sites, tmp_path / "state"), [plan], connect=FakeTransport)
     agent.apply([plan])
-    assert sorted(agent._intake) == ["truck-9", "warehouse-north"]
-    assert agent._intake["truck-9"].filters == [("trucks/9/+/temp", 1)]
+    assert sorted(agent.intake.transports) == ["truck-9", "warehouse-north"]
+    assert agent.intake.transports["truck-9"].filters == [("trucks/9/+/temp", 1)]
     pipeline = agent.pipelines["cold-chain"]
     assert sorted(pipeline.sources) == ["readings@truck-9", "readings@warehouse-north"]
-    source = agent._intake["truck-9"]
+    source = agent.intake.transports["truck-9"]
     body = orjson.dumps({"unit": "t9", "ts": 1000.0, "temp_f": 41.0})
     agent._handle([Message("trucks/9/t9/temp", body, 1, 1, source, 0.0)])  # type: ignore[arg-type]
     assert pipeline.metrics()["to_celsius@truck-9"]["in"] == 1
@@ -187,13 +154,13 @@ def test_offloaded_replicas_subscribe_to_the_source_sites_broker(
     agent.outbox.close()
 
     # truck-9's own agent now runs only its source replica, with no consumer here: it subscribes to nothing
-    own = Agent(AgentConfig("truck-9", sites, tmp_path / "state9"), [plan])
+    own = Agent(AgentConfig("truck-9", sites, tmp_path / "state9"), [plan], connect=FakeTransport)
     own.apply([plan])
-    assert own._intake == {}
+    assert own.intake.transports == {}
     own.outbox.close()
 
 
-def test_central_placement_forwards_raw_readings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_central_placement_forwards_raw_readings(tmp_path: Path) -> None:
     from spanedge.testing import run_edge
 
     sites = parse_sites((ROOT / "examples" / "cold_chain" / "sites.yaml").read_text())

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from edge_agent.outbox import Drainer, Outbox
-from edge_agent.runtime import HubRecord
 from spanedge.envelope import decode_batch
+from spanedge.runtime import HubRecord
 
 
 def _rec(stream: str, i: int, site: str = "s1") -> HubRecord:
@@ -145,6 +145,17 @@ def test_drainer_publishes_in_order_bounded_and_removes_on_ack(tmp_path: Path) -
     assert seqs == list(range(1, 51))
 
 
+def test_drainer_publishes_every_batch_on_its_own_sites_topic(tmp_path: Path) -> None:
+    """Records of another site's replica run here go on this site's topic and keep their site in the envelope."""
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("means", 1, site="field-east"), _rec("means", 2, site="barn")]})
+    link = _FakeLink()
+    Drainer(box, link, rate=1e9, publisher="barn").step()
+    assert [topic for _, topic, _ in link.sent] == ["spanedge/v1/app/means/barn"] * 2
+    sites = [{r.site for r in decode_batch(p)[1]} for _, _, p in link.sent]
+    assert sites == [{"field-east"}, {"barn"}]
+
+
 def test_drainer_respects_the_rate(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.db")
     box.commit({"app": [_rec("a", i) for i in range(500)]})
@@ -153,3 +164,47 @@ def test_drainer_respects_the_rate(tmp_path: Path) -> None:
     drainer.step()
     published = sum(len(decode_batch(p)[1]) for _, _, p in link.sent)
     assert 10 <= published <= 50  # the token bucket holds at most half a second of records
+
+
+def _owned(stream: str, i: int, epoch: int) -> HubRecord:
+    value = {"i": i}
+    return HubRecord(stream, "tiny", float(i), None, value, orjson.dumps(value), epoch)
+
+
+def test_each_ownership_epoch_numbers_its_stream_from_1(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_owned("avg", i, 0) for i in range(3)]})
+    box.commit({"app": [_owned("avg", 10, 4), _owned("avg", 3, 0), _owned("avg", 11, 4)]})
+    batches = box.batches(0, 100)
+    decoded = [(b.epoch, [(r.seq, r.epoch) for r in decode_batch(b.payload)[1]]) for b in batches]
+    assert decoded == [(0, [(1, 0), (2, 0), (3, 0)]), (4, [(1, 4)]), (0, [(4, 0)]), (4, [(2, 4)])]
+    assert b'"epoch"' not in batches[0].payload  # epoch 0 is the envelope without the field
+    box.close()
+    again = Outbox(tmp_path / "o.db")
+    again.commit({"app": [_owned("avg", 12, 4)]})
+    assert [r.seq for r in decode_batch(again.batches(0, 100)[-1].payload)[1]] == [2, 3]
+
+
+def test_an_outbox_written_before_epochs_keeps_its_backlog_and_seqs(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "o.db")
+    db.executescript(
+        """
+        CREATE TABLE outbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            app TEXT NOT NULL, stream TEXT NOT NULL, site TEXT NOT NULL,
+            seq INTEGER NOT NULL, t REAL NOT NULL, k TEXT, v BLOB NOT NULL, size INTEGER NOT NULL
+        );
+        CREATE TABLE seqs (
+            app TEXT NOT NULL, site TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL,
+            PRIMARY KEY (app, site, stream)
+        );
+        INSERT INTO outbox (app, stream, site, seq, t, k, v, size) VALUES ('app', 'avg', 'tiny', 7, 1.0, NULL, X'7B7D', 50);
+        INSERT INTO seqs (app, site, stream, seq) VALUES ('app', 'tiny', 'avg', 7);
+        """
+    )
+    db.close()
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_owned("avg", 1, 0)]})
+    assert [(r.seq, r.epoch) for b in box.batches(0, 100) for r in decode_batch(b.payload)[1]] == [(7, 0), (8, 0)]

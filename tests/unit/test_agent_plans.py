@@ -13,16 +13,21 @@ from edge_agent.plans import PlanIntake
 from spanedge import signing
 from spanedge.errors import InvalidPlan
 from spanedge.loader import load_app
+from spanedge.signing import PlanSigningKey
 from spanedge.sites import load_sites
 from spanedge.testing import local_plan
+from tests.keys import KEY, ROGUE, TRUSTED
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "cold_chain" / "app.py"
-SECRET = b"s3cret"
 
 
 def _message(
-    site: str = "truck-7", version: int = 3, source: str | None = None, sha: str | None = None, secret: bytes = SECRET
+    site: str = "truck-7",
+    version: int = 3,
+    source: str | None = None,
+    sha: str | None = None,
+    key: PlanSigningKey = KEY,
 ) -> bytes:
     app = load_app(APP)
     plan = local_plan(app, load_sites(ROOT / "examples" / "cold_chain" / "sites.yaml"))
@@ -40,11 +45,11 @@ def _message(
             }
         ],
     }
-    return signing.sign(body, secret)
+    return signing.sign_plan(body, key)
 
 
 def test_accepts_a_signed_plan_and_carries_the_source() -> None:
-    intake = PlanIntake("truck-7", SECRET)
+    intake = PlanIntake("truck-7", TRUSTED)
     plans = intake.accept(_message())
     assert [p.app for p in plans] == ["cold-chain"]
     assert plans[0].app_source == APP.read_text()
@@ -52,9 +57,9 @@ def test_accepts_a_signed_plan_and_carries_the_source() -> None:
 
 
 def test_rejects_a_forged_signature() -> None:
-    intake = PlanIntake("truck-7", SECRET)
-    with pytest.raises(InvalidPlan, match="signature"):
-        intake.accept(_message(secret=b"other"))
+    intake = PlanIntake("truck-7", TRUSTED)
+    with pytest.raises(InvalidPlan, match=f"signed with key '{ROGUE.key_id}', but this agent trusts only"):
+        intake.accept(_message(key=ROGUE))
     tampered = orjson.loads(_message())
     tampered["payload"] = tampered["payload"].replace('"version":3', '"version":9')
     with pytest.raises(InvalidPlan, match="signature"):
@@ -65,7 +70,7 @@ def test_rejects_a_forged_signature() -> None:
 
 
 def test_rejects_stale_or_replayed_versions() -> None:
-    intake = PlanIntake("truck-7", SECRET)
+    intake = PlanIntake("truck-7", TRUSTED)
     intake.accept(_message(version=5))
     with pytest.raises(InvalidPlan, match="not newer"):
         intake.accept(_message(version=5))
@@ -76,9 +81,9 @@ def test_rejects_stale_or_replayed_versions() -> None:
 
 def test_rejects_another_sites_plan() -> None:
     with pytest.raises(InvalidPlan, match="for site 'truck-9'"):
-        PlanIntake("truck-7", SECRET).accept(_message(site="truck-9"))
+        PlanIntake("truck-7", TRUSTED).accept(_message(site="truck-9"))
 
 
 def test_rejects_altered_code() -> None:
     with pytest.raises(InvalidPlan, match="SHA-256"):
-        PlanIntake("truck-7", SECRET).accept(_message(source=APP.read_text() + "\nimport os\n"))
+        PlanIntake("truck-7", TRUSTED).accept(_message(source=APP.read_text() + "\nimport os\n"))

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from edge_agent.runtime import edge_part
 from spanedge import App, agg
 from spanedge.aggregations import Aggregator
+from spanedge.runtime import edge_part
 
 
 def _app(**window: object) -> App:

@@ -7,7 +7,9 @@ from dataclasses import FrozenInstanceError, dataclass
 import pytest
 
 from spanedge import App, agg, global_, local, sinks
+from spanedge.errors import InvalidDataflow
 from spanedge.operators import Kind, WindowKind
+from spanedge.runtime.operators import apply
 from spanedge.scope import Scope
 
 
@@ -57,9 +59,9 @@ def test_record_level_apply() -> None:
     s.filter(lambda r: r > 1, name="big")
     s.flat_map(lambda r: [r, r], name="twice")
     ops = app.operators
-    assert list(ops["double"].apply(2)) == [4]
-    assert list(ops["big"].apply(1)) == []
-    assert list(ops["twice"].apply(3)) == [3, 3]
+    assert list(apply(ops["double"], 2)) == [4]
+    assert list(apply(ops["big"], 1)) == []
+    assert list(apply(ops["twice"], 3)) == [3, 3]
 
 
 def test_window_kinds_and_durations() -> None:
@@ -116,3 +118,40 @@ def test_custom_aggregation() -> None:
     (out, a), *_ = window.aggs
     assert (out, a.func, a.field) == ("spread", "spread", "temp")
     assert a.custom is spread
+
+
+def test_every_operator_takes_placement_hints_without_a_scope() -> None:
+    app = App("hints")
+    src = app.source("s", time_field="ts")
+    kept = src.filter(lambda r: r["v"] > 0, name="pos", selectivity=0.01, cost=1e-4)
+    mapped = kept.map(lambda r: r, name="ident", cost=3e-5)
+    flat = mapped.flat_map(lambda r: [r, r], name="twice", selectivity=2.0)
+    merged = flat.union(src, name="both", cost=2e-6)
+    merged.window(key="k", aggs={"n": agg.count()}, size="10s", name="w", cost=1e-5, selectivity=0.5)
+    ops = app.operators
+    assert (ops["pos"].selectivity, ops["pos"].cost, ops["pos"].scope) == (0.01, 1e-4, Scope.ANY)
+    assert (ops["ident"].cost, ops["ident"].selectivity) == (3e-5, 1.0)
+    assert ops["twice"].selectivity == 2.0
+    assert ops["both"].cost == 2e-6
+    assert (ops["w"].cost, ops["w"].selectivity) == (1e-5, 0.5)
+    # a window emits at most selectivity x its input, and at most `keys` results per period
+    assert ops["w"].output_rate(10.0) == 5.0
+    assert ops["w"].output_rate(1000.0) == 10.0
+
+
+def test_an_explicit_hint_wins_over_the_decorator() -> None:
+    @local(selectivity=0.5, cost=1e-3)
+    def keep(r: dict[str, float]) -> bool:
+        return True
+
+    app = App("hints2")
+    app.source("s").filter(keep, selectivity=0.1)
+    op = app.operators["keep"]
+    assert (op.selectivity, op.cost, op.scope) == (0.1, 1e-3, Scope.LOCAL)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "0.1", True])
+def test_a_bad_hint_names_the_operator_and_the_value(bad: object) -> None:
+    app = App("hints3")
+    with pytest.raises(InvalidDataflow, match=r"filter 'f' \(test_api.py:\d+\): selectivity must be a finite number"):
+        app.source("s").filter(lambda r: True, name="f", selectivity=bad)  # type: ignore[arg-type]

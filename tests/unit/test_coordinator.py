@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from hub.coordinator import Coordinator, SiteRegistry
+from hub.coordinator import Coordinator
 from hub.distribution import PlanDistributor, read_plan_message
+from hub.registry import SiteRegistry
 from hub.state import StateStore
 from spanedge.app import App
 from spanedge.errors import InvalidPlan
 from spanedge.operators import Kind
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
-from spanedge.signing import sign
+from spanedge.signing import TrustedKeys, sign_plan
 from spanedge.sites import Sites, parse_sites
+from tests.keys import KEY, ROGUE, TRUSTED
 
 SITES = """
 sites:
@@ -44,8 +47,6 @@ app = App("demo")
 app.source("readings").map(double, name="double").sink(sinks.console(), name="out")
 """
 
-SECRET = b"test-secret"
-
 
 class Clock:
     """A clock the test moves by hand."""
@@ -65,6 +66,7 @@ def fake_planner(
     weights: Any,
     slo_ms: float | None,
     version: int,
+    previous: Plan | None = None,
 ) -> Plan:
     """Sources at their sites; the rest at the hub, or at site 'a' if a's link to the hub is slow."""
     hub = sites.hubs[0].name
@@ -95,16 +97,14 @@ class FakePublisher:
     def __init__(self) -> None:
         self.messages: list[tuple[str, bytes]] = []
 
-    def publish(self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = True) -> bool:
-        assert qos == 1
-        assert retain
-        self.messages.append((topic, payload))
-        return True
+    def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
+        self.messages.extend(messages)
+        return [True] * len(messages)
 
     def last(self, site: str) -> dict[str, Any]:
         topic = f"spanedge/v1/control/{site}/plan"
         payload = [p for t, p in self.messages if t == topic][-1]
-        return read_plan_message(payload, SECRET, site=site)
+        return read_plan_message(payload, TRUSTED, site=site)
 
 
 class FakeEngine:
@@ -143,7 +143,7 @@ def make(sites: Sites, clock: Clock, tmp_path: Path | None = None) -> tuple[Coor
     coordinator = Coordinator(
         registry,
         planner=fake_planner,
-        distributor=PlanDistributor(publisher, SECRET, store),
+        distributor=PlanDistributor(publisher, KEY, store),
         engine=engine,
         store=store,
         drift_threshold=0.5,
@@ -294,6 +294,23 @@ def test_drift_beyond_the_threshold_replans_and_records_why(sites: Sites, clock:
     assert coordinator.check_drift() == []
 
 
+def test_a_replan_hands_the_plan_in_force_to_the_planner(sites: Sites, clock: Clock) -> None:
+    coordinator, _, _ = make(sites, clock)
+    seen: list[int | None] = []
+
+    def remembering(app: App, sites: Sites, **options: Any) -> Plan:
+        previous = options.get("previous")
+        seen.append(None if previous is None else previous.version)
+        return fake_planner(app, sites, **options)
+
+    coordinator.planner = remembering
+    coordinator.deploy(APP, "app.py")
+    clock.now += 31
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.check_drift() == ["demo"]
+    assert seen == [None, 1]  # a first deploy has none; the re-plan gets v1 (migration cost, hysteresis)
+
+
 def test_rate_drift_that_keeps_the_placement_is_recorded_without_a_new_version(sites: Sites, clock: Clock) -> None:
     coordinator, publisher, engine = make(sites, clock)
     coordinator.deploy(APP, "app.py")
@@ -344,27 +361,76 @@ def test_plan_versions_increase_per_site_across_restarts_and_clock_steps(tmp_pat
     publisher = FakePublisher()
     store = StateStore(tmp_path)
     now = [5_000]
-    first = PlanDistributor(publisher, SECRET, store, clock_ns=lambda: now[0])
+    first = PlanDistributor(publisher, KEY, store, clock_ns=lambda: now[0])
     first.publish({}, ["a"])
     first.publish({}, ["a"])
     now[0] = 10  # the clock stepped backwards
-    second = PlanDistributor(publisher, SECRET, StateStore(tmp_path), clock_ns=lambda: now[0])
+    second = PlanDistributor(publisher, KEY, StateStore(tmp_path), clock_ns=lambda: now[0])
     second.publish({}, ["a"])
-    versions = [read_plan_message(p, SECRET, site="a")["version"] for _, p in publisher.messages]
+    versions = [read_plan_message(p, TRUSTED, site="a")["version"] for _, p in publisher.messages]
     assert versions == [5_000, 5_001, 5_002]
 
 
 def test_forged_stale_and_misaddressed_plan_messages_are_rejected() -> None:
     publisher = FakePublisher()
-    PlanDistributor(publisher, SECRET).publish({}, ["a"])
+    PlanDistributor(publisher, KEY).publish({}, ["a"])
     message = publisher.messages[-1][1]
-    payload = read_plan_message(message, SECRET, site="a")
-    with pytest.raises(InvalidPlan, match="forged"):
-        read_plan_message(message, b"another-secret", site="a")
+    payload = read_plan_message(message, TRUSTED, site="a")
+    with pytest.raises(InvalidPlan, match="trusts only key ids"):
+        read_plan_message(message, TrustedKeys([ROGUE.public_key]), site="a")
     with pytest.raises(InvalidPlan, match="stale"):
-        read_plan_message(message, SECRET, site="a", after_version=payload["version"])
-    with pytest.raises(InvalidPlan, match="not 'b'"):
-        read_plan_message(message, SECRET, site="b")
+        read_plan_message(message, TRUSTED, site="a", after_version=payload["version"])
+    with pytest.raises(InvalidPlan, match="serves 'b'"):
+        read_plan_message(message, TRUSTED, site="b")
     tampered = {**payload, "apps": [{"app": "x", "plan": {}, "source": "evil", "source_sha256": "0" * 64}]}
-    with pytest.raises(InvalidPlan, match="does not match its hash"):
-        read_plan_message(sign(tampered, SECRET), SECRET, site="a")
+    with pytest.raises(InvalidPlan, match="SHA-256"):
+        read_plan_message(sign_plan(tampered, KEY), TRUSTED, site="a")
+    with pytest.raises(InvalidPlan, match="trusts only key ids"):  # a gateway cannot sign for the hub
+        read_plan_message(sign_plan(payload, ROGUE), TRUSTED, site="a")
+
+
+def test_the_history_records_what_moved_and_the_baselines(sites: Sites, clock: Clock, tmp_path: Path) -> None:
+    coordinator, _, _ = make(sites, clock, tmp_path)
+    coordinator.deploy(APP, "app.py")
+    first = coordinator.record("demo").history[0]
+    assert first.moved == []
+    assert first.baselines["central"]["objective"] == 2.0
+    assert first.baselines["central"]["wan_bytes_per_s"] == 6000
+
+    clock.now += 31
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.check_drift() == ["demo"]
+    moved = coordinator.record("demo").history[-1]
+    assert moved.version == 2
+    assert moved.moved == [
+        {"replica": "double", "from": "cloud", "to": "a"},
+        {"replica": "out", "from": "cloud", "to": "a"},
+    ]
+    assert set(moved.baselines) == {"central"}
+
+    owners = {a.replica: a.since for a in coordinator.record("demo").plan.assignments}
+    assert {r for r, since in owners.items() if since} == {"double", "out"}  # moved: epoch 2
+    assert {owners["double"], owners["out"]} == {2}
+
+    coordinator.deploy(APP, "app.py")  # same inputs: nothing moves
+    assert coordinator.record("demo").history[-1].moved == []
+    assert {a.replica: a.since for a in coordinator.record("demo").plan.assignments} == owners
+    again, _, _ = make(sites, clock, tmp_path)
+    assert again.resume() == ["demo"]
+    assert again.record("demo").history[1].moved == moved.moved
+
+
+def test_history_stored_before_moves_and_baselines_were_recorded_still_loads(
+    sites: Sites, clock: Clock, tmp_path: Path
+) -> None:
+    import json
+
+    coordinator, _, _ = make(sites, clock, tmp_path)
+    coordinator.deploy(APP, "app.py")
+    path = tmp_path / "apps" / "demo.json"
+    data = json.loads(path.read_text())
+    for entry in data["history"]:
+        del entry["moved"], entry["baselines"]
+    path.write_text(json.dumps(data))
+    (record,) = StateStore(tmp_path).load_apps()
+    assert [(h.version, h.moved, h.baselines) for h in record.history] == [(1, [], {})]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +16,22 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from hub.api import create_app
-from hub.auth import load_token
-from hub.cli import render_status
-from hub.coordinator import Coordinator, SiteRegistry
+from hub.coordinator import Coordinator
 from hub.distribution import PlanDistributor, read_plan_message
+from hub.registry import SiteRegistry
 from hub.state import StateStore
 from spanedge.app import App
+from spanedge.cli.status import render_status
 from spanedge.errors import InfeasiblePlacement, InvalidDataflow, SpanEdgeError
 from spanedge.loader import load_app_source
 from spanedge.operators import Kind
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
 from spanedge.sites import Sites, parse_sites
+from spanedge.tokens import Tokens, TokenScope, load_tokens
+from tests.keys import KEY, TRUSTED
 
-TOKEN = "s3cret-token"
-SECRET = b"plan-secret"
+TOKEN = "admin-token-0123456789abcdef0123456789"
+READ_TOKEN = "read-token-0123456789abcdef0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 SITES = """
@@ -56,7 +58,14 @@ app.source("readings").map(lambda r: r, name="parse").map(total).sink(sinks.cons
 
 
 def planner(
-    app: App, sites: Sites, *, latency_rows: list[dict[str, Any]], weights: Any, slo_ms: float | None, version: int
+    app: App,
+    sites: Sites,
+    *,
+    latency_rows: list[dict[str, Any]],
+    weights: Any,
+    slo_ms: float | None,
+    version: int,
+    previous: Plan | None = None,
 ) -> Plan:
     if slo_ms is not None and slo_ms < 1:
         msg = f"app '{app.name}': no placement meets the latency SLO of {slo_ms} ms"
@@ -88,9 +97,9 @@ class Recorder:
         self.engine: list[str] = []
         self.reject: str | None = None
 
-    def publish(self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = True) -> bool:
-        self.messages.append((topic, payload))
-        return True
+    def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
+        self.messages.extend(messages)
+        return [True] * len(messages)
 
     def deploy(self, app: App, plan: Plan) -> None:
         if self.reject:
@@ -124,7 +133,7 @@ def coordinator(recorder: Recorder, tmp_path: Path) -> Coordinator:
     return Coordinator(
         registry,
         planner=planner,
-        distributor=PlanDistributor(recorder, SECRET, store),
+        distributor=PlanDistributor(recorder, KEY, store),
         engine=recorder,
         store=store,
     )
@@ -139,7 +148,8 @@ def client(coordinator: Coordinator, recorder: Recorder) -> Iterator[TestClient]
         "duplicates": 2,
         "apps": {"demo": {"a": {"readings": {"records": 40, "duplicates": 2, "lag_s": 0.25}}}},
     }
-    api = create_app(coordinator, TOKEN, ingest_stats=lambda: ingest, engine_metrics=recorder.metrics)
+    tokens = Tokens([(TokenScope.ADMIN, TOKEN, "test"), (TokenScope.READ, READ_TOKEN, "test")])
+    api = create_app(coordinator, tokens, ingest_stats=lambda: ingest, engine_metrics=recorder.metrics)
     with TestClient(api) as c:
         yield c
 
@@ -184,7 +194,7 @@ def test_deploy_list_get_placement_delete(client: TestClient, recorder: Recorder
     assert body["distribution"] == {"a": "published", "cloud": "published"}
     assert Plan.from_dict(body["plan"]).site_of("total") == "cloud"
     assert recorder.engine == ["deploy demo v1"]
-    payload = read_plan_message(recorder.messages[0][1], SECRET, site="a")
+    payload = read_plan_message(recorder.messages[0][1], TRUSTED, site="a")
     assert payload["apps"][0]["source"] == APP
 
     apps = client.get("/apps", headers=AUTH).json()["apps"]
@@ -197,9 +207,14 @@ def test_deploy_list_get_placement_delete(client: TestClient, recorder: Recorder
 
     placement = client.get("/apps/demo/placement", headers=AUTH).json()
     assert set(placement) >= {"app", "version", "replicas", "totals", "baselines", "history", "solver"}
-    assert {"replica": "parse@a", "operator": "parse", "group": "a", "site": "a", "reason": "cuts WAN traffic"} in (
-        placement["replicas"]
-    )
+    assert {
+        "replica": "parse@a",
+        "operator": "parse",
+        "group": "a",
+        "site": "a",
+        "reason": "cuts WAN traffic",
+        "since": 0,
+    } in (placement["replicas"])
     assert placement["baselines"]["central"]["wan_ratio"] == 0.5
     assert placement["baselines"]["local-first"]["worst_latency_delta_ms"] == -20
     assert [(h["version"], h["reason"]) for h in placement["history"]] == [(1, "deployed")]
@@ -211,7 +226,7 @@ def test_deploy_list_get_placement_delete(client: TestClient, recorder: Recorder
     deleted = client.delete("/apps/demo", headers=AUTH)
     assert deleted.status_code == 200
     assert recorder.engine[-1] == "undeploy demo"
-    assert read_plan_message(recorder.messages[-2][1], SECRET, site="a")["apps"] == []
+    assert read_plan_message(recorder.messages[-2][1], TRUSTED, site="a")["apps"] == []
     assert client.get("/apps", headers=AUTH).json() == {"apps": []}
     missing = client.get("/apps/demo/placement", headers=AUTH)
     assert missing.status_code == 404
@@ -311,20 +326,21 @@ def test_metrics_are_prometheus_text(client: TestClient, coordinator: Coordinato
     deploy(client)
     answer = client.get("/metrics", headers=AUTH)
     assert answer.status_code == 200
-    assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert answer.headers["content-type"].startswith("text/plain; version=")
     text = answer.text
     for line in (
         "# TYPE spanedge_site_up gauge",
-        'spanedge_site_up{site="a"} 1',
-        'spanedge_operator_rate_in{site="a",replica="parse@a"} 5.5',
-        'spanedge_site_backlog_records{site="a"} 12',
+        'spanedge_site_up{site="a"} 1.0',
+        'spanedge_operator_input_records_per_second{replica="parse@a",site="a"} 5.5',
+        'spanedge_site_backlog_records{site="a"} 12.0',
         "# TYPE spanedge_site_outbox_sent_total counter",
         'spanedge_ingest_lag_seconds{app="demo",site="a",stream="readings"} 0.25',
-        "spanedge_ingest_duplicates_total 2",
-        'spanedge_spark_batch_duration_ms{app="demo",query="out"} 120.5',
-        'spanedge_spark_sink_rows_total{app="demo",query="out"} 12',
-        'spanedge_spark_query_restarts_total{app="demo",query="out"} 1',
-        'spanedge_app_plan_version{app="demo"} 1',
+        "spanedge_ingest_duplicates_total 2.0",
+        'spanedge_spark_batch_duration_seconds{app="demo",query="out"} 0.1205',
+        'spanedge_spark_sink_rows_total{app="demo",query="out"} 12.0',
+        'spanedge_spark_query_restarts_total{app="demo",query="out"} 1.0',
+        'spanedge_app_plan_version{app="demo"} 1.0',
+        "# TYPE process_cpu_seconds_total counter",
     ):
         assert line in text.splitlines(), line
     assert 'spanedge_site_up{site="cloud"}' not in text  # the hub site runs no agent
@@ -334,16 +350,50 @@ def test_metrics_are_prometheus_text(client: TestClient, coordinator: Coordinato
 
 def test_the_token_must_be_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPANEDGE_TOKEN", raising=False)
+    monkeypatch.delenv("SPANEDGE_TOKENS_FILE", raising=False)
     with pytest.raises(SpanEdgeError, match="export SPANEDGE_TOKEN"):
-        load_token()
-    monkeypatch.setenv("SPANEDGE_TOKEN", "from-env")
-    assert load_token() == "from-env"
+        load_tokens()
+    monkeypatch.setenv("SPANEDGE_TOKEN", TOKEN)
+    assert load_tokens().scope_of(TOKEN) is TokenScope.ADMIN
     path = tmp_path / "token"
-    path.write_text("from-file\n")
-    assert load_token(path) == "from-file"
+    path.write_text(READ_TOKEN + "\n")
+    assert load_tokens(path).scope_of(READ_TOKEN) is TokenScope.ADMIN
     path.write_text("")
     with pytest.raises(SpanEdgeError, match="is empty"):
-        load_token(path)
+        load_tokens(path)
+    monkeypatch.setenv("SPANEDGE_TOKEN", "abc")
+    with pytest.raises(SpanEdgeError, match="32"):
+        load_tokens()
+
+
+def test_a_read_token_reads_but_cannot_deploy_or_delete(client: TestClient) -> None:
+    read = {"Authorization": f"Bearer {READ_TOKEN}"}
+    assert client.get("/apps", headers=read).status_code == 200
+    answer = client.post("/apps", json={"source": APP}, headers=read)
+    assert answer.status_code == 403
+    assert "needs admin" in answer.json()["detail"]
+    assert client.delete("/apps/demo", headers=read).status_code == 403
+    assert client.post("/apps", json={"source": APP}, headers=AUTH).status_code == 201
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(client: TestClient) -> None:
+    huge = "x = 1\n" * (5 * 2**20 // 6)
+    answer = client.post("/apps", json={"source": huge}, headers=AUTH)
+    assert answer.status_code == 413
+    assert answer.json()["error"] == "PayloadTooLarge"
+
+
+@pytest.mark.parametrize("name", ["%2E%2E", "q%22uote", "a" * 300, "Demo"])  # a literal ".." never reaches a route
+def test_a_hostile_app_name_is_a_422(client: TestClient, name: str) -> None:
+    for method in ("get", "delete"):
+        answer = client.request(method.upper(), f"/apps/{name}", headers=AUTH)
+        assert answer.status_code == 422, (method, name, answer.text)
+        assert answer.json()["error"] == "InvalidName"
+    hostile = APP.replace('App("demo")', 'App("..")')
+    assert hostile != APP
+    answer = client.post("/apps", json={"source": hostile}, headers=AUTH)
+    assert answer.status_code == 422
+    assert "app name" in answer.json()["detail"]
 
 
 def test_invalid_dataflow_errors_are_value_errors() -> None:
@@ -367,3 +417,128 @@ def test_status_shows_sites_apps_and_placement(client: TestClient, coordinator: 
     assert "  cloud: total, out" in lines
     assert "  last change: v1 deployed" in lines
     assert render_status(sites, [], {}).endswith("no apps deployed")
+
+
+def test_docs_work_offline(client: TestClient) -> None:
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assert "/docs-assets/swagger-ui-bundle.js" in page.text
+    assert "https://" not in page.text  # nothing from a CDN
+    assert "http://" not in page.text
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon.png"):
+        assert client.get(f"/docs-assets/{asset}").status_code == 200
+    assert client.get("/openapi.json").json()["info"]["title"] == "SpanEdge hub"
+
+
+def test_every_operation_documents_its_answer_and_its_errors(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    assert schemas["ErrorResponse"]["required"] == ["error", "detail"]
+    assert "HTTPValidationError" not in schemas
+    error_ref = {"$ref": "#/components/schemas/ErrorResponse"}
+    operations = [(m.upper(), path, op) for path, ops in spec["paths"].items() for m, op in ops.items()]
+    assert len(operations) >= 10
+    for method, path, op in operations:
+        where = f"{method} {path}"
+        responses = op["responses"]
+        ok = [code for code in responses if code.startswith("2")]
+        assert len(ok) == 1, where
+        (content,) = responses[ok[0]]["content"].values()
+        assert content.get("schema"), f"{where}: no schema for {ok[0]}"
+        if content["schema"].get("$ref"):
+            assert schemas[content["schema"]["$ref"].rsplit("/", 1)[1]]["properties"], where
+        # every error it documents is an ErrorResponse; it documents the ones it can give
+        for code, response in responses.items():
+            if not code.startswith("2"):
+                assert response["content"]["application/json"]["schema"] == error_ref, f"{where} {code}"
+                assert response["description"], f"{where} {code}"
+        if path != "/healthz":
+            assert "401" in responses, f"{where}: needs a token but documents no 401"
+        if op.get("parameters") or op.get("requestBody"):
+            assert "422" in responses, f"{where}: takes input but documents no 422"
+    apps = spec["paths"]["/apps"]
+    assert set(apps["post"]["responses"]) == {"201", "401", "403", "413", "422", "500"}
+    assert set(spec["paths"]["/apps/{name}/placement"]["get"]["responses"]) == {"200", "401", "404", "422"}
+    assert apps["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/AppList")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status", "name"),
+    [
+        ("GET", "/apps", {}, 401, "Unauthorized"),
+        ("POST", "/apps", {"Authorization": f"Bearer {READ_TOKEN}"}, 403, "Forbidden"),
+        ("GET", "/no/such/route", AUTH, 404, "NotFound"),
+        ("PUT", "/apps", AUTH, 405, "MethodNotAllowed"),
+        ("GET", "/dashboard/events", {}, 401, "Unauthorized"),
+    ],
+)
+def test_http_errors_are_error_and_detail(
+    client: TestClient, method: str, path: str, headers: dict[str, str], status: int, name: str
+) -> None:
+    answer = client.request(method, path, headers=headers, json={"source": APP})
+    assert answer.status_code == status
+    body = answer.json()
+    assert set(body) == {"error", "detail"}
+    assert body["error"] == name
+    assert isinstance(body["detail"], str)
+    assert body["detail"]
+    if status == 401:
+        assert answer.headers["www-authenticate"] == "Bearer"
+    if status == 405:
+        assert answer.headers["allow"]
+
+
+def test_the_placement_history_shows_what_moved_and_the_baselines(client: TestClient, coordinator: Coordinator) -> None:
+    deploy(client)
+
+    def parse_at_the_hub(app: App, sites: Sites, **options: Any) -> Plan:
+        plan = planner(app, sites, **options)
+        moved = tuple(
+            Assignment(a.replica, a.operator, a.group, "cloud", "slow site") if a.operator == "parse" else a
+            for a in plan.assignments
+        )
+        return Plan(**{**plan.__dict__, "assignments": moved})
+
+    coordinator.planner = parse_at_the_hub
+    coordinator.replan("demo", "latency a–cloud 40→10 ms")
+    history = client.get("/apps/demo/placement", headers=AUTH).json()["history"]
+    assert [(h["version"], h["moved"]) for h in history] == [
+        (1, []),
+        (2, [{"replica": "parse@a", "from": "a", "to": "cloud"}]),
+    ]
+    assert history[1]["baselines"]["central"]["objective"] == 2.0
+    assert history[1]["baselines"]["local-first"]["worst_latency_ms"] == 60
+    last = client.get("/apps", headers=AUTH).json()["apps"][0]["last_change"]
+    assert last["moved"] == history[1]["moved"]
+
+
+def test_a_heartbeat_field_of_the_wrong_type_shows_as_null(client: TestClient, coordinator: Coordinator) -> None:
+    hb = {"site": "a", "ts": 1, "dlq": "many", "cpu_percent": 12.5, "rss_bytes": [1], "apps": "demo", "outbox": 3}
+    coordinator.registry.heartbeat("a", orjson.dumps(hb))
+    answer = client.get("/sites", headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    site = next(s for s in answer.json()["sites"] if s["site"] == "a")
+    assert (site["dlq"], site["cpu_percent"], site["rss_bytes"], site["apps"], site["outbox"]) == (
+        None,
+        12.5,
+        None,
+        [],
+        {},
+    )
+
+
+def test_sites_show_declared_and_measured_links_only() -> None:
+    """Pairs only a path or the default covers stay in ``/latency``: ``/sites`` does not grow with the fleet squared."""
+    registry = SiteRegistry(
+        parse_sites(SITES.replace("links:", '  b: {tier: spoke, broker: "mqtt://127.0.0.1:1883"}\nlinks:'))
+    )
+    status = {s["site"]: s for s in registry.status()}
+    assert status["a"]["latency"]["cloud"]["source"] == "declared"
+    assert "b" not in status["a"]["latency"]  # a to b is only a path through the hub
+    assert status["b"]["latency"] == {}
+    hb = {"site": "a", "ts": 1, "latency": {"b": {"rtt_ms": 8, "p95_ms": 9, "samples": 2}}}
+    assert registry.heartbeat("a", orjson.dumps(hb))
+    status = {s["site"]: s for s in registry.status()}
+    assert status["a"]["latency"]["b"]["latency_ms"] == 4
+    assert status["a"]["latency"]["b"]["source"] == status["b"]["latency"]["a"]["source"] == "measured"
+    assert {(r["src"], r["dst"]) for r in registry.matrix()} >= {("a", "b"), ("b", "a"), ("b", "cloud")}

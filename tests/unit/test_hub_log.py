@@ -55,7 +55,7 @@ def test_duplicates_are_dropped_by_site_and_stream(tmp_path: Path) -> None:
     assert accept(app_log, recs("s1", "x", range(5, 15))) == 5
     assert accept(app_log, recs("s1", "y", range(3))) == 3  # another stream
     assert accept(app_log, recs("s2", "x", range(3))) == 3  # another site
-    assert app_log.hwm.marks == {("s1", "x"): 14, ("s1", "y"): 2, ("s2", "x"): 2}
+    assert app_log.hwm.marks == {("s1", "x", 0): 14, ("s1", "y", 0): 2, ("s2", "x", 0): 2}
     assert len(lines(tmp_path)) == 21
 
 
@@ -65,7 +65,7 @@ def test_marks_survive_a_restart(tmp_path: Path) -> None:
     app_log.close()
     again = AppLog(tmp_path)
     assert accept(again, recs("s1", "x", range(12))) == 2
-    assert again.hwm.marks[("s1", "x")] == 11
+    assert again.hwm.marks[("s1", "x", 0)] == 11
 
 
 def test_marks_are_rebuilt_from_the_log_when_the_snapshot_is_stale(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_marks_are_rebuilt_from_the_log_when_the_snapshot_is_stale(tmp_path: Pat
     app_log.close()
     (tmp_path / HWM_FILE).write_bytes(stale)  # a crash after the fsync, before the snapshot
     again = AppLog(tmp_path)
-    assert again.hwm.marks[("s1", "x")] == 8
+    assert again.hwm.marks[("s1", "x", 0)] == 8
     assert accept(again, recs("s1", "x", range(9))) == 0
 
 
@@ -86,7 +86,7 @@ def test_a_corrupt_snapshot_falls_back_to_the_whole_log(tmp_path: Path) -> None:
     app_log.close()
     (tmp_path / HWM_FILE).write_bytes(b"{not json")
     again = AppLog(tmp_path)
-    assert again.hwm.marks == {("s1", "x"): 4}
+    assert again.hwm.marks == {("s1", "x", 0): 4}
 
 
 def test_a_partial_last_record_is_cut_on_open(tmp_path: Path) -> None:
@@ -130,7 +130,116 @@ def test_segments_are_deleted_once_every_reader_committed_past_them(tmp_path: Pa
 
 
 def test_high_water_marks_round_trip() -> None:
-    hwm = HighWaterMarks({("s1", "x"): 3}, 42)
+    hwm = HighWaterMarks({("s1", "x", 0): 3, ("s1", "x", 2): 1}, 42)
     assert HighWaterMarks.from_json(hwm.to_json()) == hwm
     with pytest.raises(ValueError, match="malformed"):
         HighWaterMarks.from_json(b'{"marks": 1}')
+
+
+def names(folder: Path) -> list[str]:
+    return [p.name for p in ingest_log.inbox_files(folder)]
+
+
+def test_sealed_segments_reach_every_inbox_once(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path, seal_interval=3600)
+    accept(app_log, recs("s1", "x", range(5)))
+    assert app_log.seal()
+    assert not app_log.seal()  # nothing new: no empty segment
+    assert ingest_log.subscribe(tmp_path, "a") == 0  # a new reader gets what the log retains
+    first = ingest_log.segments(tmp_path)[0][1].name
+    assert names(ingest_log.inbox(tmp_path, "a")) == [first]
+    accept(app_log, recs("s1", "x", range(5, 8)))
+    assert not app_log.seal_if_due()  # the last seal is recent
+    assert ingest_log.sealed_tail(tmp_path) < ingest_log.tail(tmp_path)
+    assert app_log.seal_if_due(now=app_log.seal_due_at())
+    assert ingest_log.sealed_tail(tmp_path) == ingest_log.tail(tmp_path)
+    second = ingest_log.segments(tmp_path)[1][1].name
+    assert names(ingest_log.inbox(tmp_path, "a")) == [first, second]
+    assert ingest_log.subscribe(tmp_path, "a") == 0  # subscribing again keeps the inbox
+    assert names(ingest_log.inbox(tmp_path, "a")) == [first, second]
+    # the links are the segments' bytes: whole records only
+    data = (ingest_log.inbox(tmp_path, "a") / second).read_bytes()
+    assert [orjson.loads(line)["seq"] for line in data.splitlines()] == [5, 6, 7]
+
+
+def test_a_reader_that_processed_its_inbox_lets_the_log_drop_segments(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path, seal_interval=0)
+    ingest_log.subscribe(tmp_path, "a")
+    for i in range(3):
+        accept(app_log, recs("s1", "x", range(i * 3, i * 3 + 3)))
+        app_log.seal()
+    folder = ingest_log.inbox(tmp_path, "a")
+    assert len(names(folder)) == 3
+    assert len(ingest_log.segments(tmp_path)) == 4  # three sealed, one active
+    for path in ingest_log.inbox_files(folder)[:2]:  # Spark's file source deletes what it committed
+        path.unlink()
+    accept(app_log, recs("s1", "x", range(9, 10)))
+    app_log.seal()
+    assert ingest_log.head(tmp_path) == ingest_log.inbox_position(tmp_path, "a")
+    assert len(ingest_log.segments(tmp_path)) == 3
+    ingest_log.unsubscribe(tmp_path, "a")
+    assert ingest_log.inbox_positions(tmp_path) == {}
+
+
+def test_a_successor_gets_exactly_what_its_predecessor_had_not_processed(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path, seal_interval=0)
+    ingest_log.subscribe(tmp_path, "old")
+    for i in range(3):
+        accept(app_log, recs("s1", "x", range(i * 3, i * 3 + 3)))
+        app_log.seal()
+    files = names(ingest_log.inbox(tmp_path, "old"))
+    ingest_log.inbox(tmp_path, "new").mkdir()  # the successor's query was built first
+    ingest_log.hand_over(tmp_path, "old", "new", processed={files[0]})
+    assert not ingest_log.inbox(tmp_path, "old").exists()
+    assert names(ingest_log.inbox(tmp_path, "new")) == files[1:]
+    accept(app_log, recs("s1", "x", range(9, 12)))
+    app_log.seal()
+    assert len(names(ingest_log.inbox(tmp_path, "new"))) == 3
+    assert ingest_log.subscribe(tmp_path, "new") == int(files[1].removesuffix(".jsonl"))
+    assert ingest_log.head(tmp_path) == int(files[1].removesuffix(".jsonl"))  # the processed one was dropped
+
+
+def test_reopening_seals_the_last_segment_and_hands_it_out(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path, seal_interval=3600)
+    ingest_log.subscribe(tmp_path, "a")
+    accept(app_log, recs("s1", "x", range(4)))
+    app_log.close()  # stopped before the segment was sealed
+    assert names(ingest_log.inbox(tmp_path, "a")) == []
+    again = AppLog(tmp_path)
+    assert len(names(ingest_log.inbox(tmp_path, "a"))) == 1
+    assert ingest_log.sealed_tail(tmp_path) == again.position
+
+
+def _epoch(records: list[Record], epoch: int) -> list[Record]:
+    return [Record(r.site, r.stream, r.seq, r.event_time, r.key, r.value, epoch) for r in records]
+
+
+def test_each_ownership_epoch_has_its_own_mark(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path)
+    assert accept(app_log, recs("s1", "x", range(1, 41))) == 40  # the first owner of s1's replica
+    assert accept(app_log, _epoch(recs("s1", "x", range(1, 11)), 3)) == 10  # the new owner from plan v3
+    assert accept(app_log, recs("s1", "x", range(41, 46))) == 5  # the old owner finishes its windows
+    assert accept(app_log, _epoch(recs("s1", "x", range(5, 13)), 3)) == 2  # a redelivery, then two new
+    assert app_log.hwm.marks == {("s1", "x", 0): 45, ("s1", "x", 3): 12}
+    app_log.close()
+    again = AppLog(tmp_path)
+    assert again.hwm.marks == {("s1", "x", 0): 45, ("s1", "x", 3): 12}
+    assert [(r["seq"], r.get("epoch", 0)) for r in lines(tmp_path)][40:42] == [(1, 3), (2, 3)]
+
+
+def test_epoch_marks_are_rebuilt_from_the_log(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path)
+    accept(app_log, recs("s1", "x", range(1, 6)))
+    stale = (tmp_path / HWM_FILE).read_bytes()
+    accept(app_log, _epoch(recs("s1", "x", range(1, 4)), 2))
+    app_log.close()
+    (tmp_path / HWM_FILE).write_bytes(stale)
+    again = AppLog(tmp_path)
+    assert again.hwm.marks == {("s1", "x", 0): 5, ("s1", "x", 2): 3}
+
+
+def test_marks_written_without_epochs_are_epoch_0() -> None:
+    old = orjson.dumps({"position": 7, "marks": [["s1", "x", 9]]})
+    assert HighWaterMarks.from_json(old) == HighWaterMarks({("s1", "x", 0): 9}, 7)
+    with pytest.raises(ValueError, match="malformed"):
+        HighWaterMarks.from_json(orjson.dumps({"position": 7, "marks": [["s1", "x"]]}))

@@ -492,3 +492,21 @@ def test_examples_plan_validly(example: str) -> None:
     assert violations(problem, placement_of(plan), plan.hub) == []
     assert plan.totals.objective <= plan.baselines["central"].objective
     assert plan.totals.wan_bytes_per_s < plan.baselines["central"].wan_bytes_per_s
+
+
+def test_a_baseline_that_breaks_the_rules_is_marked_infeasible() -> None:
+    from spanedge.report import render_plan
+
+    plan = plan_app(
+        EXAMPLES / "cold_chain" / "app.py", EXAMPLES / "cold_chain" / "sites.yaml", baselines=["central", "local-first"]
+    )
+    central, local_first = plan.baselines["central"], plan.baselines["local-first"]
+    # central puts the @local operators at the hub; local-first keeps them at their sites
+    assert not central.feasible
+    assert any("to_celsius@truck-7 at cloud" in v for v in central.violations)
+    assert local_first.feasible
+    assert Plan.from_json(plan.to_json()).baselines["central"].violations == central.violations
+    text = render_plan(plan, ["central", "local-first"])
+    assert "central (INFEASIBLE)" in text
+    assert "central is infeasible here" in text
+    assert "local-first (INFEASIBLE)" not in text

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from simulate.cli import simulate
+from spanedge.cli.simulate import simulate
 from tests.conftest import EXAMPLES
 
 APP = typer.Typer()
@@ -43,4 +43,21 @@ def test_sites_without_a_simulation_section_are_refused(tmp_path: Path) -> None:
     )
     assert code == 2
     assert "has no simulation: section" in out
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_options_are_refused_in_one_line_before_anything_starts(tmp_path: Path) -> None:
+    sites, app = str(EXAMPLES / "cold_chain" / "sites.yaml"), str(EXAMPLES / "cold_chain" / "app.py")
+    run = ["--no-live", "--run-dir", str(tmp_path / "run")]
+    for args, message in (
+        (["--placement", "nearest"], "error: --placement takes ilp, greedy, central or local-first, got 'nearest'"),
+        (["--mode", "hybrid"], "error: --mode takes auto, managed or standalone, got 'hybrid'"),
+        (["--broker", "rabbit"], "error: --broker takes auto, mosquitto or amqtt, got 'rabbit'"),
+        (["--compare", "central", "--mode", "managed"], "drop --mode managed"),
+        (["--placement", "central", "--mode", "managed"], "error: --placement central needs --mode standalone"),
+    ):
+        code, out = _run(sites, app, *args, *run)
+        assert code == 2, (args, out)
+        assert message in out
+        assert len(out.strip().splitlines()) == 1, out
     assert not (tmp_path / "run").exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from simulate.config import parse_simulation
-from simulate.topology import Topology, broker_kind
+from simulate.topology import OBSERVER, PASSWORD_ENV, Topology, broker_kind
 from simulate.wan import LinkProxy
 from spanedge.errors import SpanEdgeError
 from spanedge.sites import load_sites
@@ -34,8 +34,19 @@ def test_each_site_sees_remote_brokers_through_the_wan(tmp_path: Path) -> None:
     assert seen.simulation is None
     assert seen.sites["truck-7"].broker == topology.brokers["truck-7"].url
     for other in ("cloud", "truck-9", "warehouse-north"):
-        assert seen.sites[other].broker == topology.proxies[("truck-7", other)].url
+        proxy = topology.proxies[("truck-7", other)]
+        assert seen.sites[other].broker == f"mqtts://127.0.0.1:{proxy.port}"  # TLS end to end through the proxy
         assert seen.sites[other].streams == sites.sites[other].streams
+    for site in seen.sites.values():  # truck-7's processes log in to every broker as truck-7, trusting the run's CA
+        broker = site.mqtt()
+        assert (broker.scheme, broker.username, broker.password_env) == ("mqtts", "truck-7", PASSWORD_ENV)
+        assert broker.tls is not None
+        assert broker.tls.ca_file == str(topology.ca_file)
+    assert topology.env("truck-7") == {PASSWORD_ENV: topology.passwords["truck-7"]}
+    assert set(topology.passwords) == {*sites.sites, OBSERVER}
+    assert "user truck-7\ntopic readwrite #" in (tmp_path / "brokers" / "truck-7.acl").read_text()
+    assert "pattern read spanedge/v1/control/%u/plan" in (tmp_path / "brokers" / "cloud.acl").read_text()
+    assert (tmp_path / "brokers" / "passwords").read_text().count("$7$") == len(topology.passwords)
     assert seen.links == sites.links
     assert len(topology.links) == 6
     assert {lk.name for lk in topology.links_of("truck-7")} == {
@@ -53,6 +64,28 @@ def test_each_site_sees_remote_brokers_through_the_wan(tmp_path: Path) -> None:
     assert not topology.link("truck-9", "warehouse-north").cut
 
 
+def test_insecure_brokers_are_plain_and_anonymous(tmp_path: Path) -> None:
+    sites = load_sites(EXAMPLES / "cold_chain" / "sites.yaml")
+    try:
+        topology = Topology(sites, parse_simulation(sites), tmp_path, secure=False)
+    except SpanEdgeError as exc:
+        missing_part(f"needs a broker: {exc}")
+    assert topology.env("truck-7") == {}
+    assert topology.login(OBSERVER) is None
+    assert topology.brokers["truck-7"].url.startswith("mqtt://")
+    assert not (tmp_path / "brokers" / "passwords").exists()
+
+
 def test_unknown_broker_kind_is_refused() -> None:
     with pytest.raises(SpanEdgeError, match="broker must be auto, mosquitto or amqtt"):
         broker_kind("rabbit")
+
+
+def test_the_embedded_broker_is_refused_when_brokers_must_be_secure(tmp_path: Path) -> None:
+    from simulate.broker import BrokerSecurity
+    from simulate.tls import make_tls
+    from simulate.topology import make_broker
+
+    security = BrokerSecurity(make_tls(tmp_path / "tls"), tmp_path / "passwords", tmp_path / "acl")
+    with pytest.raises(SpanEdgeError, match="cannot enforce per-site credentials, ACLs and TLS.*--insecure-brokers"):
+        make_broker("amqtt", "cloud", tmp_path / "b", security)

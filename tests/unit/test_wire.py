@@ -7,9 +7,8 @@ import pytest
 from spanedge import topics
 from spanedge.durations import parse_duration
 from spanedge.envelope import Record, decode_batch, encode_batch
-from spanedge.errors import InvalidPlan, SpanEdgeError
+from spanedge.errors import InvalidPlan
 from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals, replica_id, split_replica
-from spanedge.signing import load_secret, sign, verify
 
 
 def test_batch_round_trip() -> None:
@@ -17,6 +16,18 @@ def test_batch_round_trip() -> None:
     app, back = decode_batch(encode_batch("cold-chain", records))
     assert app == "cold-chain"
     assert back == records
+
+
+def test_a_batch_carries_the_ownership_epoch_of_its_stream() -> None:
+    records = [Record("tiny", "avg", i, 1700000000.0 + i, None, {"n": i}, 5) for i in range(1, 3)]
+    payload = encode_batch("farm", records)
+    assert b'"epoch":5' in payload
+    assert decode_batch(payload)[1] == records
+    old = b'{"v": 1, "app": "farm", "site": "tiny", "stream": "avg", "records": [{"seq": 1, "t": 1.0, "v": 2}]}'
+    assert decode_batch(old)[1][0].epoch == 0  # an envelope without an epoch is epoch 0
+    for bad in (b'"x"', b"-1", b"true", b"1.5"):
+        with pytest.raises(ValueError, match="epoch must be a plan version"):
+            decode_batch(old[:-1] + b', "epoch": ' + bad + b"}")
 
 
 @pytest.mark.parametrize(
@@ -36,23 +47,6 @@ def test_topics() -> None:
         topics.control("x", "other")
 
 
-def test_signing_detects_forgery(monkeypatch: pytest.MonkeyPatch) -> None:
-    message = sign({"site": "a", "version": 3}, b"k1")
-    assert verify(message, b"k1") == {"site": "a", "version": 3}
-    with pytest.raises(InvalidPlan, match="signature does not match"):
-        verify(message, b"k2")
-    tampered = message.replace(b'\\"version\\":3', b'\\"version\\":4')
-    assert tampered != message
-    with pytest.raises(InvalidPlan, match="signature does not match"):
-        verify(tampered, b"k1")
-    with pytest.raises(InvalidPlan, match="not a signed envelope"):
-        verify(b"{}", b"k1")
-    monkeypatch.delenv("SPANEDGE_PLAN_SECRET", raising=False)
-    monkeypatch.delenv("SPANEDGE_PLAN_SECRET_FILE", raising=False)
-    with pytest.raises(SpanEdgeError, match="set SPANEDGE_PLAN_SECRET"):
-        load_secret()
-
-
 @pytest.mark.parametrize(
     ("text", "seconds"), [("10s", 10.0), ("500ms", 0.5), ("5m", 300.0), (2, 2.0), ("1.5h", 5400.0)]
 )
@@ -68,7 +62,7 @@ def test_plan_json_round_trip_and_helpers() -> None:
         assignments=(
             Assignment("raw@s1", "raw", "s1", "s1", "source"),
             Assignment("parse@s1", "parse", "s1", "s1", "scope @local"),
-            Assignment("fleet", "fleet", None, "cloud", "scope @global_"),
+            Assignment("fleet", "fleet", None, "cloud", "scope @global_", since=2),
         ),
         flows=(Flow("raw@s1", "parse@s1", 10.0, 1000.0), Flow("parse@s1", "fleet", 10.0, 500.0)),
         totals=Totals(500.0, 20.0, 20.0, 1.0),
@@ -76,6 +70,7 @@ def test_plan_json_round_trip_and_helpers() -> None:
     )
     again = Plan.from_json(plan.to_json())
     assert again == plan
+    assert again.assignment("fleet").since == 2
     assert [a.replica for a in again.at("s1")] == ["raw@s1", "parse@s1"]
     assert [f.dst for f in again.crossing()] == ["fleet"]
     assert replica_id("parse", "s1") == "parse@s1"

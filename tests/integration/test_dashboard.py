@@ -1,0 +1,360 @@
+"""The dashboard in a real browser: the hub's own REST app (``hub.api.create_app``) under uvicorn, headless Chromium.
+
+The page reads a live control plane: a real coordinator and site registry behind the
+hub's API, the cold-chain example deployed through ``POST /apps`` and placed with the
+ILP, and heartbeats arriving from a thread until truck-9 stops sending them. Nothing
+on the page may come from the network.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+import pytest
+
+from tests.conftest import EXAMPLES, missing_part
+from tests.polling import wait_for
+
+TOKEN = "dashboard-read-token-0123456789abcdef0123"
+ADMIN = "dashboard-admin-token-0123456789abcdef012"
+WRONG = "dashboard-wrong-token-0123456789abcdef012"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DOWN_AFTER_S = 3.0
+"""truck-9 stops sending heartbeats this long after the heartbeats start."""
+BEAT_EVERY_S = 0.25
+"""Seconds between two rounds of heartbeats."""
+
+
+class LiveControlPlane:
+    """The hub's coordinator over the cold-chain sites, and the heartbeats of those sites as time passes."""
+
+    def __init__(self) -> None:
+        from hub.coordinator import Coordinator
+        from hub.registry import SiteRegistry
+        from spanedge.sites import load_sites
+
+        self.sites = load_sites(EXAMPLES / "cold_chain" / "sites.yaml")
+        self.registry = SiteRegistry(self.sites, down_after_s=1.5)
+        self.coordinator = Coordinator(self.registry)
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._beats: threading.Thread | None = None
+
+    @property
+    def plan(self) -> Any:
+        return self.coordinator.record("cold-chain").plan
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def beat(self) -> None:
+        """Every spoke sends a heartbeat, but truck-9 only for the first seconds."""
+        t = self.elapsed()
+        plan = self.plan
+        for site in self.sites.spokes:
+            name = site.name
+            if name == "truck-9" and t > DOWN_AFTER_S:
+                continue
+            wave = 1 + 0.2 * math.sin(t + len(name))
+            readings = (400.0 if name == "warehouse-north" else 100.0) * wave
+            rates = {  # records/s in and out per operator: windows emit 20 units every 10 s
+                "readings": (readings, readings),
+                "to_celsius": (readings, readings),
+                "plausible": (readings, readings * 0.999),
+                "unit_stats": (readings * 0.999, 2.0),
+                "local_stats": (2.0, 2.0),
+            }
+            operators = {}
+            for a in plan.at(name):
+                rate_in, rate_out = rates[a.operator]
+                operators[a.replica] = {
+                    "in": int(t * rate_in),
+                    "out": int(t * rate_out),
+                    "rate_in": round(rate_in, 1),
+                    "rate_out": round(rate_out, 1),
+                }
+            self.registry.heartbeat(
+                name,
+                {
+                    "site": name,
+                    "apps": ["cold-chain"],
+                    "operators": operators,
+                    "watermark_lag_s": round(0.8 + 0.3 * wave, 3),
+                    "outbox": {"records": int(40 * wave), "bytes": int(4400 * wave), "sent": int(t * 6), "dropped": 0},
+                    "dlq": 2 if name == "truck-7" else 0,
+                    "late": int(t) // 2,
+                    "overload_dropped": 0,
+                    "cpu_percent": round(12 * wave, 1),
+                    "rss_bytes": 58_000_000 + int(t * 1000),
+                    "latency": {"cloud": {"rtt_ms": 150 * wave, "p95_ms": 190 * wave, "samples": 10}},
+                    "clock_offset_ms": 1.5,
+                },
+            )
+
+    def start_heartbeats(self) -> None:
+        """Send a round of heartbeats now and then every :data:`BEAT_EVERY_S` from a thread."""
+        self.started = time.monotonic()
+        self.beat()
+
+        def run() -> None:
+            while not self._stop.wait(BEAT_EVERY_S):
+                self.beat()
+
+        self._beats = threading.Thread(target=run, name="dashboard-heartbeats", daemon=True)
+        self._beats.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._beats is not None:
+            self._beats.join(timeout=5)
+
+    def engine_metrics(self) -> dict[str, Any]:
+        t = self.elapsed()
+        query = {"active": True, "batch_ms": 180 + int(40 * math.sin(t)), "input_rows_per_s": 6.2, "restarts": 0}
+        return {"cold-chain": {"version": self.plan.version, "queries": {"fleet_alerts": query}}}
+
+    def ingest_stats(self) -> dict[str, Any]:
+        t = self.elapsed()
+        streams = {"unit_stats": {"records": int(t * 6), "duplicates": 0, "lag_s": 0.35 + 0.1 * math.sin(t)}}
+        return {"connected": True, "records": int(t * 6), "apps": {"cold-chain": {"truck-7": streams}}}
+
+    def api(self) -> Any:
+        """The hub's REST app over this control plane, with short dashboard streams.
+
+        Streams end after 3 s, so the test also sees the page reconnect without losing a beat.
+        """
+        from hub.api import create_app
+        from spanedge.tokens import Tokens, TokenScope
+
+        tokens = Tokens([(TokenScope.ADMIN, ADMIN, "test"), (TokenScope.READ, TOKEN, "test")])
+        return create_app(
+            self.coordinator,
+            tokens,
+            ingest_stats=self.ingest_stats,
+            engine_metrics=self.engine_metrics,
+            dashboard_stream_s=3,
+        )
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free port in a thread; yield its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2, access_log=False)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard-uvicorn", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=15, what="uvicorn to start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@contextmanager
+def stopping(hub: LiveControlPlane) -> Iterator[LiveControlPlane]:
+    """Stop ``hub``'s heartbeats when the block ends."""
+    try:
+        yield hub
+    finally:
+        hub.stop()
+
+
+def deploy(base: str, **options: Any) -> dict[str, Any]:
+    """Deploy the cold-chain example through the hub's REST API with the admin token."""
+    import httpx
+
+    source = (EXAMPLES / "cold_chain" / "app.py").read_text()
+    answer = httpx.post(
+        f"{base}/apps",
+        json={"source": source, "filename": "app.py", **options},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        timeout=60,
+    )
+    assert answer.status_code == 201, answer.text
+    return dict(answer.json())
+
+
+@pytest.fixture(scope="module")
+def hub_parts() -> None:
+    for module in ("fastapi", "uvicorn", "pulp", "fastapi_offline"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing_part(f"{module} is not installed: pip install 'spanedge[hub]'")
+
+
+@pytest.fixture(scope="module")
+def browser(hub_parts: None) -> Iterator[Any]:
+    """Headless Debian Chromium under Playwright (no browser download: Playwright drives the system one)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing_part("playwright is not installed: pip install playwright (it drives Debian's chromium)")
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        missing_part("chromium is not installed: apt-get install -y chromium")
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=path, args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+def test_dashboard_shows_the_live_system(browser: Any, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    hub = LiveControlPlane()
+    with serving(hub.api()) as base, stopping(hub):
+        deployed = deploy(base)
+        assert deployed["version"] == 1
+        hub.start_heartbeats()
+        context = browser.new_context(viewport={"width": 1440, "height": 1000})
+        page = context.new_page()
+        requests: list[Any] = []
+        page.on("request", lambda request: requests.append(request))
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
+        page.goto(f"{base}/")
+
+        # a wrong token sends us back to the login form with the reason
+        expect(page.get_by_test_id("login")).to_be_visible()
+        page.get_by_test_id("token-input").fill(WRONG)
+        page.get_by_test_id("sign-in").click()
+        expect(page.get_by_test_id("login-error")).to_contain_text("refused", timeout=5000)
+
+        page.get_by_test_id("token-input").fill(TOKEN)
+        page.get_by_test_id("sign-in").click()
+        expect(page.get_by_test_id("login")).to_be_hidden()
+
+        # every operator of the plan, at the sites the plan puts its replicas
+        expected: dict[str, set[str]] = {}
+        for a in hub.plan.assignments:
+            expected.setdefault(a.operator, set()).add(a.site)
+        nodes = page.get_by_test_id("operator")
+        expect(nodes).to_have_count(len(expected), timeout=10_000)
+        shown = {n.get_attribute("data-operator"): set(n.get_attribute("data-site").split()) for n in nodes.all()}
+        assert shown == expected
+        assert expected["anomaly"] == {"cloud"}
+        assert expected["to_celsius"] == {"truck-7", "truck-9", "warehouse-north"}
+        assert page.get_by_test_id("edge").count() == 6
+
+        # the numbers move: the update counter and an operator's rates
+        counter = page.get_by_test_id("last-update")
+        first = int(counter.get_attribute("data-count"))
+        rates = page.locator('[data-testid=operator][data-operator="to_celsius"] [data-testid=operator-rate]')
+        before = rates.text_content()
+        assert re.fullmatch(r"in [\d,.]+/s · out [\d,.]+/s", before or ""), before
+        expect(counter).not_to_have_attribute("data-count", str(first), timeout=5000)
+        wait_for(lambda: rates.text_content() != before, timeout=5, what="the rates of to_celsius to change")
+
+        # truck-9 stops sending heartbeats and turns down; the others stay up, the hub has no agent
+        truck9 = page.locator('[data-testid=site-row][data-site="truck-9"]')
+        expect(truck9).to_have_attribute("data-state", "down", timeout=15_000)
+        expect(truck9.get_by_test_id("site-state")).to_have_text("down")
+        for name in ("truck-7", "warehouse-north"):
+            expect(page.locator(f'[data-testid=site-row][data-site="{name}"]')).to_have_attribute("data-state", "up")
+        expect(page.locator('[data-testid=site-row][data-site="cloud"]')).to_have_attribute("data-state", "none")
+
+        # links, plan history and the hub's queries
+        link = page.locator('[data-testid=link-cell][data-src="truck-7"][data-dst="cloud"]')
+        expect(link).to_have_attribute("data-source", "measured")
+        expect(page.locator('[data-testid=link-cell][data-src="truck-7"][data-dst="truck-9"]')).to_have_attribute(
+            "data-source", "declared"
+        )
+        history = page.get_by_test_id("history-row")
+        expect(history).to_have_count(1)
+        expect(history).to_contain_text("deployed")
+        expect(history.locator("td.baselines")).to_contain_text("central")
+        expect(history.locator("td.baselines")).to_contain_text("local-first")
+        expect(page.locator('[data-testid=query-row][data-query="cold-chain/fleet_alerts"]')).to_contain_text("active")
+
+        # the streams ended and were reopened (max_stream_s=3), and the page went on counting
+        events = [r for r in requests if r.url.endswith("/dashboard/events")]
+        assert len(events) >= 3, [r.url for r in requests]
+        assert int(counter.get_attribute("data-count")) > first + 2
+
+        # the token only ever travels in the Authorization header; nothing comes from elsewhere
+        assert all(TOKEN not in r.url and WRONG not in r.url for r in requests)
+        assert events[-1].headers.get("authorization") == f"Bearer {TOKEN}"
+        assert all(r.url.startswith(base) or r.url.startswith("data:") for r in requests), [r.url for r in requests]
+
+        # a redeploy through the API appears in the plan history without a reload, newest first
+        deploy(base, weights={"traffic": 1.0, "latency": 2.0})
+        expect(history).to_have_count(2, timeout=5000)
+        expect(history.first).to_have_attribute("data-version", "2")
+        expect(history.first).to_contain_text("redeployed")
+        expect(history.first.locator("td.moved")).to_have_text("–")
+
+        assert errors == []  # no script error, nothing the page's CSP had to block
+
+        shot = tmp_path / "dashboard.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"dashboard screenshot: {shot}")
+        context.close()
+
+
+def test_docs_work_without_network(hub_parts: None) -> None:
+    import httpx
+
+    with serving(LiveControlPlane().api()) as base, httpx.Client(base_url=base, timeout=10) as client:
+        page = client.get("/docs")
+        assert page.status_code == 200
+        urls = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text) + re.findall(r"url: '([^']+)'", page.text)
+        assert urls, page.text
+        for url in urls:
+            assert url.startswith("/"), f"/docs loads {url} from elsewhere"
+            assert not url.startswith("//"), f"/docs loads {url} from elsewhere"
+            assert client.get(url).status_code == 200, url
+        assert "http://" not in page.text
+        assert "https://" not in page.text
+
+
+def test_docs_render_in_a_browser_offline(browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    with serving(LiveControlPlane().api()) as base:
+        context = browser.new_context()
+        elsewhere: list[str] = []
+
+        def local_only(route: Any) -> None:
+            if route.request.url.startswith(base):
+                route.continue_()
+            else:
+                elsewhere.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", local_only)
+        page = context.new_page()
+        page.goto(urljoin(base, "/docs"))
+        expect(page.locator(".swagger-ui .info .title")).to_contain_text("SpanEdge hub", timeout=10_000)
+        expect(page.locator(".opblock-summary-path").first).to_be_visible()
+        assert "/dashboard/events" in page.content()
+        assert elsewhere == []
+        context.close()

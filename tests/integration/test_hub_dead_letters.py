@@ -1,0 +1,130 @@
+"""Dead letters of the hub's Python operators, with real Mosquitto and Spark.
+
+A global map raises on some records: those come out on the app's hub
+dead-letter topic and in the hub's dead-letter files, with the reason, and
+every other record reaches the sink, also through a window after the map.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from hub.engine import Engine
+from hub.ingest import Ingest
+from hub.metrics import render_metrics
+from spanedge import App, agg, global_, sinks, topics
+from spanedge.envelope import Record
+from spanedge.sites import parse_sites
+from tests.integration.hubkit import T0, Collector, Publisher, broker_of, make_plan
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.spark
+
+SITES = """
+sites:
+  cloud: {tier: hub, broker: "BROKER"}
+  s1:
+    tier: spoke
+    broker: "BROKER"
+    streams:
+      a: {topic: "a/#", rate: 10}
+"""
+
+
+@global_(name="calibrate")
+def calibrate(reading: dict[str, Any]) -> dict[str, Any]:
+    """Scale a reading; a reading whose ``x`` is not a number raises."""
+    return {**reading, "x": float(reading["x"]) * 2.0}
+
+
+def _rows() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = [{"id": f"k{i % 2}", "t": T0 + i, "x": float(i)} for i in range(30)]
+    for i in (3, 11, 12, 25):
+        rows[i]["x"] = f"broken-{i}"
+    return rows
+
+
+def _app(name: str, windowed: bool) -> App:
+    app = App(name)
+    scaled = app.source("a", time_field="t").map(calibrate)
+    if windowed:
+        scaled = scaled.window(key="id", size="10s", aggs={"n": agg.count(), "total": agg.sum("x")}, name="w")
+    scaled.sink(sinks.mqtt(f"{name}/out"), name="out")
+    return app
+
+
+def _dead_files(state: Path, app: str) -> list[dict[str, Any]]:
+    return [
+        orjson.loads(line)
+        for f in sorted((state / "dlq" / app).glob("*.jsonl"))
+        for line in f.read_bytes().splitlines()
+    ]
+
+
+@pytest.mark.parametrize("windowed", [False, True], ids=["map-to-sink", "map-window-sink"])
+def test_records_a_global_map_raises_on_go_to_the_dead_letters(
+    spark: Any, mosquitto: Any, tmp_path: Path, windowed: bool
+) -> None:
+    name = "dead-window" if windowed else "dead-map"
+    app = _app(name, windowed)
+    sites = parse_sites(SITES.replace("BROKER", mosquitto.url))
+    hub_ops = {"calibrate", "w", "out"} if windowed else {"calibrate", "out"}
+    plan = make_plan(app, sites, at_hub=hub_ops, singletons=hub_ops)
+    rows = _rows()
+    bad = {i for i, r in enumerate(rows) if isinstance(r["x"], str)}
+    good = [r for i, r in enumerate(rows) if i not in bad]
+    dlq = topics.dlq(name, "hub")
+    collector = Collector(mosquitto.url, f"{name}/out", dlq)
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id=f"hub-test-{name}")
+    ingest.start()
+    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+    publisher = Publisher(mosquitto.url, name)
+    try:
+        engine.deploy(app, plan)
+        publisher.send([Record("s1", "a", i, r["t"], r["id"], r) for i, r in enumerate(rows)])
+        if windowed:  # move the watermark past every window
+            publisher.send([Record("s1", "a", 100, T0 + 60, "z", {"id": "z", "t": T0 + 60, "x": 0.0})])
+            expected: list[Any] = sorted(
+                (
+                    f"k{k}",
+                    T0 + w * 10,
+                    sum(1 for r in good if r["id"] == f"k{k}" and T0 + w * 10 <= r["t"] < T0 + w * 10 + 10),
+                )
+                for k in (0, 1)
+                for w in range(3)
+            )
+        else:
+            expected = sorted((r["t"], 2.0 * r["x"]) for r in good)
+        wait_for(lambda: len(collector.get(f"{name}/out")) >= len(expected), 90, "the sink's results")
+        wait_for(lambda: len(collector.get(dlq)) >= len(bad), 60, "the dead letters")
+        out = collector.get(f"{name}/out")
+        if windowed:
+            assert sorted((v["id"], v["window_start"], v["n"]) for v in out) == expected
+        else:
+            assert sorted((v["t"], v["x"]) for v in out) == expected
+
+        letters = collector.get(dlq)
+        assert sorted(d["seq"] for d in letters) == sorted(bad)
+        for d in letters:
+            assert d["operator"] == "calibrate"
+            assert d["site"] == "hub"
+            assert d["source_site"] == "s1"
+            assert d["reason"].startswith("calibrate (")
+            assert "raised ValueError: could not convert string to float" in d["reason"]
+            assert orjson.loads(d["payload"])["x"] == f"broken-{d['seq']}"
+            assert not d["truncated"]
+        filed = _dead_files(tmp_path, name)
+        assert sorted(d["seq"] for d in filed) == sorted(bad)
+        counted = f'spanedge_hub_dead_letters_total{{app="{name}"'
+        wait_for(lambda: counted in render_metrics([], [], []), 30, "the dead letters in the metrics")
+        (line,) = (li for li in render_metrics([], [], []).splitlines() if li.startswith(counted))
+        assert float(line.rsplit(" ", 1)[1]) == len(bad)
+    finally:
+        publisher.close()
+        collector.close()
+        engine.stop()
+        ingest.stop()

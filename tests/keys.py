@@ -1,0 +1,20 @@
+"""Plan-signing keys for tests: the hub's key, the trust list its agents hold, and a key nobody trusts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spanedge.signing import PlanSigningKey, TrustedKeys
+
+KEY = PlanSigningKey.generate()
+TRUSTED = TrustedKeys([KEY.public_key])
+#: A key agents do not trust: a compromised gateway's attempt at signing a plan.
+ROGUE = PlanSigningKey.generate()
+
+
+def key_env(directory: Path) -> dict[str, str]:
+    """Environment of a hub and its agents: the hub's key file and the public key agents trust."""
+    path = directory / "plan-key.pem"
+    path.write_bytes(KEY.to_pem())
+    path.chmod(0o600)
+    return {"SPANEDGE_PLAN_KEY_FILE": str(path), "SPANEDGE_PLAN_PUBLIC_KEYS": KEY.public_key.to_text()}

@@ -1,0 +1,114 @@
+"""The agent's parts on their own, each given its connections: processing, local sinks, apps."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from edge_agent.apps import Apps
+from edge_agent.config import AgentConfig
+from edge_agent.intake import Intake
+from edge_agent.outbox import Outbox
+from edge_agent.processing import Processor
+from edge_agent.sinks import LocalSinks
+from edge_agent.transport import Inbox, Message
+from spanedge.loader import load_app
+from spanedge.sites import parse_sites
+from spanedge.testing import local_plan
+from tests.unit.test_agent_intake import APP_FILE, SITES, FakeTransport
+
+
+def _parts(state: Path) -> tuple[Apps, Processor, FakeTransport, Outbox]:
+    sites = parse_sites(SITES)
+    plan = dataclasses.replace(local_plan(load_app(APP_FILE), sites), app_source=APP_FILE.read_text())
+    outbox = Outbox(state / "agent.db")
+    apps = Apps(AgentConfig("truck-7", sites, state), outbox)
+    apps.apply([plan])
+    intake = Intake("truck-7", sites, Inbox(), FakeTransport)
+    intake.rewire(apps.pipelines)
+    hub = FakeTransport(None, "hub", "hub broker")
+    sinks = LocalSinks("truck-7", state, 2**20, hub, lambda: intake.transports["truck-7"])  # type: ignore[arg-type]
+    return apps, Processor(apps.pipelines, outbox, intake, sinks), intake.transports["truck-7"], outbox  # type: ignore[return-value]
+
+
+def _msg(source: Any, mid: int, ts: float, temp_f: float = 41.0) -> Message:
+    body = orjson.dumps({"unit": "u1", "ts": ts, "temp_f": temp_f})
+    return Message("trucks/7/u1/temp", body, 1, mid, source, 0.0)
+
+
+def test_the_processor_acknowledges_only_what_it_committed(tmp_path: Path) -> None:
+    apps, processor, source, outbox = _parts(tmp_path)
+    assert source.filters == [("trucks/7/+/temp", 1)]
+    processor.handle([_msg(source, 1, 1000.0), _msg(source, 2, 1001.0)])
+    assert source.acked == []
+    assert processor.touched == {"cold-chain"}
+    processor.flush()
+    assert source.acked == [1, 2]
+    assert outbox.load_state("__intake__") is not None
+    processor.handle([_msg(source, 2, 1001.0)])  # a redelivery: acknowledged, not counted again
+    processor.flush()
+    assert source.acked == [1, 2, 2]
+    assert apps.pipelines["cold-chain"].metrics()["readings@truck-7"]["in"] == 2
+    outbox.close()
+
+
+def test_a_message_from_a_closed_connection_is_left_to_the_broker(tmp_path: Path) -> None:
+    apps, processor, source, outbox = _parts(tmp_path)
+    stale = FakeTransport(None, "old", "site broker (truck-7)")
+    processor.handle([_msg(stale, 1, 1000.0)])
+    processor.flush()
+    assert stale.acked == source.acked == []
+    assert apps.pipelines["cold-chain"].metrics()["readings@truck-7"]["in"] == 0
+    outbox.close()
+
+
+def test_sinks_serve_a_window_after_its_commit(tmp_path: Path) -> None:
+    _apps, processor, source, outbox = _parts(tmp_path)
+    processor.handle([_msg(source, mid, 1000.0 + mid) for mid in range(1, 4)])
+    processor.handle([_msg(source, 9, 1030.0)])  # moves the watermark past [1000, 1010)
+    assert source.published == []
+    processor.flush()
+    assert [(t, orjson.loads(b)["n"]) for t, b in source.published] == [("cold-chain/unit-stats", 3)]
+    assert outbox.records == 1
+    outbox.close()
+
+
+def test_apps_stop_an_app_no_longer_planned(tmp_path: Path) -> None:
+    apps, _processor, _source, outbox = _parts(tmp_path)
+    assert list(apps.pipelines) == ["cold-chain"]
+    pipelines = apps.pipelines
+    apps.apply([])
+    assert apps.pipelines == {} == apps.plans
+    assert apps.pipelines is pipelines  # the checkpointer shares this dict
+    outbox.close()
+
+
+def test_apps_drop_the_replicas_they_handed_over_once_their_windows_fired(tmp_path: Path) -> None:
+    from spanedge.plan import Handover
+
+    apps, _processor, _source, outbox = _parts(tmp_path)
+    plan = apps.plans["cold-chain"]
+    moving = [a.replica for a in plan.assignments if a.site == "truck-7" and a.operator != "readings"]
+    switch = 1_700_000_100.0
+    moved = dataclasses.replace(
+        plan,
+        version=2,
+        assignments=tuple(
+            dataclasses.replace(a, site="truck-9", since=2) if a.replica in moving else a for a in plan.assignments
+        ),
+        handovers=tuple(Handover(r, "truck-7", "truck-9", switch, 0) for r in moving),
+    )
+    apps.apply([moved])
+    pipeline = apps.pipelines["cold-chain"]
+    assert {n.replica for n in pipeline.nodes} == {"readings@truck-7", *moving}  # still finishing its windows
+    pipeline.process("readings@truck-7", orjson.dumps({"unit": "u1", "ts": switch - 5, "temp_f": 41.0}))
+    assert apps.retire_drained() == []
+    pipeline.process("readings@truck-7", orjson.dumps({"unit": "u1", "ts": switch + 1000, "temp_f": 41.0}))
+    assert apps.retire_drained() == ["cold-chain"]
+    assert apps.pipelines["cold-chain"].nodes == []  # nothing left to run here for this app
+    apps.apply([moved])  # the same plan again: what was handed over stays dropped
+    assert apps.pipelines["cold-chain"].nodes == []
+    outbox.close()

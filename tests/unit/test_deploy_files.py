@@ -1,0 +1,248 @@
+"""The files in ``deploy/`` hold together: the compose file, the Dockerfiles, the systemd unit, the examples.
+
+No Docker engine or systemd is needed: each file is parsed and checked for what a
+gateway relies on (non-root users, state that outlives a container, SIGTERM with
+time to drain, the light core on agents, broker queues set deliberately), and every
+``SPANEDGE_AGENT_*`` variable they name is checked against the agent's real options.
+"""
+
+from __future__ import annotations
+
+import configparser
+import inspect
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from edge_agent.config import env_var
+from spanedge.cli.agent import agent
+from spanedge.signing import ENV_KEY_FILE, ENV_PUBLIC_KEY_FILE, ENV_PUBLIC_KEYS
+from spanedge.sites import Tier, load_sites
+from tests.conftest import ROOT
+
+DEPLOY = ROOT / "deploy"
+AGENT_DOCKERFILE = DEPLOY / "agent.Dockerfile"
+HUB_DOCKERFILE = DEPLOY / "hub.Dockerfile"
+STATE = "/var/lib/spanedge"
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """A Dockerfile's ``(INSTRUCTION, arguments)`` pairs: comments dropped, continued lines joined."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        words = (pending + line).split(maxsplit=1)
+        pending = ""
+        out.append((words[0].upper(), words[1] if len(words) > 1 else ""))
+    assert not pending, f"{path.name} ends inside a continued line"
+    return out
+
+
+def final_stage(steps: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The instructions after the last ``FROM``: what the shipped image is made of."""
+    last = max(i for i, (name, _) in enumerate(steps) if name == "FROM")
+    return steps[last:]
+
+
+def exec_form(args: str) -> list[str]:
+    """The arguments of an exec-form instruction (``["a", "b"]``) or, failing that, its shell words."""
+    if args.startswith("["):
+        value = json.loads(args)
+        assert isinstance(value, list)
+        return [str(v) for v in value]
+    return shlex.split(args)
+
+
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def agent_services(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The compose services built from the agent's Dockerfile."""
+    return {
+        name: svc
+        for name, svc in data["services"].items()
+        if isinstance(svc.get("build"), dict) and svc["build"].get("dockerfile") == "deploy/agent.Dockerfile"
+    }
+
+
+def agent_env_vars() -> set[str]:
+    """The ``SPANEDGE_AGENT_*`` variables that ``spanedge agent`` reads: one per option."""
+    return {env_var(name) for name in inspect.signature(agent).parameters}
+
+
+# -- Dockerfiles ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [AGENT_DOCKERFILE, HUB_DOCKERFILE], ids=lambda p: p.name)
+def test_each_image_runs_as_a_user_that_is_not_root(path: Path) -> None:
+    steps = instructions(path)
+    assert steps[0][0] in ("FROM", "ARG"), f"{path.name} must start with FROM"
+    froms = [args for name, args in steps if name == "FROM"]
+    assert froms, f"{path.name} has no FROM"
+    assert all(f.split()[0].startswith("python:3.11-slim") for f in froms), froms
+    users = [args.split(":")[0] for name, args in final_stage(steps) if name == "USER"]
+    assert users, f"{path.name}: the final image has no USER"
+    assert users[-1] not in ("root", "0"), f"{path.name} runs as root"
+
+
+@pytest.mark.parametrize("path", [AGENT_DOCKERFILE, HUB_DOCKERFILE], ids=lambda p: p.name)
+def test_each_image_copies_only_sources_that_exist(path: Path) -> None:
+    for name, args in instructions(path):
+        if name != "COPY" or "--from=" in args:
+            continue
+        *sources, _ = shlex.split(args)
+        for source in sources:
+            assert (ROOT / source).exists(), f"{path.name} copies {source}, which the repository lacks"
+
+
+def test_the_agent_image_is_the_light_core_with_its_state_in_a_volume() -> None:
+    steps = instructions(AGENT_DOCKERFILE)
+    runs = " ".join(args for name, args in steps if name == "RUN")
+    for heavy in ("pyspark", "fastapi", "pulp", "highspy", "numpy", "[hub]", "[all]", "[placement]", "[sim]"):
+        assert heavy not in runs, f"the agent image installs {heavy}"
+    assert "pip install" in runs
+    image = final_stage(steps)
+    volumes = [v for name, args in image if name == "VOLUME" for v in exec_form(args)]
+    assert STATE in volumes
+    env = " ".join(args for name, args in image if name == "ENV")
+    assert f"SPANEDGE_AGENT_STATE_DIR={STATE}" in env
+    entrypoints = [exec_form(args) for name, args in image if name == "ENTRYPOINT"]
+    assert entrypoints[-1] == ["spanedge", "agent"]
+    signals = [args for name, args in image if name == "STOPSIGNAL"]
+    assert signals in ([], ["SIGTERM"])
+
+
+def test_the_hub_image_has_spark_java_and_the_hub_extra() -> None:
+    steps = instructions(HUB_DOCKERFILE)
+    runs = " ".join(args for name, args in steps if name == "RUN")
+    assert "openjdk-17-jre-headless" in runs
+    assert "[hub]" in runs
+    image = final_stage(steps)
+    assert STATE in [v for name, args in image if name == "VOLUME" for v in exec_form(args)]
+    entrypoints = [exec_form(args) for name, args in image if name == "ENTRYPOINT"]
+    assert entrypoints[-1] == ["spanedge", "hub"]
+
+
+# -- docker-compose.yml --------------------------------------------------------------
+
+
+def test_compose_runs_a_hub_a_broker_and_two_agents() -> None:
+    data = compose()
+    services = data["services"]
+    assert {"hub", "broker"} <= set(services)
+    assert services["hub"]["build"]["dockerfile"] == "deploy/hub.Dockerfile"
+    agents = agent_services(data)
+    assert len(agents) == 2, sorted(services)
+    sites = load_sites(DEPLOY / "sites.yaml")
+    served = [svc["environment"]["SPANEDGE_AGENT_SITE"] for svc in agents.values()]
+    assert len(set(served)) == 2, "two agents serve the same site"
+    assert {s.name for s in sites.spokes} == set(served)
+    assert [s.tier for s in sites.hubs] == [Tier.HUB]
+
+
+def test_compose_keeps_every_state_in_a_named_volume() -> None:
+    data = compose()
+    declared = set(data.get("volumes") or {})
+    stateful = {**agent_services(data), "hub": data["services"]["hub"]}
+    for name, svc in stateful.items():
+        mounts = [str(v).split(":") for v in svc.get("volumes", [])]
+        state = [m[0] for m in mounts if len(m) > 1 and m[1] == STATE]
+        assert state, f"{name} keeps no state volume at {STATE}"
+        assert state[0] in declared, f"{name}: {state[0]} is not a named volume"
+    own = [m for svc in stateful.values() for m in svc["volumes"] if str(m).endswith(STATE)]
+    assert len(set(own)) == len(own), "two services share one state volume"
+
+
+def test_compose_gives_the_private_plan_key_to_the_hub_alone() -> None:
+    data = compose()
+    hub = data["services"]["hub"]
+    key_file = hub["environment"][ENV_KEY_FILE]
+    assert any(str(v).split(":")[1] == key_file for v in hub["volumes"]), "the hub's key file is not mounted"
+    for name, svc in agent_services(data).items():
+        env = svc["environment"]
+        assert ENV_PUBLIC_KEY_FILE in env or ENV_PUBLIC_KEYS in env, f"{name} trusts no plan key"
+        assert ENV_KEY_FILE not in env, f"{name} is given the hub's private key"
+        assert not any(".pem" in str(v) for v in svc["volumes"]), f"{name} mounts a private key"
+
+
+def test_compose_agents_stop_with_sigterm_and_time_to_drain() -> None:
+    for name, svc in agent_services(compose()).items():
+        assert svc.get("stop_signal", "SIGTERM") == "SIGTERM", name
+        grace = re.fullmatch(r"(\d+)s", str(svc.get("stop_grace_period", "")))
+        assert grace, f"{name}: set stop_grace_period in seconds (30s), or Docker kills the agent after 10 s"
+        assert int(grace[1]) >= 15, f"{name}: stop_grace_period leaves the agent too little time to drain"
+
+
+def test_compose_broker_sets_its_queue_limits_deliberately() -> None:
+    broker = compose()["services"]["broker"]
+    mounts = [str(v).split(":") for v in broker["volumes"]]
+    conf = [m for m in mounts if m[1] == "/mosquitto/config/mosquitto.conf"]
+    assert conf, "the broker runs with the image's default config"
+    settings = {}
+    for line in (DEPLOY / conf[0][0]).read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.strip().partition(" ")
+            assert "#" not in value, f"mosquitto.conf: a comment at the end of {line!r} is read as a value"
+            settings[key] = value
+    assert int(settings["max_queued_messages"]) != 1000  # Mosquitto's default, which drops QoS 1 messages
+    assert "max_queued_bytes" in settings
+    assert settings["persistence"] == "true"
+
+
+# -- systemd -------------------------------------------------------------------------
+
+
+def test_the_systemd_unit_restarts_on_failure_and_stops_with_time_to_drain() -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]  # systemd keys are case-sensitive
+    unit.read(DEPLOY / "spanedge-agent.service")
+    service = unit["Service"]
+    assert service["Restart"] == "on-failure"
+    command = shlex.split(service["ExecStart"].lstrip("-@:+!"))
+    assert Path(command[0]).name == "spanedge"
+    assert command[1] == "agent"
+    assert service["EnvironmentFile"].lstrip("-") == "/etc/spanedge/agent.env"
+    assert service["KillSignal"] == "SIGTERM"
+    assert int(service["TimeoutStopSec"]) >= 15
+    assert service["StateDirectory"] == "spanedge"
+    assert service.get("DynamicUser") == "yes" or service.get("User") not in (None, "root", "0")
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+# -- environment variables -----------------------------------------------------------
+
+
+def test_agent_env_example_is_valid_for_systemd_and_docker() -> None:
+    values = {}
+    for line in (DEPLOY / "agent.env.example").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        assert re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", line), f"agent.env.example: {line!r} is not VAR=value"
+        key, _, value = line.partition("=")
+        values[key] = value
+    assert values["SPANEDGE_AGENT_SITE"]
+    assert ENV_PUBLIC_KEYS in values  # what a managed agent needs to accept plans
+
+
+@pytest.mark.parametrize(
+    "name", ["agent.Dockerfile", "docker-compose.yml", "spanedge-agent.service", "agent.env.example"]
+)
+def test_every_agent_variable_named_is_an_agent_option(name: str) -> None:
+    named = set(re.findall(r"\bSPANEDGE_AGENT_[A-Z0-9_]+", (DEPLOY / name).read_text()))
+    assert named, f"{name} names no agent option"
+    unknown = named - agent_env_vars()
+    assert not unknown, f"{name} sets {sorted(unknown)}, which `spanedge agent` does not read"
