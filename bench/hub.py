@@ -9,9 +9,18 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
 * log -> Spark: records/s through a query with no Python operator (log
   source, filter, Parquet sink) and through a keyed 1 s tumbling window
   (count, mean), both over the backlog the ingest phase wrote;
+* MQTT -> Spark live: records/s from the first publish until the 1 s
+  window query (then the window and a pass-through query together) has
+  committed the last record, with publisher, ingest and Spark running at
+  once;
 * latency, for triggers of 250 ms and 1 s: publish -> memory sink of each
   record of a stateless query (p50/p99), and window end -> window result at
-  the sink for the windowed query (p50/p99), at a steady ``--rate``.
+  the sink for the windowed query (p50/p99), at a steady ``--rate``;
+* idle: the CPU share of one core used by this process and its children
+  (Spark's JVM, Python workers; not the broker) over ``--idle-seconds``
+  with both apps deployed and no records arriving.
+
+The goals are printed beside the figures, and the machine's load average.
 
 The baseline in the same run is the publisher alone: how fast a paho client
 gets QoS 1 acknowledgements from Mosquitto for the same batches when nobody
@@ -143,18 +152,18 @@ def wait(predicate: Any, timeout: float, what: str) -> float:
 
 
 def caught_up(engine: Any, app: str, replica: str, tail: int) -> bool:
-    import json
+    """True once the query of ``replica`` has committed every log segment up to ``tail``."""
+    from hub import log as ingest_log
+    from hub.checkpoints import unprocessed
 
-    q = engine._apps[app].queries[replica].handle
-    error = q.exception()
+    q = engine._apps[app].queries[replica]
+    error = q.handle.exception()
     if error is not None:
         raise RuntimeError(str(error))
-    progress = q.lastProgress
-    if not progress or not progress.get("sources"):
+    log_dir = engine.log_dir(app)
+    if ingest_log.sealed_tail(log_dir) < tail or not q.handle.lastProgress:
         return False
-    end = progress["sources"][0].get("endOffset")
-    end = json.loads(end) if isinstance(end, str) else end
-    return bool(end) and int(end["pos"]) >= tail
+    return not unprocessed(log_dir, q.reader, q.checkpoint) and not q.handle.status.get("isDataAvailable")
 
 
 def apps(work: Path) -> list[Any]:
@@ -167,7 +176,6 @@ def apps(work: Path) -> list[Any]:
 
 
 def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> dict[str, float]:
-    from hub import log as ingest_log
     from hub.engine import Engine
     from hub.ingest import Ingest
     from spanedge.sites import parse_sites
@@ -218,36 +226,101 @@ def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> di
     finally:
         batch_engine.stop()
 
-    # Live: both apps deployed and warm; publisher, ingest and Spark all running at once.
+    # Live: the apps deployed and warm; publisher, ingest and Spark all running at once.
+    t_live = t0 + 20
+    for label, live_apps in (
+        ("MQTT -> Spark live, 1 s window", [window_app]),
+        ("MQTT -> Spark live, window + pass-through", [window_app, pass_app]),
+    ):
+        out[label] = live(url, spark, state, sites, live_apps, pubs, n, t_live)
+        t_live += 20
+    for p in pubs.values():
+        p.close()
+    return out
+
+
+def live(
+    url: str, spark: Any, state: Path, sites: Any, live_apps: list[Any], pubs: dict[str, Any], n: int, t0: float
+) -> float:
+    """Records/s from the first publish until every query of ``live_apps`` committed the last record."""
+    from hub import log as ingest_log
+    from hub.engine import Engine
+    from hub.ingest import Ingest
+
     ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id="bench-ingest")
     ingest.start()
     ingest.wait_connected()
     engine = Engine(state, sites, spark=spark, trigger="250 milliseconds")
     try:
-        for app in (pass_app, window_app):
+        for app in live_apps:
             engine.deploy(app, plan_for(app))
-        for app in (pass_app, window_app):
+        for app in live_apps:
             tail = ingest_log.tail(engine.log_dir(app.name))
             wait(lambda a=app, t=tail: all_caught_up(engine, a.name, t), 300, "the warm-up")
-        payloads = {name: p.batches(n, t0 + 20, 1e-4) for name, p in pubs.items()}
+        payloads = {a.name: pubs[a.name].batches(n, t0, 1e-4) for a in live_apps}
         before = ingest.stats()["records"]
         start = time.monotonic()
-        senders = [threading.Thread(target=p.send, args=(payloads[name],)) for name, p in pubs.items()]
+        senders = [threading.Thread(target=pubs[name].send, args=(batch,)) for name, batch in payloads.items()]
         for thread in senders:
             thread.start()
         for thread in senders:
             thread.join()
-        wait(lambda: ingest.stats()["records"] >= before + 2 * n, 300, "the ingest")
-        for app in (pass_app, window_app):
+        total = n * len(live_apps)
+        wait(lambda: ingest.stats()["records"] >= before + total, 300, "the ingest")
+        for app in live_apps:
             tail = ingest_log.tail(engine.log_dir(app.name))
             wait(lambda a=app, t=tail: all_caught_up(engine, a.name, t), 300, "the live run")
-        out["MQTT -> Spark live, both queries"] = 2 * n / (time.monotonic() - start)
+        return total / (time.monotonic() - start)
     finally:
         engine.stop()
         ingest.stop()
-        for p in pubs.values():
-            p.close()
-    return out
+
+
+def cpu_seconds(exclude: tuple[str, ...] = ("mosquitto",)) -> float:
+    """User + system CPU seconds of this process and its children (the JVM, Python workers), brokers excluded."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            if proc.name() in exclude:
+                continue
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def idle_cpu(args: argparse.Namespace, url: str, spark: Any, work: Path) -> dict[str, float]:
+    """The CPU share of one core the hub's data plane uses with both apps deployed and no records arriving."""
+    from hub.engine import Engine
+    from hub.ingest import Ingest
+    from spanedge.loader import load_app_source
+    from spanedge.sites import parse_sites
+
+    sites = parse_sites(SITES.format(url=url))
+    pass_app = load_app_source(PASS_APP.replace("SINK", 'sinks.memory("idle")'), "bench_idle.py")
+    window_app = load_app_source(WINDOW_APP, "bench_window.py")
+    state = work / "idle"
+    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id="bench-ingest-idle")
+    ingest.start()
+    ingest.wait_connected()
+    engine = Engine(state, sites, spark=spark, trigger=args.idle_trigger)
+    try:
+        for app in (pass_app, window_app):
+            engine.deploy(app, plan_for(app))
+        time.sleep(5.0)  # past the queries' first batches
+        batches_before = sum(len(q.handle.recentProgress) for a in engine._apps.values() for q in a.queries.values())
+        cpu0, t0 = cpu_seconds(), time.monotonic()
+        time.sleep(args.idle_seconds)
+        cpu1, t1 = cpu_seconds(), time.monotonic()
+        batches_after = sum(len(q.handle.recentProgress) for a in engine._apps.values() for q in a.queries.values())
+        return {"share": (cpu1 - cpu0) / (t1 - t0), "progress events": float(batches_after - batches_before)}
+    finally:
+        engine.stop()
+        ingest.stop()
 
 
 def all_caught_up(engine: Any, app: str, tail: int) -> bool:
@@ -338,11 +411,29 @@ def latency(args: argparse.Namespace, url: str, spark: Any, work: Path, trigger:
         ingest.stop()
 
 
+GOALS = {
+    "MQTT -> Spark live, 1 s window": ">= 100,000 rec/s",
+    "stateless": "p50 <= 300 ms",
+    "window": "p50 <= 500 ms",
+    "idle": "<= 5% of one core",
+}
+
+
+def machine_load() -> str:
+    """The 1-minute load average against the cores, as printed next to the figures."""
+    import os
+
+    load = os.getloadavg()[0]
+    return f"load average {load:.1f} on {os.cpu_count()} cores"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=10.0, help="measured stretch of each latency run")
     parser.add_argument("--rate", type=float, default=2000.0, help="records/s during the latency runs")
+    parser.add_argument("--idle-seconds", type=float, default=20.0, help="measured stretch of the idle run")
+    parser.add_argument("--idle-trigger", default="500 milliseconds", help="trigger of the idle run (the hub's)")
     parser.add_argument("--spark-master", default="local[2]")
     args = parser.parse_args()
 
@@ -352,19 +443,22 @@ def main() -> None:
     from simulate.broker import Mosquitto
 
     started = time.monotonic()
+    load_before = machine_load()
     with Mosquitto(name="bench-hub") as broker, tempfile.TemporaryDirectory(prefix="spanedge-bench-hub-") as tmp:
         work = Path(tmp)
         spark = build_session(args.spark_master, app_name="spanedge-bench-hub")
         try:
+            idle = idle_cpu(args, broker.url, spark, work)
             rates = throughput(args, broker.url, spark, work)
             lat = {t: latency(args, broker.url, spark, work, t) for t in ("250 milliseconds", "1 second")}
         finally:
             spark.stop()
     print(f"\nhub data plane — pyspark {pyspark.__version__}, {args.spark_master}, {args.records} records of ~80 bytes")
-    print(f"{'path':<46}{'records/s':>12}{'vs publish only':>18}")
+    print(f"machine: {load_before} at the start, {machine_load()} at the end")
+    print(f"{'path':<46}{'records/s':>12}{'vs publish only':>18}   goal")
     base = rates["publish only (baseline)"]
     for label, value in rates.items():
-        print(f"{label:<46}{value:>12,.0f}{value / base:>17.2f}x")
+        print(f"{label:<46}{value:>12,.0f}{value / base:>17.2f}x   {GOALS.get(label, '')}")
     print(f"\nlatency at {args.rate:.0f} records/s ({args.seconds:.0f} s measured per trigger)")
     print(f"{'trigger':<18}{'stateless p50':>14}{'p99':>9}{'window p50':>12}{'p99':>9}{'batch ms':>10}{'samples':>9}")
     for trigger, m in lat.items():
@@ -372,6 +466,11 @@ def main() -> None:
             f"{trigger:<18}{m['stateless p50 ms']:>12.0f}ms{m['stateless p99 ms']:>7.0f}ms"
             f"{m['window p50 ms']:>10.0f}ms{m['window p99 ms']:>7.0f}ms{m['mean batch ms']:>10.0f}{m['samples']:>9.0f}"
         )
+    print(f"goals: stateless {GOALS['stateless']}, window close -> result {GOALS['window']}")
+    print(
+        f"\nidle hub (2 apps deployed, trigger {args.idle_trigger}, no records, {args.idle_seconds:.0f} s): "
+        f"{100 * idle['share']:.1f}% of one core, {idle['progress events']:.0f} progress events   goal {GOALS['idle']}"
+    )
     print("cold/warm: deploy to last record, first query of its kind in the session / run again;")
     print("in micro-batches: rows over the time Spark spent in the warm run's batches (no query start)")
     print("(window latency: from the window's end in wall time to its result at the sink)")

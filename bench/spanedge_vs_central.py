@@ -4,7 +4,8 @@ Runs the app twice across the simulated topology of its ``sites.yaml`` (WAN
 links of 20-80 ms with bandwidth caps, as declared there), first placed by the
 ILP, then by the central baseline, with the same seeded sensor data, and
 prints WAN bytes, local- and global-result latency (p50/p99) and hub CPU side
-by side::
+by side, then the path of ``report.html``, which overlays both runs in charts
+(:mod:`simulate.report_html`)::
 
     python bench/spanedge_vs_central.py --duration 60
 """
@@ -69,9 +70,11 @@ def main() -> None:
         drain_timeout=args.drain_timeout,
         mode="standalone",
     )
-    ours, base = (o.report for o in asyncio.run(run_compare(opts, args.baseline)))
+    outcomes = asyncio.run(run_compare(opts, args.baseline))
+    ours, base = (o.report for o in outcomes)
     if args.as_json:
         print(json.dumps([ours.to_dict(), base.to_dict()], indent=2))
+        print(f"charts: {outcomes[0].html}", file=sys.stderr)
         return
     rows = [
         ("WAN bytes", f"{ours.wan_total:,}", f"{base.wan_total:,}", f"{ours.wan_total / max(1, base.wan_total):.1%}"),
@@ -96,6 +99,7 @@ def main() -> None:
     for r in (ours, base):
         for p in r.problems:
             print(f"[{r.label}] {p}")
+    print(f"charts (latency, WAN bytes and backlog over time, both runs overlaid): {outcomes[0].html}")
 
 
 if __name__ == "__main__":
