@@ -4,7 +4,9 @@ Modules: :mod:`~edge_agent.config` (the settings, each defined once, and what
 ``spanedge agent`` starts from), :mod:`~edge_agent.transport` (MQTT behind a
 small interface, manual acknowledgement, bounded inbox; clients built by
 :mod:`spanedge.mqtt`), :mod:`~edge_agent.aio_transport` (the agent's own
-asyncio MQTT 3.1.1 client), :mod:`~edge_agent.transports` (``--transport``), :mod:`~edge_agent.intake` (site-broker connections,
+asyncio MQTT 3.1.1 client, with its packets in :mod:`~edge_agent.mqtt_codec`
+and its QoS 1 window in :mod:`~edge_agent.inflight`),
+:mod:`~edge_agent.transports` (``--transport``), :mod:`~edge_agent.intake` (site-broker connections,
 routing to pipeline sources, redelivery dedupe), :mod:`~edge_agent.apps` (one
 pipeline per app, from plans), :mod:`~edge_agent.processing` (commit, then
 acknowledge and serve sinks), :mod:`~edge_agent.checkpoint` (snapshots

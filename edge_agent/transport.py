@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 from spanedge.mqtt import AGENT_INTAKE, ClientSettings, connect, make_client
 
@@ -210,59 +210,132 @@ class Transport(Protocol):
         """Acknowledge a received message."""
 
 
+class ConnectionOptions(TypedDict, total=False):
+    """The optional settings of a broker connection, as keywords of a :class:`TransportFactory`.
+
+    Attributes:
+        inbox: where received messages go (``None``, the default, for publish-only connections).
+        settings: the connection's role (:mod:`spanedge.mqtt`): session, queue, in-flight, keep-alive
+            and reconnect limits; the default is a site-broker intake with a persistent session.
+        on_published: called with the message id of each acknowledged publish.
+    """
+
+    inbox: Inbox | None
+    settings: ClientSettings
+    on_published: Callable[[int], None] | None
+
+
 class TransportFactory(Protocol):
     """Builds the agent's connections; :class:`PahoTransport` is one, tests pass stand-ins."""
 
-    def __call__(
-        self,
-        broker: Broker,
-        client_id: str,
-        name: str,
-        *,
-        inbox: Inbox | None = None,
-        settings: ClientSettings = AGENT_INTAKE,
-        on_published: Callable[[int], None] | None = None,
-    ) -> Transport:
+    def __call__(self, broker: Broker, client_id: str, name: str, **options: Unpack[ConnectionOptions]) -> Transport:
         """Return a connection to ``broker`` (not started)."""
         ...
 
 
-class PahoTransport:
+class TransportBase:
+    """What every transport keeps alike: its options, the subscriptions it renews and its connection log lines.
+
+    Args:
+        broker: the broker to connect to (credentials and TLS included).
+        client_id: a fixed client id, so the broker keeps the session while the agent is down.
+        name: a label for log lines (e.g. ``"hub broker cloud"``).
+        **options: see :class:`ConnectionOptions`.
+    """
+
+    #: Where the connection's log lines go (each transport's own module logger).
+    _log = log
+
+    def __init__(self, broker: Broker, client_id: str, name: str, **options: Unpack[ConnectionOptions]) -> None:
+        self.name = name
+        self.broker = broker
+        self.client_id = client_id
+        self.inbox = options.get("inbox")
+        self.settings = options.get("settings", AGENT_INTAKE)
+        self.on_published = options.get("on_published")
+        self.on_connected: Callable[[], None] | None = None
+        self.subscribed = threading.Event()
+        self._filters: list[tuple[str, int]] = []
+        self._stopping = False
+        self._ever_connected = False
+        self._failures = 0
+
+    @property
+    def filters(self) -> list[tuple[str, int]]:
+        """The topic filters this connection subscribes to."""
+        return list(self._filters)
+
+    def _keep_filters(self, filters: list[tuple[str, int]]) -> None:
+        """Remember topic filters, to subscribe again after every reconnect."""
+        for f in filters:
+            if f not in self._filters:
+                self._filters.append(f)
+
+    def _forget_filters(self, topics: list[str]) -> None:
+        self._filters = [f for f in self._filters if f[0] not in topics]
+
+    def _begin_stop(self) -> None:
+        """Stop reconnecting and close the inbox (the agent is stopping)."""
+        self._stopping = True
+        if self.inbox is not None:
+            self.inbox.close()
+
+    def _log_connected(self, session_present: bool) -> None:
+        again = "re" if self._ever_connected else ""
+        self._log.info(
+            "%sconnected to %s (%s), session present: %s", again, self.name, self.broker.url, session_present
+        )
+        self._ever_connected = True
+        self._failures = 0
+
+    def _log_refused(self, reason: object) -> None:
+        self._failures += 1
+        self._log.warning("%s (%s) refused the connection: %s; retrying", self.name, self.broker.url, reason)
+
+    def _log_unreachable(self, error: object | None = None) -> None:
+        """Count a failed attempt to connect; log the 1st, 2nd, 5th and every 20th."""
+        self._failures += 1
+        if self._failures in (1, 2, 5) or self._failures % 20 == 0:
+            self._log.warning(
+                "cannot reach %s (%s), attempt %d%s; retrying with backoff (up to %d s)",
+                self.name,
+                self.broker.url,
+                self._failures,
+                "" if error is None else f": {error}",
+                self.settings.reconnect_max_s,
+            )
+
+    def _log_lost(self, reason: object | None = None) -> None:
+        self._log.warning(
+            "lost connection to %s (%s)%s; reconnecting with backoff",
+            self.name,
+            self.broker.url,
+            "" if reason is None else f": {reason}",
+        )
+
+    def _subscription_answered(self, refused: list[Any]) -> None:
+        """Log the broker's answer to a SUBSCRIBE and set :attr:`subscribed` unless it ``refused`` a filter."""
+        if refused:
+            self._log.error("%s (%s) refused a subscription: %s", self.name, self.broker.url, refused)
+            return
+        self._log.info("subscribed to %s on %s", ", ".join(f for f, _ in self._filters), self.broker.url)
+        self.subscribed.set()
+
+
+class PahoTransport(TransportBase):
     """A paho-mqtt 2.x client with a persistent session and manual acknowledgement.
 
     Args:
         broker: the broker to connect to.
         client_id: a fixed client id, so the broker keeps the session while the agent is down.
         name: a label for log lines (e.g. ``"hub broker cloud"``).
-        inbox: where received messages go (``None`` for publish-only connections).
-        settings: the connection's role (:mod:`spanedge.mqtt`): session, queue, in-flight and
-            reconnect limits; the default is a site-broker intake with a persistent session.
-        on_published: called from the network thread with the message id of each acknowledged publish.
+        **options: see :class:`ConnectionOptions`; ``on_published`` is called from the network thread.
     """
 
-    def __init__(
-        self,
-        broker: Broker,
-        client_id: str,
-        name: str,
-        *,
-        inbox: Inbox | None = None,
-        settings: ClientSettings = AGENT_INTAKE,
-        on_published: Callable[[int], None] | None = None,
-    ) -> None:
-        self.name = name
-        self.broker = broker
-        self.inbox = inbox
-        self.on_published = on_published
-        self.on_connected: Callable[[], None] | None = None
-        self._filters: list[tuple[str, int]] = []
+    def __init__(self, broker: Broker, client_id: str, name: str, **options: Unpack[ConnectionOptions]) -> None:
+        super().__init__(broker, client_id, name, **options)
         self._connected = threading.Event()
-        self.subscribed = threading.Event()
-        self._stopping = False
-        self._ever_connected = False
-        self._failures = 0
-        self.settings = settings
-        client = make_client(broker, client_id, settings)
+        client = make_client(broker, client_id, self.settings)
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
@@ -270,11 +343,6 @@ class PahoTransport:
         client.on_publish = self._on_publish
         client.on_subscribe = self._on_subscribe
         self._client = client
-
-    @property
-    def filters(self) -> list[tuple[str, int]]:
-        """The topic filters this connection subscribes to."""
-        return list(self._filters)
 
     @property
     def connected(self) -> bool:
@@ -291,9 +359,7 @@ class PahoTransport:
 
     def stop(self) -> None:
         """Disconnect and join the network thread."""
-        self._stopping = True
-        if self.inbox is not None:
-            self.inbox.close()
+        self._begin_stop()
         self._client.disconnect()
         # after disconnect() the network thread may end on its own and clear paho's reference to it
         # between loop_stop()'s check and its join: then there is nothing left to join
@@ -303,15 +369,13 @@ class PahoTransport:
 
     def subscribe(self, filters: list[tuple[str, int]]) -> None:
         """Subscribe to topic filters now (if connected) and after every reconnect."""
-        for f in filters:
-            if f not in self._filters:
-                self._filters.append(f)
+        self._keep_filters(filters)
         if self.connected and filters:
             self._client.subscribe(filters)
 
     def unsubscribe(self, topics: list[str]) -> None:
         """Drop subscriptions (also from the broker's persistent session)."""
-        self._filters = [f for f in self._filters if f[0] not in topics]
+        self._forget_filters(topics)
         if topics:
             self._client.unsubscribe(topics)
 
@@ -329,15 +393,9 @@ class PahoTransport:
 
     def _on_connect(self, client: mqtt.Client, _u: Any, flags: Any, reason: Any, _p: Any) -> None:
         if reason.is_failure:
-            self._failures += 1
-            log.warning("%s (%s) refused the connection: %s; retrying", self.name, self.broker.url, reason)
+            self._log_refused(reason)
             return
-        again = "re" if self._ever_connected else ""
-        log.info(
-            "%sconnected to %s (%s), session present: %s", again, self.name, self.broker.url, flags.session_present
-        )
-        self._ever_connected = True
-        self._failures = 0
+        self._log_connected(flags.session_present)
         if self._filters:
             client.subscribe(self._filters)
         self._connected.set()
@@ -345,21 +403,13 @@ class PahoTransport:
             self.on_connected()
 
     def _on_connect_fail(self, _client: mqtt.Client, _u: Any) -> None:
-        self._failures += 1
-        if self._failures in (1, 2, 5) or self._failures % 20 == 0:
-            log.warning(
-                "cannot reach %s (%s), attempt %d; retrying with backoff (up to %d s)",
-                self.name,
-                self.broker.url,
-                self._failures,
-                self.settings.reconnect_max_s,
-            )
+        self._log_unreachable()
 
     def _on_disconnect(self, _client: mqtt.Client, _u: Any, _flags: Any, reason: Any, _p: Any) -> None:
         was = self._connected.is_set()
         self._connected.clear()
         if was and not self._stopping:
-            log.warning("lost connection to %s (%s): %s; reconnecting with backoff", self.name, self.broker.url, reason)
+            self._log_lost(reason)
 
     def _on_message(self, _client: mqtt.Client, _u: Any, msg: mqtt.MQTTMessage) -> None:
         if self.inbox is None:
@@ -368,12 +418,7 @@ class PahoTransport:
         self.inbox.put(Message(msg.topic, bytes(msg.payload), msg.qos, msg.mid, self, time.time()))
 
     def _on_subscribe(self, _client: mqtt.Client, _u: Any, _mid: int, reasons: Any, _p: Any) -> None:
-        failed = [r for r in reasons if r.is_failure]
-        if failed:
-            log.error("%s (%s) refused a subscription: %s", self.name, self.broker.url, failed)
-            return
-        log.info("subscribed to %s on %s", ", ".join(f for f, _ in self._filters), self.broker.url)
-        self.subscribed.set()
+        self._subscription_answered([r for r in reasons if r.is_failure])
 
     def _on_publish(self, _client: mqtt.Client, _u: Any, mid: int, _reason: Any, _p: Any) -> None:
         if self.on_published is not None:

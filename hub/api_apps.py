@@ -92,30 +92,30 @@ def placement_view(record: AppRecord) -> dict[str, Any]:
     }
 
 
-def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRouter:
-    """The ``/apps`` routes over ``coordinator``; deploying and deleting also need the ``admin`` dependencies.
+def _bad_name(name: str) -> JSONResponse | None:
+    """A 422 for a name outside the app name pattern (it never reaches a file name)."""
+    try:
+        check_app_name(name, "the app name in the URL")
+    except InvalidName as exc:
+        return error(422, exc)
+    return None
 
-    Longer than most functions on purpose: its body is the five short route functions, kept together.
-    """
+
+def _lookup(coordinator: Coordinator, name: str) -> AppRecord | JSONResponse:
+    """The deployed app ``name``, or the 422 or 404 to answer."""
+    if (refused := _bad_name(name)) is not None:
+        return refused
+    try:
+        return coordinator.record(name)
+    except KeyError:
+        return not_found(name, coordinator)
+
+
+# A router factory: its length is the five routes it registers.
+def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRouter:
+    """The ``/apps`` routes over ``coordinator``; deploying and deleting also need the ``admin`` dependencies."""
     router = APIRouter(tags=["apps"], responses=errors(401))
     one_app = errors(404, 422, e422="the app name in the URL is invalid")
-
-    def bad_name(name: str) -> JSONResponse | None:
-        """A 422 for a name outside the app name pattern (it never reaches a file name)."""
-        try:
-            check_app_name(name, "the app name in the URL")
-        except InvalidName as exc:
-            return error(422, exc)
-        return None
-
-    def lookup(name: str) -> AppRecord | JSONResponse:
-        """The deployed app ``name``, or the 422 or 404 to answer."""
-        if (refused := bad_name(name)) is not None:
-            return refused
-        try:
-            return coordinator.record(name)
-        except KeyError:
-            return not_found(name, coordinator)
 
     @router.post(
         "/apps",
@@ -159,13 +159,13 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
     @router.get("/apps/{name}", response_model=AppDetail, responses=one_app)
     def get_app(name: str) -> dict[str, Any] | JSONResponse:
         """One app: its summary and full plan."""
-        record = lookup(name)
+        record = _lookup(coordinator, name)
         return record if isinstance(record, JSONResponse) else {**summary(record), "plan": record.plan.to_dict()}
 
     @router.get("/apps/{name}/placement", response_model=PlacementView, responses=one_app)
     def get_placement(name: str) -> dict[str, Any] | JSONResponse:
         """Where every replica runs and why, the totals against the baselines, and the plan history."""
-        record = lookup(name)
+        record = _lookup(coordinator, name)
         return record if isinstance(record, JSONResponse) else placement_view(record)
 
     @router.delete(
@@ -176,7 +176,7 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
     )
     def delete_app(name: str) -> dict[str, Any] | JSONResponse:
         """Stop an app everywhere and forget it."""
-        if (refused := bad_name(name)) is not None:
+        if (refused := _bad_name(name)) is not None:
             return refused
         try:
             distribution = coordinator.delete(name)

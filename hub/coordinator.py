@@ -5,32 +5,29 @@ It places apps with the measurements of the :class:`hub.registry.SiteRegistry`
 to the Spark engine; it re-plans an app when a latency or a rate it was
 planned with drifts beyond a relative threshold, at most once per minimum
 interval (:mod:`hub.drift`), and keeps the history of plan versions with the
-reason for each.
+reason for each (:mod:`hub.plan_history`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+from hub import plan_history
 from hub.distribution import PlanDistributor, SiteApp, sites_of
 from hub.drift import DriftPolicy
 from hub.handover import DEFAULT_DELAY_S, stamp_handovers
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
-from hub.state import AppRecord, HistoryEntry, StateStore
+from hub.state import AppRecord, StateStore
 from spanedge.app import App
 from spanedge.errors import SpanEdgeError
 from spanedge.plan import Plan
 
 log = logging.getLogger(__name__)
-
-#: History entries kept per app.
-MAX_HISTORY = 200
 
 
 class Engine(Protocol):
@@ -53,9 +50,9 @@ class Coordinator:
     it), persists it and publishes the plan to the affected sites. All of that
     happens under one lock, so concurrent deploys and re-plans never interleave.
 
-    Somewhat over 250 lines on purpose: planning (``hub.planning``), drift
-    (``hub.drift``), distribution and storage live elsewhere; what stays here are
-    the decisions that must read and write the app records under that one lock.
+    Planning (:mod:`hub.planning`), drift (:mod:`hub.drift`), the plan history
+    (:mod:`hub.plan_history`), distribution and storage live elsewhere; what stays
+    here are the decisions that read and write the app records under that one lock.
     """
 
     def __init__(
@@ -115,12 +112,7 @@ class Coordinator:
         if self.store is None:
             return []
         with self._lock:
-            for record in self.store.load_apps():
-                try:
-                    app = load_app(record.source, record.filename, record.app_name)
-                except SpanEdgeError as exc:
-                    log.error("cannot resume app %r: %s", record.name, exc)
-                    continue
+            for record, app in _loadable(self.store.load_apps()):
                 self._records[record.name] = record
                 self._apps[record.name] = app
             sites = set().union(*(sites_of(r.plan) for r in self._records.values()))
@@ -138,8 +130,12 @@ class Coordinator:
 
     # -- deploy / delete -----------------------------------------------------------------------
 
-    def _plan(self, app: App, version: int, owners: Plan | None, **options: Any) -> Plan:
-        """Plan ``app``, stamp who owns each replica since when and hand over what moves (``owners``: the plan in force)."""
+    def _plan(self, app: App, owners: Plan | None, **options: Any) -> Plan:
+        """Plan the next version of ``app``, stamp who owns each replica since when and hand over what moves.
+
+        ``owners`` is the plan in force (None: a first deploy).
+        """
+        version = owners.version + 1 if owners is not None else 1
         plan = carry_ownership(plan_app(self.planner, self.registry, app, version, **options), owners)
         hubs = {s.name for s in self.registry.sites.hubs}
         return stamp_handovers(plan, owners, app, self._clock(), hubs, delay=self.handover_delay_s)
@@ -165,34 +161,14 @@ class Coordinator:
         app = load_app(source, filename, app_name)
         with self._lock:
             old = self._records.get(app.name)
-            version = old.plan.version + 1 if old is not None else 1
             owners = old.plan if old is not None else None
-            plan = self._plan(app, version, owners, source=source, filename=filename, slo_ms=slo_ms, weights=weights)
-            reason = _deploy_reason(old, source)
-            entry = _entry(plan, self._clock(), reason, old.plan if old is not None else None)
-            record = _deployed_record(
-                app,
-                plan,
-                old,
-                entry,
-                basis(self.registry, app),
-                source=source,
-                filename=filename,
-                app_name=app_name,
-                slo_ms=slo_ms,
-                weights=dict(weights) if weights else None,
-            )
-            if self.engine is not None:
-                # first, so an app the engine rejects is neither persisted nor sent to the sites
-                self.engine.deploy(app, plan)
-            if old is not None:
-                self._replaced[app.name] = old.plan
-            self._records[app.name] = record
-            self._apps[app.name] = app
-            if self.store is not None:
-                self.store.save_app(record)
-            affected = sites_of(plan) | (sites_of(old.plan) if old is not None else set())
-            status = self._distribute(affected)
+            plan = self._plan(app, owners, source=source, filename=filename, slo_ms=slo_ms, weights=weights)
+            reason = plan_history.deploy_reason(old, source)
+            entry = plan_history.history_entry(plan, self._clock(), reason, owners)
+            request: dict[str, Any] = {"source": source, "filename": filename, "app_name": app_name, "slo_ms": slo_ms}
+            request["weights"] = dict(weights) if weights else None
+            record = plan_history.deployed_record(app, plan, old, entry, basis(self.registry, app), **request)
+            status = self._install(app, record, owners, changed=True)
         log.info("app %r %s: plan v%d", app.name, reason, plan.version)
         return record, status
 
@@ -214,6 +190,24 @@ class Coordinator:
             status = self._distribute(sites_of(record.plan))
         log.info("app %r deleted", name)
         return status
+
+    def _install(self, app: App, record: AppRecord, replaced: Plan | None, *, changed: bool) -> dict[str, str]:
+        """Make ``record`` the app's own; if its plan ``changed``, run it on the engine and publish it.
+
+        The engine goes first, so an app it rejects is neither persisted nor sent to the sites.
+        ``replaced`` is the plan ``record``'s plan replaced (None: a first deploy, or no change).
+        """
+        if changed and self.engine is not None:
+            self.engine.deploy(app, record.plan)
+        if replaced is not None:
+            self._replaced[app.name] = replaced
+        self._records[app.name] = record
+        self._apps[app.name] = app
+        if self.store is not None:
+            self.store.save_app(record)
+        if not changed:
+            return {}
+        return self._distribute(sites_of(record.plan) | (sites_of(replaced) if replaced is not None else set()))
 
     def _distribute(self, sites: Iterable[str]) -> dict[str, str]:
         if self.distributor is None:
@@ -265,9 +259,7 @@ class Coordinator:
         """
         replanned = []
         for record in self.records():
-            last = max(
-                record.history[-1].at if record.history else record.deployed_at, self._attempts.get(record.name, 0)
-            )
+            last = max(plan_history.last_planned(record), self._attempts.get(record.name, 0))
             if not self.drift_policy.due(last, self._clock()):
                 continue
             reasons = self.drift(record.name)
@@ -290,89 +282,20 @@ class Coordinator:
         with self._lock:
             self._attempts[name] = self._clock()
             old, app = self._records[name], self._apps[name]
-            plan = self._plan(
-                app,
-                old.plan.version + 1,
-                old.plan,
-                source=old.source,
-                filename=old.filename,
-                slo_ms=old.slo_ms,
-                weights=old.weights,
-                previous=old.plan,
-            )
-            changed = _placement(plan) != _placement(old.plan)
-            if changed:
-                if self.engine is not None:
-                    self.engine.deploy(app, plan)
-                entry = _entry(plan, self._clock(), reason, old.plan)
-            else:
-                # the new totals and baselines are recorded under the version that stays
-                entry = dataclasses.replace(
-                    _entry(plan, self._clock(), f"{reason}; placement unchanged", None),
-                    version=old.plan.version,
-                    changed=False,
-                )
-                plan = old.plan
-            record = dataclasses.replace(
-                old, plan=plan, history=[*old.history, entry][-MAX_HISTORY:], basis=basis(self.registry, app)
-            )
-            if changed:
-                self._replaced[name] = old.plan
-            self._records[name] = record
-            if self.store is not None:
-                self.store.save_app(record)
-            if changed:
-                self._distribute(sites_of(plan) | sites_of(old.plan))
-        log.info("app %r re-planned (%s): v%d", name, entry.reason, plan.version)
+            request = {"source": old.source, "filename": old.filename, "slo_ms": old.slo_ms, "weights": old.weights}
+            plan = self._plan(app, old.plan, previous=old.plan, **request)
+            record, changed = plan_history.replanned(old, plan, self._clock(), reason, basis(self.registry, app))
+            self._install(app, record, old.plan if changed else None, changed=changed)
+        log.info("app %r re-planned (%s): v%d", name, record.history[-1].reason, record.plan.version)
         return record
 
 
-def _deploy_reason(old: AppRecord | None, source: str) -> str:
-    if old is None:
-        return "deployed"
-    return "redeployed with new source" if old.source != source else "redeployed"
-
-
-def _deployed_record(
-    app: App, plan: Plan, old: AppRecord | None, entry: HistoryEntry, basis: dict[str, Any], **request: Any
-) -> AppRecord:
-    """The record of ``app`` deployed with ``plan``, its history extended by ``entry``.
-
-    ``request`` holds the deploy request's fields of :class:`hub.state.AppRecord`.
-    """
-    history = [*old.history, entry] if old is not None else [entry]
-    return AppRecord(
-        name=app.name,
-        plan=plan,
-        deployed_at=entry.at,
-        history=history[-MAX_HISTORY:],
-        basis=basis,
-        **request,
-    )
-
-
-def _entry(plan: Plan, at: float, reason: str, previous: Plan | None) -> HistoryEntry:
-    """The history entry of ``plan``: its totals and baselines, and what moved since ``previous``."""
-    return HistoryEntry(
-        plan.version,
-        at,
-        reason,
-        dataclasses.asdict(plan.totals),
-        moved=moves(previous, plan) if previous is not None else [],
-        baselines={name: dataclasses.asdict(t) for name, t in plan.baselines.items()},
-    )
-
-
-def moves(old: Plan, new: Plan) -> list[dict[str, str]]:
-    """The replicas of both plans whose site differs, as ``{"replica", "from", "to"}`` in ``new``'s order."""
-    before = {a.replica: a.site for a in old.assignments}
-    return [
-        {"replica": a.replica, "from": before[a.replica], "to": a.site}
-        for a in new.assignments
-        if a.replica in before and before[a.replica] != a.site
-    ]
-
-
-def _placement(plan: Plan) -> set[tuple[str, str]]:
-    """Where each replica of ``plan`` runs."""
-    return {(a.replica, a.site) for a in plan.assignments}
+def _loadable(records: Iterable[AppRecord]) -> Iterator[tuple[AppRecord, App]]:
+    """The persisted apps whose source still loads, each with its app; the others are skipped with a logged reason."""
+    for record in records:
+        try:
+            app = load_app(record.source, record.filename, record.app_name)
+        except SpanEdgeError as exc:
+            log.error("cannot resume app %r: %s", record.name, exc)
+            continue
+        yield record, app

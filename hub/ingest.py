@@ -25,13 +25,13 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 import paho.mqtt.client as mqtt
 
+from hub.ingest_stats import IngestCounters
 from hub.log import AppLog, encode_records
 from hub.publishers import PublishPolicy, SiteMismatch, check_batch, own_sites_only
 from spanedge import topics
@@ -46,46 +46,6 @@ log = logging.getLogger(__name__)
 
 SUBSCRIPTION = f"{topics.PREFIX}/+/+/+"
 _MAX_GROUP = 1000
-
-
-@dataclass
-class StreamStats:
-    """Counters of one (app, site, stream)."""
-
-    records: int = 0
-    duplicates: int = 0
-    last_seq: int | None = None
-    last_event_time: float | None = None
-    lag_s: float | None = None
-
-
-@dataclass
-class _Totals:
-    messages: int = 0
-    records: int = 0
-    duplicates: int = 0
-    malformed: int = 0
-    site_mismatch: int = 0
-    commits: int = 0
-    connects: int = 0
-    streams: dict[tuple[str, str, str], StreamStats] = field(default_factory=dict)
-
-    def count(self, app: str, records: list[Record], fresh: list[Record], now: float) -> None:
-        """Count one accepted batch: ``fresh`` of its ``records`` were new, the rest duplicates."""
-        self.messages += 1
-        self.records += len(fresh)
-        self.duplicates += len(records) - len(fresh)
-        if not records:
-            return
-        first = records[0]
-        stats = self.streams.setdefault((app, first.site, first.stream), StreamStats())
-        stats.records += len(fresh)
-        stats.duplicates += len(records) - len(fresh)
-        if fresh:
-            last = fresh[-1]
-            stats.last_seq = last.seq
-            stats.last_event_time = last.event_time
-            stats.lag_s = max(0.0, now - last.event_time)
 
 
 class Ingest:
@@ -112,8 +72,7 @@ class Ingest:
         self.client_id = client_id
         self._queue: queue.Queue[mqtt.MQTTMessage | None] = queue.Queue()
         self._logs: dict[str, AppLog] = {}
-        self._totals = _Totals()
-        self._lock = threading.Lock()
+        self._counters = IngestCounters()
         self._thread: threading.Thread | None = None
         self._client: mqtt.Client | None = None
         self._connected = threading.Event()
@@ -165,8 +124,7 @@ class Ingest:
         if reason.is_failure:
             log.warning("ingest: connection to %s refused: %s", self.broker.url, reason)
             return
-        with self._lock:
-            self._totals.connects += 1
+        self._counters.add("connects")
         log.info("ingest: connected to %s (session present: %s)", self.broker.url, flags.session_present)
         client.subscribe(SUBSCRIPTION, qos=1)
 
@@ -245,8 +203,7 @@ class Ingest:
             self._accept(message, parsed, now, touched)
         for app in touched:
             self._logs[app].flush()
-        with self._lock:
-            self._totals.commits += 1
+        self._counters.add("commits")
         client = self._client
         if client is None:
             return
@@ -261,15 +218,13 @@ class Ingest:
             check_site_name(topic_site, f"topic {message.topic}")
         except InvalidName as exc:  # never a file name or a DLQ topic: count and log only
             log.warning("ingest: dropping a message on %s: %s", message.topic, exc)
-            with self._lock:
-                self._totals.malformed += 1
+            self._counters.add("malformed")
             return
         try:
             app, records = check_batch(message.topic, parsed, bytes(message.payload), self.may_publish)
         except ValueError as exc:
             if isinstance(exc, SiteMismatch):
-                with self._lock:
-                    self._totals.site_mismatch += 1
+                self._counters.add("site_mismatch")
             self._dead_letter(topic_app, topic_site, message, str(exc))
             return
         app_log = self._app_log(app)
@@ -277,13 +232,11 @@ class Ingest:
         app_log.append(encode_records(fresh))
         if fresh:
             touched.add(app)
-        with self._lock:
-            self._totals.count(app, records, fresh, now)
+        self._counters.count(app, records, fresh, now)
 
     def _dead_letter(self, app: str, site: str, message: mqtt.MQTTMessage, reason: str) -> None:
         log.warning("ingest: dropping malformed message on %s: %s", message.topic, reason)
-        with self._lock:
-            self._totals.malformed += 1
+        self._counters.add("malformed")
         client = self._client
         if client is None:
             return
@@ -318,26 +271,4 @@ class Ingest:
             last accepted record; ``site_mismatch`` counts refused batches whose records name another
             site than their topic's, which no plan lets that site publish.
         """
-        with self._lock:
-            t = self._totals
-            apps: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
-            for (app, site, stream), s in sorted(t.streams.items()):
-                apps.setdefault(app, {}).setdefault(site, {})[stream] = {
-                    "records": s.records,
-                    "duplicates": s.duplicates,
-                    "last_seq": s.last_seq,
-                    "last_event_time": s.last_event_time,
-                    "lag_s": s.lag_s,
-                }
-            return {
-                "connected": self.connected,
-                "messages": t.messages,
-                "records": t.records,
-                "duplicates": t.duplicates,
-                "malformed": t.malformed,
-                "site_mismatch": t.site_mismatch,
-                "commits": t.commits,
-                "connects": t.connects,
-                "queued": self._queue.qsize(),
-                "apps": apps,
-            }
+        return self._counters.to_dict(connected=self.connected, queued=self._queue.qsize())

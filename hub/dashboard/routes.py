@@ -33,6 +33,14 @@ PAGE_POLICY = (
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 
+#: The page's headers: its policy, no content sniffing, no referrer, revalidated on every load.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": PAGE_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
 _ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
@@ -50,6 +58,39 @@ def sse_event(data: Any, event: str = "snapshot") -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data, default=str) + b"\n\n"
 
 
+async def snapshot_events(
+    snapshot: Callable[[], Mapping[str, Any]], interval_s: float, max_stream_s: float
+) -> AsyncIterator[bytes]:
+    """Server-Sent Events: a snapshot now and every ``interval_s``, until ``max_stream_s`` passed.
+
+    A snapshot that cannot be read is an ``event: problem`` with ``{"detail"}``; the stream goes on.
+    """
+    ends = time.monotonic() + max_stream_s
+    while True:
+        try:
+            data = await run_in_threadpool(snapshot)
+        except Exception as exc:
+            log.warning("dashboard snapshot failed: %s", exc, exc_info=True)
+            yield sse_event({"detail": f"{type(exc).__name__}: {exc}"}, event="problem")
+        else:
+            yield sse_event(data)
+        if time.monotonic() >= ends:
+            return
+        await anyio.sleep(interval_s)
+
+
+def _events_responses() -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of the event stream: Server-Sent Events, or a JSON error."""
+    stream = {
+        "type": "string",
+        "description": "Server-Sent Events: `event: snapshot` or `event: problem`, each with one `data:` line of JSON",
+    }
+    return {
+        200: {"description": "a stream of snapshot events", "content": {"text/event-stream": {"schema": stream}}},
+        **errors_of_text_route(401),
+    }
+
+
 def dashboard_router(
     snapshot: Callable[[], Mapping[str, Any]],
     token_check: Callable[..., Any],
@@ -58,8 +99,6 @@ def dashboard_router(
     max_stream_s: float = 30.0,
 ) -> APIRouter:
     """The dashboard's routes.
-
-    Longer than most functions on purpose: its body is the page, asset and event-stream routes, kept together.
 
     Args:
         snapshot: returns the current snapshot (see :class:`hub.dashboard.snapshot.Snapshot`);
@@ -75,16 +114,10 @@ def dashboard_router(
     """
     router = APIRouter(tags=["dashboard"])
     files = {name: asset(name) for name in _ASSETS}
-    page_headers = {
-        "Content-Security-Policy": PAGE_POLICY,
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "Cache-Control": "no-cache",
-    }
 
     @router.get("/", include_in_schema=False)
     def page() -> Response:
-        return Response(files["index.html"], media_type=_ASSETS["index.html"], headers=page_headers)
+        return Response(files["index.html"], media_type=_ASSETS["index.html"], headers=_PAGE_HEADERS)
 
     @router.get("/dashboard/app.js", include_in_schema=False)
     def script() -> Response:
@@ -94,40 +127,12 @@ def dashboard_router(
     def style() -> Response:
         return Response(files["style.css"], media_type=_ASSETS["style.css"], headers={"Cache-Control": "no-cache"})
 
-    async def events_of() -> AsyncIterator[bytes]:
-        ends = time.monotonic() + max_stream_s
-        while True:
-            try:
-                data = await run_in_threadpool(snapshot)
-            except Exception as exc:
-                log.warning("dashboard snapshot failed: %s", exc, exc_info=True)
-                yield sse_event({"detail": f"{type(exc).__name__}: {exc}"}, event="problem")
-            else:
-                yield sse_event(data)
-            if time.monotonic() >= ends:
-                return
-            await anyio.sleep(interval_s)
-
     @router.get(
         "/dashboard/events",
         summary="Live dashboard snapshots",
         dependencies=[Depends(token_check)],
         response_class=StreamingResponse,
-        responses={
-            200: {
-                "description": "a stream of snapshot events",
-                "content": {
-                    "text/event-stream": {
-                        "schema": {
-                            "type": "string",
-                            "description": "Server-Sent Events: `event: snapshot` or `event: problem`, "
-                            "each with one `data:` line of JSON",
-                        }
-                    }
-                },
-            },
-            **errors_of_text_route(401),
-        },
+        responses=_events_responses(),
     )
     def events() -> StreamingResponse:
         """Server-Sent Events: an ``event: snapshot`` with the JSON snapshot at connect, then every second.
@@ -136,7 +141,7 @@ def dashboard_router(
         The stream closes after half a minute; reconnect to go on.
         """
         return StreamingResponse(
-            events_of(),
+            snapshot_events(snapshot, interval_s, max_stream_s),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )

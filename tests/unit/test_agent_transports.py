@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.aio_transport import AsyncioTransport, _Connection, _packet, _text
+from edge_agent.aio_transport import AsyncioTransport, _Connection
 from edge_agent.config import AgentLaunch
 from edge_agent.intake import topic_matches
+from edge_agent.mqtt_codec import packet, text
 from edge_agent.transport import Inbox, PahoTransport
 from edge_agent.transports import transport_factory
 from spanedge.sites import Broker
@@ -44,7 +45,7 @@ def test_transport_names() -> None:
 
 
 def publish_frame(topic: str, payload: bytes, qos: int, mid: int) -> bytes:
-    return _packet(0x30 | qos << 1, _text(topic) + (struct.pack(">H", mid) if qos else b"") + payload)
+    return packet(0x30 | qos << 1, text(topic) + (struct.pack(">H", mid) if qos else b"") + payload)
 
 
 async def test_frames_split_anywhere_are_parsed_whole() -> None:
