@@ -5,7 +5,9 @@ Tokens come from :func:`spanedge.tokens.load_tokens` (``SPANEDGE_TOKEN`` or
 one, ``SPANEDGE_TOKENS_FILE`` for more); a hub never starts without an admin
 token, and every token is at least 32 bytes. Reading needs any token;
 deploying or deleting an app, which runs its code on the hub and every agent,
-needs an admin token and is written to the audit log.
+needs an admin token and is written to the audit log (``spanedge.audit``):
+the method, the path, where the token was configured (never the token) and,
+for a deploy, the SHA-256 of the app's source.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import orjson
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from spanedge.loader import source_hash
 from spanedge.tokens import Grant, Tokens, TokenScope
 
 audit = logging.getLogger("spanedge.audit")
@@ -29,15 +33,18 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
-def scope_dependency(tokens: Tokens, needed: TokenScope) -> Callable[..., Grant]:
+def scope_dependency(tokens: Tokens, needed: TokenScope) -> Callable[..., Awaitable[Grant]]:
     """A FastAPI dependency that admits a bearer token of scope ``needed`` (or wider).
 
     No or an unknown token is a 401; a known token of too narrow a scope is a 403.
     It declares the HTTP bearer scheme, so ``/docs`` offers an Authorize button.
+    The grant is kept as ``request.state.grant``; an admin request is written
+    to the audit log with the token's source and the SHA-256 of the app source
+    it carries, if any.
     """
     scheme = HTTPBearer(auto_error=False, description="a hub API token (read or admin scope)")
 
-    def require(request: Request, credentials: Any = Depends(scheme)) -> Grant:  # noqa: B008
+    async def require(request: Request, credentials: Any = Depends(scheme)) -> Grant:  # noqa: B008
         given = credentials.credentials if isinstance(credentials, HTTPAuthorizationCredentials) else None
         grant = tokens.identify(given)
         if grant is None:
@@ -51,11 +58,24 @@ def scope_dependency(tokens: Tokens, needed: TokenScope) -> Callable[..., Grant]
                 status_code=status.HTTP_403_FORBIDDEN,
                 detail=f"this token has the {grant.scope} scope; {request.method} {request.url.path} needs {needed}",
             )
+        request.state.grant = grant
         if needed is TokenScope.ADMIN:
-            audit.info("%s %s by the admin token of %s", request.method, request.url.path, grant.source)
+            code = source_sha256(await request.body())
+            carried = f", app source sha256 {code}" if code else ""
+            audit.info("%s %s by the admin token of %s%s", request.method, request.url.path, grant.source, carried)
         return grant
 
     return require
+
+
+def source_sha256(body: bytes) -> str | None:
+    """The SHA-256 of the app source a request body carries (``{"source": ...}``), or ``None``."""
+    try:
+        parsed = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return None
+    source = parsed.get("source") if isinstance(parsed, dict) else None
+    return source_hash(source) if isinstance(source, str) else None
 
 
 class BodyLimit:
@@ -88,7 +108,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    raise _TooLarge(self.limit)
             return message
 
         try:
@@ -97,14 +117,7 @@ class BodyLimit:
             await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        import orjson
-
-        body = orjson.dumps(
-            {
-                "error": "PayloadTooLarge",
-                "detail": f"request body over {self.limit} bytes; an app's source must be smaller",
-            }
-        )
+        body = orjson.dumps({"error": "PayloadTooLarge", "detail": _too_large(self.limit)})
         await send(
             {
                 "type": "http.response.start",
@@ -115,5 +128,16 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    """The body passed the limit while it was read."""
+def _too_large(limit: int) -> str:
+    return f"request body over {limit} bytes; an app's source must be smaller"
+
+
+class _TooLarge(HTTPException):
+    """The body passed the limit while it was read: a 413.
+
+    An HTTP error, so that the route reading the body passes it on as it is (FastAPI
+    turns any other exception raised while it reads a body into a 400).
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(status_code=413, detail=_too_large(limit))

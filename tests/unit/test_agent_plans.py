@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import logging
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edge_agent.plans import PlanIntake
 from spanedge import signing
@@ -87,3 +92,92 @@ def test_rejects_another_sites_plan() -> None:
 def test_rejects_altered_code() -> None:
     with pytest.raises(InvalidPlan, match="SHA-256"):
         PlanIntake("truck-7", TRUSTED).accept(_message(source=APP.read_text() + "\nimport os\n"))
+
+
+@functools.cache
+def _good(version: int) -> bytes:
+    return _message(version=version)
+
+
+def _rejections(records: list[logging.LogRecord]) -> list[str]:
+    return [r.getMessage() for r in records if r.levelno == logging.WARNING and r.name == "spanedge.agent"]
+
+
+def test_every_rejected_plan_is_logged_at_warning_with_its_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="spanedge.agent")
+    saved = tmp_path / "plan.signed"
+    intake = PlanIntake("truck-7", TRUSTED)
+    assert intake.receive(_good(3), saved) is not None
+    code = APP.read_text()
+    rejected = {
+        "signed with key": _message(version=4, key=ROGUE),  # a key the agent does not trust (wrong or old)
+        "plan is for site 'truck-9'": _message(site="truck-9", version=4),
+        "plan version 2 is not newer than the applied version 3": _message(version=2),
+        "plan version 3 is not newer than the applied version 3": _good(3),  # the same message, replayed
+        "the code was altered in transit": _message(version=4, source=code + "\nimport os\n"),
+        "not a signed envelope": b"\x00junk",
+    }
+    for message in rejected.values():
+        assert intake.receive(message, saved) is None
+    lines = _rejections(caplog.records)
+    assert len(lines) == len(rejected)
+    for reason, line in zip(rejected, lines, strict=True):
+        assert line.startswith("rejected plan message: ")
+        assert reason in line
+    assert intake.version == 3
+    assert saved.read_bytes() == _good(3)
+
+
+junk_plans = (
+    st.binary(max_size=200)
+    | st.sampled_from(["rogue", "other-site", "stale", "altered"])
+    | st.builds(
+        lambda b, i: _good(1)[:i] + b + _good(1)[i + len(b) :], st.binary(min_size=1, max_size=3), st.integers(0, 400)
+    )
+)
+
+
+@settings(database=None, max_examples=60, deadline=None)
+@given(st.lists(st.lists(junk_plans, max_size=3), min_size=1, max_size=4))
+def test_good_plans_around_junk_are_all_applied(
+    tmp_path_factory: pytest.TempPathFactory, junk: list[list[Any]]
+) -> None:
+    """Arbitrary plan messages between good ones: none raises, each is logged as rejected, every good one applies."""
+    saved = tmp_path_factory.mktemp("plans") / "plan.signed"
+    intake = PlanIntake("truck-7", TRUSTED)
+    handler = _Collect()
+    logging.getLogger("spanedge.agent").addHandler(handler)
+    forged = {
+        "rogue": lambda v: _message(version=v + 1, key=ROGUE),
+        "other-site": lambda v: _message(site="truck-9", version=v + 1),
+        "stale": lambda v: _good(max(v, 1)),
+        "altered": lambda v: _message(version=v + 1, source=APP.read_text() + "\n# altered\n"),
+    }
+    bad = 0
+    try:
+        for version, before in enumerate(junk, start=1):
+            for item in before:
+                message = forged[item](version - 1) if isinstance(item, str) else item
+                if version == 1 and message == _good(1):
+                    continue  # a mutation that changed nothing is the good message itself
+                assert intake.receive(message, saved) is None
+                bad += 1
+            plans = intake.receive(_good(version), saved)
+            assert plans is not None
+            assert [p.app for p in plans] == ["cold-chain"]
+            assert intake.version == version
+    finally:
+        logging.getLogger("spanedge.agent").removeHandler(handler)
+    assert saved.read_bytes() == _good(len(junk))
+    assert len(_rejections(handler.records)) == bad
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
