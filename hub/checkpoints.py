@@ -10,16 +10,16 @@ no record is processed twice and none is skipped.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from hub import log as ingest_log
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.@-]", "_", name)
+    """``name`` as a file name: percent-encoded, so two replica names never share a directory."""
+    return quote(name, safe="@")
 
 
 def checkpoint_name(replica: str, fingerprint: str) -> str:

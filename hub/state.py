@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spanedge.errors import SpanEdgeError
+from spanedge.names import file_stem
 from spanedge.plan import Plan
-
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -133,7 +131,7 @@ class StateStore:
             raise SpanEdgeError(msg) from None
 
     def _app_path(self, name: str) -> Path:
-        return self.apps_dir / f"{_SAFE.sub('_', name)}.json"
+        return self.apps_dir / f"{file_stem(name)}.json"
 
     def save_app(self, record: AppRecord) -> None:
         """Persist ``record``, replacing any earlier one of the same app."""

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from hub import log as ingest_log
-from hub.checkpoints import processed_files, retire, settled, unprocessed
+from hub.checkpoints import checkpoint_name, is_checkpoint_of, processed_files, retire, settled, unprocessed
 from hub.log import AppLog, encode_records
+from hub.state import StateStore
 from spanedge.envelope import Record
+from spanedge.names import InvalidName
 
 
 def write_batch(checkpoint: Path, batch: int, files: list[Path], committed: bool, watermarks: tuple[int, int]) -> None:
@@ -74,3 +78,24 @@ def test_a_batch_that_moved_the_watermark_is_followed_by_one_without_data(tmp_pa
     assert not settled(checkpoint)
     write_batch(checkpoint, 1, [], committed=True, watermarks=(5000, 5000))
     assert settled(checkpoint)
+
+
+def test_replica_names_map_to_checkpoint_names_injectively() -> None:
+    names = ["to_w", "to w", "to_w@s1", "to/w", "to%2Fw", "..", "to-w"]
+    dirs = {checkpoint_name(n, "0123456789ab") for n in names}
+    assert len(dirs) == len(names)
+    assert all("/" not in d and d not in (".", "..") for d in dirs)
+    assert checkpoint_name("to_w@s1", "0123456789ab") == "to_w@s1-0123456789ab"  # plain names stay readable
+    for n in names:
+        assert is_checkpoint_of(checkpoint_name(n, "0123456789ab"), n)
+        assert not any(is_checkpoint_of(checkpoint_name(n, "0123456789ab"), m) for m in names if m != n)
+
+
+def test_the_app_store_refuses_names_it_cannot_hold_unchanged(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    kept = tmp_path / "apps" / "q_uote.json"  # the file a character-stripping mapping would have hit
+    kept.write_text("{}")
+    for bad in ("..", 'q"uote', "a/b", "x" * 300):
+        with pytest.raises(InvalidName):
+            store.delete_app(bad)
+    assert kept.read_text() == "{}"
