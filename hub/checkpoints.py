@@ -10,21 +10,43 @@ no record is processed twice and none is skipped.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import unquote, urlparse
 
 from hub import log as ingest_log
+from spanedge.errors import InvalidDataflow
 
 
 def _safe(name: str) -> str:
-    """``name`` as a file name: percent-encoded, so two replica names never share a directory."""
-    return quote(name, safe="@")
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", name)
 
 
 def checkpoint_name(replica: str, fingerprint: str) -> str:
     """The checkpoint directory (and log reader) name of the query of sink ``replica``."""
     return f"{_safe(replica)}-{fingerprint}"
+
+
+def check_distinct(replicas: Iterable[str], app: str) -> None:
+    """Refuse sink replicas whose checkpoint directories would be one (names differing only in, say, ``' '`` and ``'_'``).
+
+    Checkpoint names keep the form existing hubs wrote (characters outside
+    ``[A-Za-z0-9_.@-]`` become ``_``), so such a pair is refused rather than renamed.
+
+    Raises:
+        InvalidDataflow: two replicas share a checkpoint name; the message names both.
+    """
+    seen: dict[str, str] = {}
+    for replica in replicas:
+        other = seen.setdefault(_safe(replica), replica)
+        if other != replica:
+            msg = (
+                f"app '{app}': hub sinks '{other}' and '{replica}' would share the checkpoint directory "
+                f"'{_safe(replica)}'; rename one of them so their names differ in letters, digits, '_', '.' or '-'"
+            )
+            raise InvalidDataflow(msg)
 
 
 def is_checkpoint_of(name: str, replica: str) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from hub import log as ingest_log
-from hub.checkpoints import checkpoint_name, is_checkpoint_of, retire
+from hub.checkpoints import check_distinct, checkpoint_name, is_checkpoint_of, retire
 from hub.compile import Compiler
 from hub.queries import Deployed, Query, await_first_batch
 from hub.replicas import Replicas
@@ -89,6 +89,7 @@ class Lifecycle:
         _warn_flows_leaving_hub(app.name, plan)
         compiler = Compiler(self.spark, replicas)
         sinks = [a for a in plan.at(plan.hub) if replicas.op(a).kind is Kind.SINK]
+        check_distinct((a.replica for a in sinks), app.name)
         wanted = {a.replica: compiler.fingerprint(a.replica) for a in sinks}
         with self.lock:
             current = self.apps.get(app.name)

@@ -8,10 +8,19 @@ from pathlib import Path
 import pytest
 
 from hub import log as ingest_log
-from hub.checkpoints import checkpoint_name, is_checkpoint_of, processed_files, retire, settled, unprocessed
+from hub.checkpoints import (
+    check_distinct,
+    checkpoint_name,
+    is_checkpoint_of,
+    processed_files,
+    retire,
+    settled,
+    unprocessed,
+)
 from hub.log import AppLog, encode_records
 from hub.state import StateStore
 from spanedge.envelope import Record
+from spanedge.errors import InvalidDataflow
 from spanedge.names import InvalidName
 
 
@@ -80,15 +89,11 @@ def test_a_batch_that_moved_the_watermark_is_followed_by_one_without_data(tmp_pa
     assert settled(checkpoint)
 
 
-def test_replica_names_map_to_checkpoint_names_injectively() -> None:
-    names = ["to_w", "to w", "to_w@s1", "to/w", "to%2Fw", "..", "to-w"]
-    dirs = {checkpoint_name(n, "0123456789ab") for n in names}
-    assert len(dirs) == len(names)
-    assert all("/" not in d and d not in (".", "..") for d in dirs)
-    assert checkpoint_name("to_w@s1", "0123456789ab") == "to_w@s1-0123456789ab"  # plain names stay readable
-    for n in names:
-        assert is_checkpoint_of(checkpoint_name(n, "0123456789ab"), n)
-        assert not any(is_checkpoint_of(checkpoint_name(n, "0123456789ab"), m) for m in names if m != n)
+def test_sinks_that_would_share_a_checkpoint_directory_are_refused() -> None:
+    check_distinct(["alerts_out", "alerts-out", "alerts.out@s1", "alerts_out@s1"], "demo")
+    with pytest.raises(InvalidDataflow, match="'alerts out' and 'alerts_out' would share"):
+        check_distinct(["alerts out", "alerts_out"], "demo")
+    assert is_checkpoint_of(checkpoint_name("alerts out", "0123456789ab"), "alerts out")
 
 
 def test_the_app_store_refuses_names_it_cannot_hold_unchanged(tmp_path: Path) -> None:
