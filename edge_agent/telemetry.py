@@ -119,7 +119,7 @@ class Telemetry:
             "spanedge_agent_dead_letters_total", beat.get("dlq"), site, help="records sent to the dead-letter topic"
         )
         out.add("spanedge_agent_late_records_total", beat.get("late"), site, help="records behind the watermark")
-        out.add("spanedge_agent_overload_dropped_total", beat.get("overload_dropped"), site)
+        out.add("spanedge_agent_overload_dropped_records_total", beat.get("overload_dropped"), site)
         outbox = beat.get("outbox") or {}
         out.add("spanedge_agent_outbox_records", outbox.get("records"), site, help="records waiting for the hub")
         out.add("spanedge_agent_outbox_bytes", outbox.get("bytes"), site)
@@ -130,6 +130,7 @@ class Telemetry:
             out.add("spanedge_operator_input_records_total", stats.get("in"), labels)
             out.add("spanedge_operator_output_records_total", stats.get("out"), labels)
             out.add("spanedge_operator_input_records_per_second", stats.get("rate_in"), labels)
+            out.add("spanedge_operator_output_records_per_second", stats.get("rate_out"), labels)
         for peer, stats in (beat.get("latency") or {}).items():
             labels = {"site": self.site, "peer": peer}
             out.add(

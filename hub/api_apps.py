@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,6 +101,12 @@ def _bad_name(name: str) -> JSONResponse | None:
     return None
 
 
+def _who(request: Request) -> str:
+    """Who made an admin request, for the audit log: where its token was configured (never the token)."""
+    grant = getattr(request.state, "grant", None)
+    return f"the admin token of {grant.source}" if grant is not None else "a caller with no token check"
+
+
 def _lookup(coordinator: Coordinator, name: str) -> AppRecord | JSONResponse:
     """The deployed app ``name``, or the 422 or 404 to answer."""
     if (refused := _bad_name(name)) is not None:
@@ -131,7 +137,7 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
             "(the message spanedge deploy --dry-run prints)",
         ),
     )
-    def deploy(body: DeployRequest) -> dict[str, Any] | JSONResponse:
+    def deploy(body: DeployRequest, request: Request) -> dict[str, Any] | JSONResponse:
         """Deploy or redeploy an app: place it, persist it, publish its plan, start its hub part."""
         try:
             record, distribution = coordinator.deploy(
@@ -142,7 +148,13 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
                 return error(422, exc)
             log.exception("deploy failed")
             return error(500, exc)
-        audit.info("deployed app %s v%d, source sha256 %s", record.name, record.plan.version, source_hash(body.source))
+        audit.info(
+            "deployed app %s v%d, source sha256 %s, by %s",
+            record.name,
+            record.plan.version,
+            source_hash(body.source),
+            _who(request),
+        )
         return {
             "app": record.name,
             "version": record.plan.version,
@@ -174,7 +186,7 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
         dependencies=list(admin),
         responses={**one_app, **errors(403, 500)},
     )
-    def delete_app(name: str) -> dict[str, Any] | JSONResponse:
+    def delete_app(name: str, request: Request) -> dict[str, Any] | JSONResponse:
         """Stop an app everywhere and forget it."""
         if (refused := _bad_name(name)) is not None:
             return refused
@@ -182,7 +194,7 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
             distribution = coordinator.delete(name)
         except KeyError:
             return not_found(name, coordinator)
-        audit.info("deleted app %s", name)
+        audit.info("deleted app %s, by %s", name, _who(request))
         return {"deleted": name, "distribution": distribution}
 
     return router

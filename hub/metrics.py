@@ -106,14 +106,21 @@ def _add_site(out: Exposition, site: Mapping[str, Any]) -> None:
     )
     out.add("spanedge_site_rss_bytes", site.get("rss_bytes"), {"site": name})
     out.add("spanedge_site_clock_offset_seconds", site.get("clock_offset_ms"), {"site": name}, scale=1e-3)
-    out.add("spanedge_site_dlq_total", site.get("dlq"), {"site": name}, help="records sent to the dead-letter topic")
-    out.add("spanedge_site_late_total", site.get("late"), {"site": name}, help="late records sent to side output")
-    out.add("spanedge_site_overload_dropped_total", site.get("overload_dropped"), {"site": name})
+    out.add(
+        "spanedge_site_dead_letters_total",
+        site.get("dlq"),
+        {"site": name},
+        help="records sent to the dead-letter topic",
+    )
+    out.add(
+        "spanedge_site_late_records_total", site.get("late"), {"site": name}, help="late records sent to side output"
+    )
+    out.add("spanedge_site_overload_dropped_records_total", site.get("overload_dropped"), {"site": name})
     outbox = site.get("outbox") or {}
     out.add("spanedge_site_backlog_records", outbox.get("records"), {"site": name}, help="records in the outbox")
     out.add("spanedge_site_backlog_bytes", outbox.get("bytes"), {"site": name}, help="bytes in the outbox")
-    out.add("spanedge_site_outbox_sent_total", outbox.get("sent"), {"site": name})
-    out.add("spanedge_site_outbox_dropped_total", outbox.get("dropped"), {"site": name})
+    out.add("spanedge_site_outbox_sent_records_total", outbox.get("sent"), {"site": name})
+    out.add("spanedge_site_outbox_dropped_records_total", outbox.get("dropped"), {"site": name})
     for replica, stats in (site.get("operators") or {}).items():
         if not isinstance(stats, Mapping):
             continue

@@ -35,6 +35,20 @@ def prometheus_path() -> str:
     return found
 
 
+def lint(url: str, headers: dict[str, str]) -> None:
+    """Fetch the exposition at ``url`` and check it with ``promtool check metrics`` (Debian's prometheus ships it)."""
+    promtool = shutil.which("promtool") or ("/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None)
+    if promtool is None:
+        missing_part("promtool is not installed: apt-get install prometheus")
+    assert promtool is not None
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+        text = answer.read()
+    assert b"spanedge_" in text, text[:500]
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, check=False, timeout=30)
+    assert checked.returncode == 0, (url, checked.stdout, checked.stderr)
+    assert checked.stdout.strip() == b"", (url, checked.stdout)
+
+
 def query(port: int, expr: str) -> list[dict[str, Any]]:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     try:
@@ -105,6 +119,12 @@ scrape_configs:
         counters = query(prom_port, 'spanedge_operator_input_records_total{job="agent"}')
         assert {r["metric"]["replica"] for r in counters} >= {"readings@truck-7", "to_celsius@truck-7"}
         assert query(prom_port, 'process_cpu_seconds_total{job="agent"}')
+        # both expositions pass Prometheus's own linter (counters end in _total, base units, ...)
+        for url, headers in (
+            (f"http://127.0.0.1:{hub_port}/metrics", {"Authorization": f"Bearer {TOKEN}"}),
+            (f"http://127.0.0.1:{agent_port}/metrics", {}),
+        ):
+            lint(url, headers)
     finally:
         prom.terminate()
         agent.terminate()

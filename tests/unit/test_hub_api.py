@@ -333,7 +333,7 @@ def test_metrics_are_prometheus_text(client: TestClient, coordinator: Coordinato
         'spanedge_site_up{site="a"} 1.0',
         'spanedge_operator_input_records_per_second{replica="parse@a",site="a"} 5.5',
         'spanedge_site_backlog_records{site="a"} 12.0',
-        "# TYPE spanedge_site_outbox_sent_total counter",
+        "# TYPE spanedge_site_outbox_sent_records_total counter",
         'spanedge_ingest_lag_seconds{app="demo",site="a",stream="readings"} 0.25',
         "spanedge_ingest_duplicates_total 2.0",
         'spanedge_spark_batch_duration_seconds{app="demo",query="out"} 0.1205',
@@ -542,3 +542,19 @@ def test_sites_show_declared_and_measured_links_only() -> None:
     assert status["a"]["latency"]["b"]["latency_ms"] == 4
     assert status["a"]["latency"]["b"]["source"] == status["b"]["latency"]["a"]["source"] == "measured"
     assert {(r["src"], r["dst"]) for r in registry.matrix()} >= {("a", "b"), ("b", "a"), ("b", "cloud")}
+
+
+def test_deploy_and_delete_are_audited_with_who_and_which_code(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    import hashlib
+    import logging
+
+    caplog.set_level(logging.INFO, logger="spanedge.audit")
+    assert deploy(client).status_code == 201
+    assert client.delete("/apps/demo", headers=AUTH).status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "spanedge.audit"]
+    digest = hashlib.sha256(APP.encode()).hexdigest()
+    assert f"deployed app demo v1, source sha256 {digest}, by the admin token of test" in lines
+    assert "deleted app demo, by the admin token of test" in lines
+    assert TOKEN not in caplog.text
