@@ -9,6 +9,18 @@ import typer
 
 from spanedge.cli.errors import fail
 
+#: The accepted values of ``spanedge hub --log-level``.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _log_level(value: str) -> str:
+    """``value`` in upper case, or a usage error naming the accepted levels."""
+    level = value.upper()
+    if level not in LOG_LEVELS:
+        msg = f"invalid log level {value!r}; use one of {', '.join(LOG_LEVELS)}"
+        raise typer.BadParameter(msg)
+    return level
+
 
 def hub(
     sites: Annotated[Path, typer.Option(help="sites.yaml")],
@@ -34,6 +46,15 @@ def hub(
     drift_threshold: Annotated[float, typer.Option(help="relative latency/rate change that triggers a re-plan")] = 0.5,
     min_replan_interval: Annotated[float, typer.Option(help="seconds between two re-plans of an app")] = 60.0,
     trigger: Annotated[str, typer.Option(help="Spark trigger interval")] = "500 milliseconds",
+    log_level: Annotated[
+        str,
+        typer.Option(
+            envvar="SPANEDGE_HUB_LOG_LEVEL",
+            callback=_log_level,
+            autocompletion=lambda: list(LOG_LEVELS),
+            help="DEBUG, INFO, WARNING or ERROR",
+        ),
+    ] = "INFO",
 ) -> None:
     r"""Run the hub: REST API, plan distribution, ingest and Spark.
 
@@ -54,7 +75,8 @@ def hub(
     from spanedge.sites import load_sites
     from spanedge.tokens import load_tokens
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(log_level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         tokens = load_tokens(token_file)

@@ -10,10 +10,26 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from rich.console import Console
 
+    from simulate.report import Report
     from simulate.runner import Outcome
     from simulate.scenario import Options
+    from spanedge.report import Block
+
+
+def _choices(name: str) -> Callable[[str], list[str]]:
+    """Shell completion of an option from a tuple of ``simulate.scenario`` (imported only when completing)."""
+
+    def complete(incomplete: str) -> list[str]:
+        from simulate import scenario
+
+        values: tuple[str, ...] = getattr(scenario, name)
+        return [v for v in values if v.startswith(incomplete)]
+
+    return complete
 
 
 def simulate(
@@ -31,19 +47,30 @@ def simulate(
         ),
     ] = None,
     compare: Annotated[
-        str | None, typer.Option(help="also run this baseline placement on the same data: central or local-first")
+        str | None,
+        typer.Option(
+            help="also run this baseline placement on the same data: central or local-first",
+            autocompletion=_choices("BASELINES"),
+        ),
     ] = None,
     placement: Annotated[
-        str, typer.Option(help="ilp, greedy, central or local-first (not ilp: standalone mode)")
+        str,
+        typer.Option(
+            help="ilp, greedy, central or local-first (not ilp: standalone mode)", autocompletion=_choices("PLACEMENTS")
+        ),
     ] = "ilp",
     mode: Annotated[
-        str, typer.Option(help="managed (hub REST deploy), standalone (plan here, hub data plane) or auto")
+        str,
+        typer.Option(
+            help="managed (hub REST deploy), standalone (plan here, hub data plane) or auto",
+            autocompletion=_choices("MODES"),
+        ),
     ] = "auto",
     seed: Annotated[
         int | None, typer.Option(help="seed of the sensor data (default: the simulation section's)")
     ] = None,
     run_dir: Annotated[Path | None, typer.Option(help="where logs, state and the report go")] = None,
-    broker: Annotated[str, typer.Option(help="auto, mosquitto or amqtt")] = "auto",
+    broker: Annotated[str, typer.Option(help="auto, mosquitto or amqtt", autocompletion=_choices("BROKERS"))] = "auto",
     spark_master: Annotated[str, typer.Option(help="Spark master URL for the hub")] = "local[2]",
     insecure_brokers: Annotated[
         bool,
@@ -105,17 +132,38 @@ def simulate(
         typer.echo(json.dumps([r.to_dict() for r in reports] if len(reports) > 1 else reports[0].to_dict(), indent=2))
         typer.echo(f"report: {outcomes[0].html}", err=True)
     else:
-        from simulate.report import render
+        from spanedge.cli.output import show
 
-        out = Console()
-        if not out.is_terminal:
-            out = Console(width=120)  # logs and pipes: do not wrap the report at 80 columns
-        out.print(render(reports))
+        show(simulation_report(reports))
         label = "run directories" if len(outcomes) > 1 else "run directory"
         typer.echo(f"{label}: {', '.join(str(o.run_dir) for o in outcomes)}")
         typer.echo(f"report: {outcomes[0].html}")
     if any(r.lost or r.duplicates for r in reports):
         raise typer.Exit(3)
+
+
+#: Rows of the simulation report shown in red when a run's cell is not zero.
+_ALARM_ROWS = ("lost records", "duplicate results", "wrong results")
+
+
+def simulation_report(reports: Sequence[Report]) -> list[Block]:
+    """The runs side by side: the title, one table (a column per run) and the problems found, as report blocks.
+
+    :func:`spanedge.cli.output.show` prints it as a coloured table on a terminal and as plain text when piped.
+    """
+    from simulate.report import summarise
+    from spanedge.report import Table
+
+    summary = summarise(reports)
+    rows = tuple((name, *cells) for name, cells in summary.rows)
+    alarm = frozenset(
+        i
+        for i, (name, cells) in enumerate(summary.rows, start=1)
+        if name in _ALARM_ROWS and any(c.split(" ", 1)[0] not in ("0", "") for c in cells)
+    )
+    blocks: list[Block] = [summary.title, Table(("measure", *summary.columns), rows, alarm)]
+    blocks += [f"warning: {note}" for note in summary.notes]
+    return blocks
 
 
 async def _main(
