@@ -32,6 +32,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 #: What the light core must not bring: the solver, numpy, Spark, the web framework, the simulator's clients.
 HEAVY = ("numpy", "pulp", "highspy", "pyspark", "pyarrow", "pandas", "fastapi", "uvicorn", "aiomqtt", "amqtt")
+#: Installed with the light core, but not loaded by an agent that runs a plan file (they cost it resident memory):
+#: the graph library, the signature library (managed mode), the metrics server, rich tables.
+NOT_LOADED_BY_A_STANDALONE_AGENT = ("networkx", "cryptography", "prometheus_client", "rich", "pygments")
 
 
 def sources() -> list[str]:
@@ -109,6 +112,7 @@ def test_a_standalone_agent_from_the_light_core(
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
     # The other options as a container or a systemd unit sets them: SPANEDGE_AGENT_<OPTION>.
     env |= {"SPANEDGE_AGENT_HEARTBEAT_INTERVAL": "1", "SPANEDGE_AGENT_CHECKPOINT_INTERVAL": "0.2"}
+    env["PYTHONPROFILEIMPORTTIME"] = "1"  # every module the agent process imports, start to stop, goes to its log
     with agent_log.open("ab") as log:
         proc = subprocess.Popen([str(light / "spanedge"), *args], stdout=log, stderr=log, cwd=tmp_path, env=env)
     sensor = Sensor(site.port)
@@ -134,6 +138,18 @@ def test_a_standalone_agent_from_the_light_core(
     assert code == 0
     assert "Traceback" not in agent_log.read_text()
     assert any((tmp_path / "state").iterdir()), "the agent left no outbox or checkpoint"
+    loaded = imported_packages(agent_log.read_text())
+    assert {"spanedge", "edge_agent", "psutil"} <= loaded, "no import in the agent's log"
+    assert loaded.isdisjoint(NOT_LOADED_BY_A_STANDALONE_AGENT), sorted(loaded & set(NOT_LOADED_BY_A_STANDALONE_AGENT))
+
+
+def imported_packages(log: str) -> set[str]:
+    """The top-level packages a process imported, from what ``PYTHONPROFILEIMPORTTIME`` wrote to its stderr."""
+    return {
+        line.rpartition("|")[2].strip().partition(".")[0]
+        for line in log.splitlines()
+        if line.startswith("import time:") and not line.endswith("imported package")
+    }
 
 
 def test_the_same_app_through_spanedge_testing_on_the_light_core(light: Path, tmp_path: Path) -> None:
