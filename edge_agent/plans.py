@@ -43,6 +43,7 @@ class PlanIntake:
         self.site = site
         self.trusted = trusted
         self.version = version
+        self.applied: bytes | None = None  # the message of the plan in force
 
     def verify(self, payload: bytes) -> SitePlan:
         """Check a plan message without applying it.
@@ -64,6 +65,7 @@ class PlanIntake:
         """
         site_plan = self.verify(payload)
         self.version = site_plan.version
+        self.applied = payload
         return list(site_plan.plans)
 
     def receive(self, payload: bytes, saved: Path) -> list[Plan] | None:
@@ -72,12 +74,17 @@ class PlanIntake:
         Returns:
             The plans of the site's apps, or ``None`` if the message was rejected (logged with the reason).
         """
+        if payload == self.applied:
+            # the broker's retained copy of the message already applied, delivered again on a reconnect
+            log.info("plan version %d is already applied (the broker delivered its retained copy again)", self.version)
+            return None
         try:
             site_plan = self.verify(payload)
         except InvalidPlan as exc:
             log.warning("rejected plan message: %s", exc)
             return None
         self.version = site_plan.version
+        self.applied = payload
         saved.write_bytes(payload)
         log.info("applying plan version %d (%d apps)", site_plan.version, len(site_plan.plans))
         return list(site_plan.plans)

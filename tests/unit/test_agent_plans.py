@@ -33,6 +33,7 @@ def _message(
     source: str | None = None,
     sha: str | None = None,
     key: PlanSigningKey = KEY,
+    issued_at: float = 1.7e9,
 ) -> bytes:
     app = load_app(APP)
     plan = local_plan(app, load_sites(ROOT / "examples" / "cold_chain" / "sites.yaml"))
@@ -40,7 +41,7 @@ def _message(
     body = {
         "site": site,
         "version": version,
-        "issued_at": 1.7e9,
+        "issued_at": issued_at,
         "apps": [
             {
                 "app": "cold-chain",
@@ -115,7 +116,8 @@ def test_every_rejected_plan_is_logged_at_warning_with_its_reason(
         "signed with key": _message(version=4, key=ROGUE),  # a key the agent does not trust (wrong or old)
         "plan is for site 'truck-9'": _message(site="truck-9", version=4),
         "plan version 2 is not newer than the applied version 3": _message(version=2),
-        "plan version 3 is not newer than the applied version 3": _good(3),  # the same message, replayed
+        # version 3 issued again: a replay (the byte-identical retained copy is no rejection, see below)
+        "plan version 3 is not newer than the applied version 3": _message(version=3, issued_at=1.7e9 + 1),
         "the code was altered in transit": _message(version=4, source=code + "\nimport os\n"),
         "not a signed envelope": b"\x00junk",
     }
@@ -152,7 +154,7 @@ def test_good_plans_around_junk_are_all_applied(
     forged = {
         "rogue": lambda v: _message(version=v + 1, key=ROGUE),
         "other-site": lambda v: _message(site="truck-9", version=v + 1),
-        "stale": lambda v: _good(max(v, 1)),
+        "stale": lambda v: _good(1) if v == 0 else _message(version=v, issued_at=1.6e9),
         "altered": lambda v: _message(version=v + 1, source=APP.read_text() + "\n# altered\n"),
     }
     bad = 0
@@ -181,3 +183,25 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+
+
+def test_the_retained_copy_of_the_applied_plan_is_not_a_rejection(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="spanedge.agent")
+    saved = tmp_path / "plan.signed"
+    intake = PlanIntake("truck-7", TRUSTED)
+    message = _message(version=5)
+    assert intake.receive(message, saved) is not None
+    assert intake.receive(message, saved) is None  # the broker's retained copy, after a reconnect
+    assert _rejections(caplog.records) == []
+    assert "already applied" in caplog.text
+    assert intake.receive(_message(version=5, issued_at=1.7e9 + 1), saved) is None  # the version again: a replay
+    assert len(_rejections(caplog.records)) == 1
+
+
+def test_a_saved_plan_that_was_never_applied_is_still_taken_from_the_broker(tmp_path: Path) -> None:
+    saved = tmp_path / "plan.signed"
+    message = _message(version=5)
+    saved.write_bytes(message)
+    assert [p.app for p in PlanIntake("truck-7", TRUSTED).receive(message, saved) or []] == ["cold-chain"]
