@@ -50,6 +50,8 @@ class HubConfig:
     drift_threshold: float = 0.5
     min_replan_interval_s: float = 60.0
     check_interval_s: float = 5.0
+    #: the level of everything the hub logs, uvicorn's own lines included; DEBUG adds a line per request
+    log_level: str = "INFO"
 
 
 class Hub:
@@ -181,16 +183,7 @@ class Hub:
         previous = signal.signal(signal.SIGTERM, _terminate) if main else None
         try:
             self.start()
-            server = uvicorn.Server(
-                uvicorn.Config(
-                    self.api(),
-                    host=self.config.host,
-                    port=self.config.port,
-                    log_level="info",
-                    access_log=False,
-                    timeout_graceful_shutdown=3,  # an open dashboard stream must not hold a stop
-                )
-            )
+            server = uvicorn.Server(uvicorn.Config(self.api(), **uvicorn_options(self.config)))
             server.run()
         except (_Terminated, KeyboardInterrupt):
             log.info("hub stopping")
@@ -198,6 +191,21 @@ class Hub:
             self.stop()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+
+
+def uvicorn_options(config: HubConfig) -> dict[str, Any]:
+    """The options of the hub's uvicorn server: its address, and its logs at the hub's log level.
+
+    The access log (one line per request) is on only at DEBUG.
+    """
+    level = config.log_level.lower()
+    return {
+        "host": config.host,
+        "port": config.port,
+        "log_level": level,
+        "access_log": level == "debug",
+        "timeout_graceful_shutdown": 3,  # an open dashboard stream must not hold a stop
+    }
 
 
 class _Terminated(Exception):

@@ -187,9 +187,12 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Read a long table of measured links from CSV or JSON (a list of rows, or ``{"rows": [...]}``)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         msg = f"cannot read latency file {path}: {exc.strerror}"
+        raise InvalidSites(msg) from None
+    except UnicodeDecodeError as exc:
+        msg = f"latency file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
         raise InvalidSites(msg) from None
     if path.suffix.lower() == ".json" or text.lstrip()[:1] in ("[", "{"):
         try:

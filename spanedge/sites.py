@@ -242,9 +242,12 @@ def load_sites(path: str | Path) -> Sites:
     """Parse and validate a ``sites.yaml``; errors name the file, line and field."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         msg = f"cannot read sites file {path}: {exc.strerror}"
+        raise InvalidSites(msg) from None
+    except UnicodeDecodeError as exc:
+        msg = f"sites file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
         raise InvalidSites(msg) from None
     return parse_sites(text, str(path))
 

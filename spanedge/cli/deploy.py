@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from spanedge.cli.errors import fail, write_output
+from spanedge.cli.errors import check_hub_url, fail, write_output
 from spanedge.errors import SpanEdgeError
 
 
@@ -47,7 +47,10 @@ def deploy(
             )
         else:
             from hub.client import HubClient
+            from spanedge.loader import read_app_source
 
+            check_hub_url(hub_url)
+            read_app_source(app_file)  # a file that cannot be read as an app is refused before the hub is asked
             client = HubClient(hub_url, token)
             weights = {"traffic": traffic_weight, "latency": latency_weight}
             plan = client.deploy(app_file, sites, slo_ms=slo_ms, app_name=app_name, weights=weights)

@@ -79,9 +79,9 @@ def hub(
     logging.getLogger().setLevel(log_level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
+        parsed = load_sites(sites)
         tokens = load_tokens(token_file)
         plan_key = load_signing_key()
-        parsed = load_sites(sites)
         from hub.server import Hub, HubConfig
 
         config = HubConfig(
@@ -97,6 +97,7 @@ def hub(
             down_after_s=down_after,
             drift_threshold=drift_threshold,
             min_replan_interval_s=min_replan_interval,
+            log_level=log_level,
         )
         Hub(parsed, config).serve()
     except SpanEdgeError as exc:

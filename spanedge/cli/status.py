@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from spanedge.cli.errors import fail
+from spanedge.cli.errors import check_hub_url, fail
 from spanedge.cli.output import show
 from spanedge.report import Block, Table, to_text
 
@@ -26,6 +26,7 @@ def status(
     from hub.client import HubClient
     from spanedge.errors import SpanEdgeError
 
+    check_hub_url(hub_url)
     client = HubClient(hub_url, token, timeout=30)
     try:
         sites = client.sites()

@@ -139,3 +139,167 @@ def test_a_hub_state_dir_that_cannot_be_created_is_one_line(tmp_path: Path) -> N
         f"error: cannot create the hub's state directory {target}: No such file or directory; "
         "pass --state-dir in a writable place"
     ]
+
+
+def test_an_app_that_exits_on_import_reads_like_an_import_error(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    app.write_text("import sys\n\nsys.exit(4)\n")
+    code, out = run("deploy", str(app), "--sites", SITES, "--dry-run")
+    assert code == 2
+    assert "Traceback" not in out
+    assert out.count("\n") == 1
+    assert out.startswith(f"error: {app}:3: the app raised SystemExit while loading: exit code 4; "), out
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_an_app_path_that_is_a_directory(tmp_path: Path, dry_run: bool) -> None:
+    extra = ["--dry-run"] if dry_run else ["--hub-url", "http://127.0.0.1:1", "--token", "t"]
+    code, out = run("deploy", str(tmp_path), "--sites", SITES, *extra)
+    assert code == 2
+    assert out == f"error: app file {tmp_path} is a directory; pass the app's .py file\n"
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_an_app_file_that_is_not_utf8(tmp_path: Path, dry_run: bool) -> None:
+    app = tmp_path / "app.py"
+    app.write_bytes(b"# caf\xe9\n")
+    extra = ["--dry-run"] if dry_run else ["--hub-url", "http://127.0.0.1:1", "--token", "t"]
+    code, out = run("deploy", str(app), "--sites", SITES, *extra)
+    assert code == 2
+    assert "Traceback" not in out
+    assert out.startswith(f"error: app file {app} is not UTF-8 text (byte 5: "), out
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("", r"must define exactly one App \(found: none\)"),
+        ("x = (\n", r"app\.py:1: syntax error in app: '\(' was never closed"),
+    ],
+)
+def test_an_empty_or_broken_app_file(tmp_path: Path, source: str, expected: str) -> None:
+    app = tmp_path / "app.py"
+    app.write_text(source)
+    code, out = run("deploy", str(app), "--sites", SITES, "--dry-run")
+    assert code == 2
+    assert out.count("\n") == 1
+    assert re.search(expected, out), out
+
+
+def _latin1(tmp_path: Path) -> Path:
+    path = tmp_path / "sites.yaml"
+    path.write_bytes(b"sites:\n  caf\xe9: {tier: hub}\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["deploy", APP, "--dry-run", "--sites", "{sites}"],
+        ["deploy", APP, "--hub-url", "http://127.0.0.1:1", "--token", "t", "--sites", "{sites}"],
+        ["simulate", "{sites}", APP, "--placement", "central"],
+        ["agent", "--site", "truck-7", "--sites", "{sites}"],
+        ["hub", "--no-spark", "--token-file", "{token}", "--sites", "{sites}"],
+    ],
+)
+def test_a_sites_file_that_is_not_utf8(tmp_path: Path, args: list[str]) -> None:
+    sites = str(_latin1(tmp_path))
+    token = tmp_path / "token"
+    token.write_text("t" * 40)
+    args = [a.format(sites=sites, token=token) for a in args]
+    code, out = run(*args)
+    assert code == 2, out
+    assert (
+        out == f"error: sites file {sites} is not UTF-8 text (byte 12: invalid continuation byte); save it as UTF-8\n"
+    )
+
+
+def test_a_latency_file_that_is_not_utf8(tmp_path: Path) -> None:
+    latency = tmp_path / "latency.csv"
+    latency.write_bytes(b"src,dst\n\xff\n")
+    code, out = run("deploy", APP, "--sites", SITES, "--dry-run", "--latency", str(latency))
+    assert code == 2
+    assert out.startswith(f"error: latency file {latency} is not UTF-8 text"), out
+
+
+def test_a_sites_file_that_is_a_directory(tmp_path: Path) -> None:
+    code, out = run("deploy", APP, "--sites", str(tmp_path), "--dry-run")
+    assert code == 2
+    assert out == f"error: cannot read sites file {tmp_path}: Is a directory\n"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("localhost:8000", "hub URL must start with http:// or https://, got 'localhost:8000'"),
+        ("http://[bad", "invalid hub URL 'http://[bad': Invalid IPv6 URL"),
+        ("http://hub:99999", "invalid hub URL 'http://hub:99999': Port out of range 0-65535"),
+        ("http://", "hub URL 'http://' names no host"),
+    ],
+)
+@pytest.mark.parametrize("command", [["status"], ["deploy", APP, "--sites", SITES]])
+def test_a_hub_url_that_is_not_one(url: str, expected: str, command: list[str]) -> None:
+    code, out = run(*command, "--hub-url", url, "--token", "t")
+    assert code == 2
+    assert out == f"error: {expected}; pass it as http://HOST:PORT (--hub-url or SPANEDGE_HUB_URL)\n"
+
+
+def test_dry_run_does_not_check_the_hub_url() -> None:
+    code, _ = run("deploy", APP, "--sites", SITES, "--dry-run", "--json", "--hub-url", "localhost:8000")
+    assert code == 0
+
+
+def test_a_negative_duration_is_refused() -> None:
+    code, out = run("simulate", SITES, APP, "--duration", "-5")
+    assert code == 2
+    assert out == "error: expected a duration such as '10s', '500ms' or '5m', got '-5'\n"
+
+
+@pytest.mark.parametrize(("level", "access_log"), [("WARNING", False), ("INFO", False), ("DEBUG", True)])
+def test_the_hub_log_level_governs_uvicorn(tmp_path: Path, level: str, access_log: bool) -> None:
+    """uvicorn's own lines (and its access log, on only at DEBUG) follow ``spanedge hub --log-level``."""
+    import logging
+
+    uvicorn = pytest.importorskip("uvicorn")
+    from hub.server import HubConfig, uvicorn_options
+    from spanedge.tokens import Tokens, TokenScope
+    from tests.keys import KEY
+
+    tokens = Tokens([(TokenScope.ADMIN, "hub-admin-token-0123456789abcdef012345", "test")])
+    config = HubConfig(tokens=tokens, plan_key=KEY, log_level=level)
+    options = uvicorn_options(config)
+    assert options["log_level"] == level.lower()
+    assert options["access_log"] is access_log
+    names = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+    saved = {
+        n: (logging.getLogger(n).level, logging.getLogger(n).handlers[:], logging.getLogger(n).propagate) for n in names
+    }
+    try:
+        uvicorn.Config(app=None, **options)  # configures uvicorn's loggers
+        assert logging.getLogger("uvicorn.error").getEffectiveLevel() == getattr(logging, level)
+        assert logging.getLogger("uvicorn.access").getEffectiveLevel() == getattr(logging, level)
+        assert bool(logging.getLogger("uvicorn.access").handlers) is access_log
+    finally:
+        for n, (lvl, handlers, propagate) in saved.items():
+            logger = logging.getLogger(n)
+            logger.setLevel(lvl)
+            logger.handlers = handlers
+            logger.propagate = propagate
+
+
+def test_spanedge_hub_passes_its_log_level_to_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    pytest.importorskip("fastapi")
+    from hub.server import Hub
+    from tests.keys import key_env
+
+    seen: list[str] = []
+    monkeypatch.setattr(Hub, "serve", lambda self: seen.append(self.config.log_level))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", root.level)  # the command sets the root level; put it back afterwards
+    env = {**key_env(tmp_path), "SPANEDGE_TOKEN": "hub-admin-token-0123456789abcdef012345"}
+    args = ["hub", "--sites", SITES, "--no-spark", "--state-dir", str(tmp_path / "hub"), "--log-level", "warning"]
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == ["WARNING"]
