@@ -24,6 +24,7 @@ from typing import Any
 import networkx as nx
 
 from spanedge.errors import InvalidSites
+from spanedge.files import read_text
 from spanedge.sites import Sites
 
 COLUMNS = ("src", "dst", "latency_p50_ms", "latency_p95_ms", "bandwidth_mbps", "cost", "measured_at")
@@ -186,14 +187,7 @@ class LatencyMatrix:
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Read a long table of measured links from CSV or JSON (a list of rows, or ``{"rows": [...]}``)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read latency file {path}: {exc.strerror}"
-        raise InvalidSites(msg) from None
-    except UnicodeDecodeError as exc:
-        msg = f"latency file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
-        raise InvalidSites(msg) from None
+    text = read_text(path, "latency file", InvalidSites)
     if path.suffix.lower() == ".json" or text.lstrip()[:1] in ("[", "{"):
         try:
             data = json.loads(text)

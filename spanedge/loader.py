@@ -10,6 +10,7 @@ from pathlib import Path
 
 from spanedge.app import App
 from spanedge.errors import InvalidDataflow
+from spanedge.files import read_text
 
 
 def load_app(path: str | Path, attribute: str | None = None) -> App:
@@ -31,14 +32,7 @@ def read_app_source(path: str | Path) -> str:
     if not path.is_file():
         msg = f"app file {path} is not a regular file; {hint}"
         raise InvalidDataflow(msg)
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read app file {path}: {exc.strerror}; {hint}"
-        raise InvalidDataflow(msg) from None
-    except UnicodeDecodeError as exc:
-        msg = f"app file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
-        raise InvalidDataflow(msg) from None
+    return read_text(path, "app file", InvalidDataflow, hint)
 
 
 def load_app_source(source: str, filename: str = "<app>", attribute: str | None = None) -> App:

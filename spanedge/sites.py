@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spanedge.errors import InvalidSites
+from spanedge.files import read_text
 
 
 class Tier(enum.StrEnum):
@@ -241,15 +242,7 @@ def _lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], in
 def load_sites(path: str | Path) -> Sites:
     """Parse and validate a ``sites.yaml``; errors name the file, line and field."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read sites file {path}: {exc.strerror}"
-        raise InvalidSites(msg) from None
-    except UnicodeDecodeError as exc:
-        msg = f"sites file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
-        raise InvalidSites(msg) from None
-    return parse_sites(text, str(path))
+    return parse_sites(read_text(path, "sites file", InvalidSites), str(path))
 
 
 def parse_sites(text: str, where: str = "<sites.yaml>") -> Sites:
