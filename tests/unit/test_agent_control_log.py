@@ -56,8 +56,11 @@ def test_a_replayed_or_older_plan_is_logged_at_warning(tmp_path: Path, caplog: p
     newer = _message(version=5)
     assert intake.receive(newer, saved) is not None
     with caplog.at_level(logging.INFO, logger="spanedge.agent"):
-        assert intake.receive(newer, saved) is None  # the same message again
+        # the byte-identical message in force: the broker's retained copy after a reconnect, a no-op
+        assert intake.receive(newer, saved) is None
+        assert intake.receive(_message(version=5, issued_at=2.0e9), saved) is None  # version 5 again: a replay
         assert intake.receive(_message(version=4), saved) is None
+    assert "plan version 5 is already applied" in caplog.text
     warnings = _warnings(caplog)
     assert len(warnings) == 2
     assert all(w.startswith("rejected plan message: ") and "version" in w for w in warnings)
