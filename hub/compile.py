@@ -9,10 +9,21 @@ run as Arrow batches (:mod:`hub.python_operators`), windows as streaming
 aggregations (:mod:`hub.spark_windows`), transforms as the user's function
 over parsed records (:mod:`hub.spark_transforms`). Every stream between
 operators has the columns of :mod:`hub.rows`.
+
+Each hub operator's input and output are counted inside the query that
+computes them, with ``DataFrame.observe`` (a row count Spark reports per
+micro-batch in the query's progress, under ``observedMetrics``). An input
+that is another operator's counted output, and the output of a union or a
+sink (as many records as its input), reuse that count instead of adding a
+step to the plan. :meth:`Compiler.counted` says what each count of a
+query's plan stands for; :mod:`hub.operator_counts` totals them and
+:func:`hub.queries.operator_rates` turns them into per-operator figures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +43,50 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
+@dataclass(frozen=True)
+class Counted:
+    """What one observed count of a query stands for: the records into or out of some replicas of an operator."""
+
+    operator: str
+    direction: str
+    """``in`` or ``out``."""
+    replicas: tuple[str, ...]
+    """The replicas computed together (sorted): one, or the per-site replicas merged into one computation."""
+
+
+class _Counts:
+    """The observed counts of one query's plan, by observation name (unique within the query)."""
+
+    def __init__(self) -> None:
+        self.targets: dict[str, list[Counted]] = {}
+        self._names: dict[int, tuple[DataFrame, str]] = {}
+
+    def _name_of(self, df: DataFrame) -> str | None:
+        known = self._names.get(id(df))
+        return known[1] if known is not None and known[0] is df else None
+
+    def observe(self, df: DataFrame, target: Counted) -> DataFrame:
+        """``df`` with its rows counted for ``target``; a frame counted already keeps its one count."""
+        from pyspark.sql import functions as F
+
+        name = self._name_of(df)
+        if name is not None:
+            self.targets[name].append(target)
+            return df
+        name = f"{target.operator}.{target.direction}#{len(self.targets)}"
+        observed = df.observe(name, F.count(F.lit(1)).alias("n"))
+        self.targets[name] = [target]
+        self._names[id(observed)] = (observed, name)
+        return observed
+
+    def same(self, df: DataFrame, counted: DataFrame, target: Counted) -> None:
+        """Count ``df``, which has exactly the rows of the counted frame ``counted``, for ``target`` too."""
+        name = self._name_of(counted)
+        assert name is not None
+        self.targets[name].append(target)
+        self._names[id(df)] = (df, name)
+
+
 class Compiler:
     """Builds the DataFrames of one plan of an app, replica by replica."""
 
@@ -40,6 +95,16 @@ class Compiler:
         self.spark = spark
         self.replicas = replicas
         self.on_failure = on_failure
+        self._counts = _Counts()
+        self._counted: dict[str, dict[str, list[Counted]]] = {}
+
+    def counted(self, sink: str) -> dict[str, list[Counted]]:
+        """What the observed counts of the query of sink replica ``sink`` stand for, by observation name.
+
+        Known once :meth:`frame` built that query; an observation can stand for
+        several things (an operator's output and the next one's input).
+        """
+        return self._counted.get(sink, {})
 
     def fingerprint(self, sink: str) -> str:
         """A hash of everything the query of sink replica ``sink`` computes."""
@@ -49,7 +114,10 @@ class Compiler:
         """The records reaching sink replica ``sink``, read from the log in ``log_dir`` as ``reader``."""
         source = read_log(self.spark, log_dir, self.replicas.app.name, reader).select(*COLUMNS)
         memo: dict[str, DataFrame] = {}
-        return self._frame(sink, source, memo)
+        self._counts = _Counts()  # observation names are unique per query
+        df = self._frame(sink, source, memo)
+        self._counted[sink] = self._counts.targets
+        return df
 
     def _frame(self, replica: str, source: DataFrame, memo: dict[str, DataFrame]) -> DataFrame:
         """The records ``replica`` emits."""
@@ -60,7 +128,7 @@ class Compiler:
         if a.site != self.replicas.hub or op.kind is Kind.SOURCE:
             df = self._crossing(op, [a], source)
         else:
-            df = self._apply(op, a, self._inputs([a], source, memo))
+            df = self._counted_apply(op, [a], self._inputs([a], source, memo), lambda df: self._apply(op, a, df))
         memo[replica] = df
         return df
 
@@ -123,10 +191,17 @@ class Compiler:
         if not any(at_hub):
             df = self._crossing(op, reps, source)
         elif all(at_hub) and per_site and op.record_level:
-            df = self._apply(op, reps[0], self._inputs(reps, source, memo))
+            df = self._counted_apply(
+                op, reps, self._inputs(reps, source, memo), lambda df: self._apply(op, reps[0], df)
+            )
         elif all(at_hub) and per_site and op.kind is Kind.WINDOW:
-            inputs = self._inputs(reps, source, memo)
-            df = window_frame(op, inputs, self._fields(op), reps[0].group or self.replicas.hub, per_site=True)
+            site = reps[0].group or self.replicas.hub
+            df = self._counted_apply(
+                op,
+                reps,
+                self._inputs(reps, source, memo),
+                lambda df: window_frame(op, df, self._fields(op), site, per_site=True),
+            )
         else:
             frames = [self._frame(r.replica, source, memo) for r in reps]
             df = frames[0]
@@ -134,6 +209,19 @@ class Compiler:
                 df = df.unionByName(other)
         memo[memo_key] = df
         return df
+
+    def _counted_apply(
+        self, op: Operator, reps: list[Assignment], inputs: DataFrame, compute: Callable[[DataFrame], DataFrame]
+    ) -> DataFrame:
+        """``compute`` over ``inputs`` (the records of hub replicas ``reps`` of ``op``), its input and output counted."""
+        replicas = tuple(sorted(r.replica for r in reps))
+        inputs = self._counts.observe(inputs, Counted(op.name, "in", replicas))
+        df = compute(inputs)
+        out = Counted(op.name, "out", replicas)
+        if df is inputs or op.kind is Kind.UNION:  # a sink, a union: as many records out as in
+            self._counts.same(df, inputs, out)
+            return df
+        return self._counts.observe(df, out)
 
     def _apply(self, op: Operator, a: Assignment, df: DataFrame) -> DataFrame:
         """The records hub replica ``a`` of ``op`` emits from its inputs ``df``."""

@@ -55,6 +55,7 @@ class Engine:
         ``"availableNow"`` to process what the log holds and stop (batch jobs, benchmarks).
         """
         from hub.late import LateRecords
+        from hub.operator_counts import ObservedCounts
         from hub.spark_session import build_session
 
         self.state_dir = Path(state_dir)
@@ -72,8 +73,10 @@ class Engine:
         self.spark = spark
         self._late = LateRecords()
         self.spark.streams.addListener(self._late)
+        self._counts = ObservedCounts()
+        self.spark.streams.addListener(self._counts)
         self._memory = MemoryStore()
-        self._queries = Lifecycle(self.spark, self.state_dir, sites, self._memory, self._late, trigger)
+        self._queries = Lifecycle(self.spark, self.state_dir, sites, self._memory, self._late, trigger, self._counts)
         self._apps: dict[str, Deployed] = self._queries.apps  # the same dict, for inspection
 
     def log_dir(self, app: str) -> Path:
@@ -111,7 +114,11 @@ class Engine:
         return self._memory.get(sink_name)
 
     def metrics(self) -> dict[str, Any]:
-        """Per app and query: status, last batch id and duration, input rate, state rows, sink counts."""
+        """Per app and query: status, last batch id and duration, input rate, state rows, sink counts.
+
+        Per app also ``operators``: each hub operator's records in and out, in
+        total and per second (see :meth:`hub.lifecycle.Lifecycle.metrics`).
+        """
         return self._queries.metrics()
 
     def recover(self, now: float | None = None) -> list[str]:
@@ -137,5 +144,7 @@ class Engine:
         self._queries.stop()
         with contextlib.suppress(Exception):  # the session may already be gone
             self.spark.streams.removeListener(self._late)
+        with contextlib.suppress(Exception):
+            self.spark.streams.removeListener(self._counts)
         if self._own_spark:
             self.spark.stop()

@@ -22,7 +22,7 @@ import networkx as nx
 from hub import log as ingest_log
 from hub.checkpoints import check_distinct, checkpoint_name, is_checkpoint_of, retire
 from hub.compile import Compiler
-from hub.queries import Deployed, Query, await_first_batch
+from hub.queries import Deployed, Query, await_first_batch, operator_rates
 from hub.replicas import Replicas
 from hub.restarts import RestartBook
 from hub.sinks import BatchSink, MemoryStore
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from hub.late import LateRecords
+    from hub.operator_counts import ObservedCounts
     from spanedge.app import App
 
 log = logging.getLogger(__name__)
@@ -56,14 +57,26 @@ class Lifecycle:
     """
 
     def __init__(
-        self, spark: SparkSession, state_dir: Path, sites: Sites, memory: MemoryStore, late: LateRecords, trigger: str
+        self,
+        spark: SparkSession,
+        state_dir: Path,
+        sites: Sites,
+        memory: MemoryStore,
+        late: LateRecords,
+        trigger: str,
+        counts: ObservedCounts | None = None,
     ) -> None:
-        """Run queries on ``spark`` with micro-batches every ``trigger`` (or ``availableNow``)."""
+        """Run queries on ``spark`` with micro-batches every ``trigger`` (or ``availableNow``).
+
+        ``counts`` is the listener that totals what the queries observe on their
+        operators; without it :meth:`metrics` has no per-operator figures.
+        """
         self.spark = spark
         self.state_dir = state_dir
         self.sites = sites
         self.memory = memory
         self.late = late
+        self.counts = counts
         self.trigger = trigger
         self.apps: dict[str, Deployed] = {}
         self.restarts = RestartBook()
@@ -125,7 +138,8 @@ class Lifecycle:
             sink.replica, op.sink.kind, op.sink.target, checkpoint / "sink.json", self.memory, broker
         )
         df = compiler.frame(sink.replica, self.log_dir(app), name)
-        return Query(sink.replica, batch_sink, checkpoint, name, fingerprint), df
+        query = Query(sink.replica, batch_sink, checkpoint, name, fingerprint, counted=compiler.counted(sink.replica))
+        return query, df
 
     def _replace(self, app: str, old: dict[str, Query], keep: dict[str, Query], built: _Built) -> None:
         """Stop the old queries not kept; a changed one hands its unread log segments to its successor."""
@@ -185,7 +199,11 @@ class Lifecycle:
     # -- monitoring ----------------------------------------------------------
 
     def metrics(self) -> dict[str, Any]:
-        """Per app: the plan version, and per query what :meth:`hub.queries.Query.metrics` says."""
+        """Per app: the plan version, per query what :meth:`hub.queries.Query.metrics` says, per operator its records.
+
+        ``operators`` maps each hub operator a query has reported on to its
+        ``{"in", "out", "in_rate", "out_rate"}`` (:func:`hub.queries.operator_rates`).
+        """
         out: dict[str, Any] = {}
         with self.lock:
             for name, deployed in self.apps.items():
@@ -194,6 +212,10 @@ class Lifecycle:
                     for replica, q in deployed.queries.items()
                 }
                 out[name] = {"version": deployed.plan.version, "queries": queries}
+                if self.counts is not None:
+                    counts = self.counts
+                    observed = [(q.counted, counts.of(str(q.handle.id))) for q in deployed.queries.values() if q.handle]
+                    out[name]["operators"] = operator_rates(observed)
         return out
 
     def recover(self, now: float | None = None) -> list[str]:

@@ -147,13 +147,34 @@ def _add_ingest(out: Exposition, ingest: Mapping[str, Any]) -> None:
 
 
 def _add_engine(out: Exposition, engine: Mapping[str, Any]) -> None:
-    """Per app its plan version, and per Spark query every number the engine reports."""
+    """Per app its plan version, its hub operators' records in and out, and per Spark query every number."""
     for app_name, data in engine.items():
         if not isinstance(data, Mapping):
             continue
         out.add("spanedge_spark_plan_version", data.get("version"), {"app": app_name})
+        for operator, figures in sorted((data.get("operators") or {}).items()):
+            if isinstance(figures, Mapping):
+                _add_hub_operator(out, {"app": app_name, "operator": operator}, figures)
         for query, values in (data.get("queries") or {}).items():
             labels = {"app": app_name, "query": query}
             for key, value in values.items():
                 scale = 1e-3 if key == "batch_ms" else 1.0
                 out.add(_SPARK_NAMES.get(key, metric_name("spanedge_spark", key)), value, labels, scale=scale)
+
+
+def _add_hub_operator(out: Exposition, labels: Mapping[str, str], figures: Mapping[str, Any]) -> None:
+    """A hub operator's records in and out (counted in its Spark queries), as the agents report theirs."""
+    out.add(
+        "spanedge_hub_operator_input_records_per_second",
+        figures.get("in_rate"),
+        labels,
+        help="records into a hub operator per second, over its last micro-batch",
+    )
+    out.add(
+        "spanedge_hub_operator_output_records_per_second",
+        figures.get("out_rate"),
+        labels,
+        help="records out of a hub operator per second, over its last micro-batch",
+    )
+    out.add("spanedge_hub_operator_input_records_total", figures.get("in"), labels, help="records into a hub operator")
+    out.add("spanedge_hub_operator_output_records_total", figures.get("out"), labels, help="records out of it")

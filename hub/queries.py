@@ -1,9 +1,14 @@
-"""One streaming query per sink replica at the hub: its sink, checkpoint, reader and Spark handle."""
+"""One streaming query per sink replica at the hub: its sink, checkpoint, reader and Spark handle.
+
+Also the hub operators' records in and out, from the counts the queries
+observe (:func:`operator_rates`).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from hub.compile import Counted
     from hub.late import LateRecords
 
 log = logging.getLogger(__name__)
@@ -34,6 +40,8 @@ class Query:
     reader: str
     fingerprint: str
     handle: StreamingQuery | None = None
+    counted: dict[str, list[Counted]] = field(default_factory=dict)
+    """What the counts the query observes stand for, by observation name (:meth:`hub.compile.Compiler.counted`)."""
 
     @property
     def running(self) -> bool:
@@ -90,6 +98,50 @@ class Query:
             entry["input_rows"] = progress.get("numInputRows")
             entry["state_rows"] = sum(int(s.get("numRowsTotal", 0)) for s in progress.get("stateOperators") or [])
         return entry
+
+
+OperatorFigures = dict[str, float | int]
+"""One hub operator's ``{"in", "out"}`` (records so far) and ``{"in_rate", "out_rate"}`` (records/s)."""
+
+
+def operator_rates(
+    queries: Iterable[tuple[Mapping[str, list[Counted]], Mapping[str, tuple[int, float]]]],
+) -> dict[str, OperatorFigures]:
+    """Per hub operator its records in and out, from its queries' observed counts.
+
+    Args:
+        queries: per query, what its observations stand for (:attr:`Query.counted`) and
+            their ``(total, records/s)`` (:meth:`hub.operator_counts.ObservedCounts.of`).
+
+    Every query computes its upstream operators over the same log, so an
+    operator upstream of several sinks is in several queries: each set of
+    replicas computed together is counted once, from the query that has
+    counted the most records of it (the one furthest ahead). An operator's
+    figures then add up disjoint sets of its replicas, the larger sets first
+    (per-site replicas merged in one query cover each one computed alone in
+    another). An operator no query has reported on yet is left out.
+    """
+    best: dict[Counted, tuple[int, float]] = {}
+    for counted, counts in queries:
+        for name, targets in counted.items():
+            if name not in counts:
+                continue
+            for target in targets:
+                if target not in best or counts[name][0] > best[target][0]:
+                    best[target] = counts[name]
+    out: dict[str, OperatorFigures] = {}
+    covered: dict[tuple[str, str], set[str]] = {}
+    for target in sorted(best, key=lambda t: (-len(t.replicas), t.operator, t.direction, t.replicas)):
+        seen = covered.setdefault((target.operator, target.direction), set())
+        if seen.intersection(target.replicas):
+            continue
+        seen.update(target.replicas)
+        total, rate = best[target]
+        figures = out.setdefault(target.operator, {})
+        figures[target.direction] = int(figures.get(target.direction, 0)) + total
+        rate_key = f"{target.direction}_rate"
+        figures[rate_key] = round(float(figures.get(rate_key, 0.0)) + rate, 3)
+    return out
 
 
 def await_first_batch(handle: StreamingQuery, timeout: float = FIRST_BATCH_WAIT_S) -> None:

@@ -33,8 +33,9 @@ class OperatorView(TypedDict):
     ``kind`` is the operator's kind (``source``, ``map``, ``window``, ...) when the
     coordinator can tell, else ``source``, ``sink`` or ``operator`` from the plan's
     flows. ``in_rate`` and ``out_rate`` are records/s summed over the replicas whose
-    site reported them in its last heartbeat; ``None`` when no replica did (the
-    hub's Spark queries report per query, under ``hub.queries``).
+    site reported them in its last heartbeat, plus, for replicas at the hub, what
+    the Spark queries counted in their last micro-batch (``Engine.metrics()``
+    ``operators``); ``None`` when nothing reported them.
     """
 
     name: str
@@ -173,7 +174,8 @@ def build_snapshot(
     apps = []
     for record in records:
         try:
-            apps.append(app_view(record, status, getattr(coordinator, "app", None)))
+            hub_figures = _hub_figures(engine, str(_get(record, "name")))
+            apps.append(app_view(record, status, getattr(coordinator, "app", None), hub_figures))
         except Exception as exc:  # one malformed record must not hide the others
             errors.append(f"app {getattr(record, 'name', '?')}: {exc}")
     return {
@@ -220,7 +222,23 @@ def _count(value: Any) -> int | None:
 # -- apps ----------------------------------------------------------------------------------------
 
 
-def app_view(record: Any, status: Iterable[Mapping[str, Any]], find_app: Callable[[str], Any] | None = None) -> AppView:
+def _operator_edges(assignments: list[Any], flows: list[Any]) -> list[list[str]]:
+    """The operator-level edges of a plan's replica flows, each once, in the order the flows give."""
+    operator_of = {str(_get(a, "replica")): str(_get(a, "operator")) for a in assignments}
+    edges: list[list[str]] = []
+    for f in flows:
+        src, dst = operator_of.get(str(_get(f, "src"))), operator_of.get(str(_get(f, "dst")))
+        if src is not None and dst is not None and src != dst and [src, dst] not in edges:
+            edges.append([src, dst])
+    return edges
+
+
+def app_view(
+    record: Any,
+    status: Iterable[Mapping[str, Any]],
+    find_app: Callable[[str], Any] | None = None,
+    hub_figures: Mapping[str, Any] | None = None,
+) -> AppView:
     """The DAG, rates and plan history of one deployed app.
 
     Args:
@@ -228,6 +246,8 @@ def app_view(record: Any, status: Iterable[Mapping[str, Any]], find_app: Callabl
         status: ``SiteRegistry.status()`` rows (their heartbeats carry per-replica rates).
         find_app: returns the loaded :class:`spanedge.app.App` of a name, if the coordinator offers one;
             it gives the operators' exact kinds.
+        hub_figures: the app's ``operators`` in ``Engine.metrics()``: per operator run at the
+            hub, its ``{"in_rate", "out_rate"}`` counted by the Spark queries.
 
     Raises:
         ValueError: ``record`` has no name or plan.
@@ -239,22 +259,20 @@ def app_view(record: Any, status: Iterable[Mapping[str, Any]], find_app: Callabl
     name = str(name)
     assignments = list(_get(plan, "assignments", ()) or ())
     flows = list(_get(plan, "flows", ()) or ())
-    operator_of = {str(_get(a, "replica")): str(_get(a, "operator")) for a in assignments}
     replicas: dict[str, list[ReplicaView]] = {}
     for a in assignments:
         replicas.setdefault(str(_get(a, "operator")), []).append(
             {"replica": str(_get(a, "replica")), "site": str(_get(a, "site"))}
         )
-    edges: list[list[str]] = []
-    for f in flows:
-        src, dst = operator_of.get(str(_get(f, "src"))), operator_of.get(str(_get(f, "dst")))
-        if src is not None and dst is not None and src != dst and [src, dst] not in edges:
-            edges.append([src, dst])
+    edges = _operator_edges(assignments, flows)
     kinds = _kinds(name, find_app)
     rates = _replica_rates(name, status)
     operators: list[OperatorView] = []
     for op, reps in replicas.items():
         measured = [rates[r["replica"]] for r in reps if r["replica"] in rates]
+        at_hub = (hub_figures or {}).get(op)
+        if isinstance(at_hub, Mapping):
+            measured.append((_number(at_hub.get("in_rate")), _number(at_hub.get("out_rate"))))
         operators.append(
             {
                 "name": op,
@@ -271,6 +289,13 @@ def app_view(record: Any, status: Iterable[Mapping[str, Any]], find_app: Callabl
         "edges": edges,
         "history": [_history_view(h, plan) for h in _get(record, "history", ()) or ()],
     }
+
+
+def _hub_figures(engine: Mapping[str, Any] | None, app: str) -> Mapping[str, Any] | None:
+    """The per-operator figures of ``app``'s hub operators in ``Engine.metrics()``, if any."""
+    data = (engine or {}).get(app)
+    figures = data.get("operators") if isinstance(data, Mapping) else None
+    return figures if isinstance(figures, Mapping) else None
 
 
 def _kinds(app: str, find_app: Callable[[str], Any] | None) -> dict[str, str]:

@@ -107,7 +107,7 @@ def test_the_apps_dag_its_sites_and_rates(coordinator: Coordinator, clock: Clock
     assert ops["anomaly"]["replicas"] == [{"replica": "anomaly", "site": "cloud"}]
     assert (ops["to_celsius"]["in_rate"], ops["to_celsius"]["out_rate"]) == (500, 500)
     assert (ops["unit_stats"]["in_rate"], ops["unit_stats"]["out_rate"]) == (99, 2)
-    assert ops["anomaly"]["in_rate"] is None  # nobody reports hub operators' rates per operator
+    assert ops["anomaly"]["in_rate"] is None  # without the engine nobody counts the hub operators
     assert sorted(map(tuple, app["edges"])) == [
         ("anomaly", "fleet_alerts"),
         ("plausible", "unit_stats"),
@@ -131,6 +131,27 @@ def test_the_apps_dag_its_sites_and_rates(coordinator: Coordinator, clock: Clock
     clock.now += 20
     ops = {o["name"]: o for o in build_snapshot(coordinator)["apps"][0]["operators"]}
     assert ops["to_celsius"]["in_rate"] is None
+
+
+def test_hub_operators_rates_come_from_the_engines_counts(coordinator: Coordinator) -> None:
+    beat(coordinator, "truck-7", operators={"to_celsius@truck-7": rates(100, 100)})
+    operators = {
+        "anomaly": {"in": 120, "out": 6, "in_rate": 6.0, "out_rate": 0.25},
+        "fleet_alerts": {"in": 6, "out": 6, "in_rate": 0.25, "out_rate": 0.25},
+        "unknown": "not figures",
+    }
+    engine = {"cold-chain": {"version": 1, "queries": {}, "operators": operators}, "other": {"operators": {}}}
+    (app,) = build_snapshot(coordinator, lambda: engine)["apps"]
+    ops = {o["name"]: o for o in app["operators"]}
+    assert (ops["anomaly"]["in_rate"], ops["anomaly"]["out_rate"]) == (6.0, 0.25)
+    assert (ops["fleet_alerts"]["in_rate"], ops["fleet_alerts"]["out_rate"]) == (0.25, 0.25)
+    assert (ops["to_celsius"]["in_rate"], ops["to_celsius"]["out_rate"]) == (100, 100)  # from the heartbeat
+    assert ops["local_stats"]["in_rate"] is None  # at the edge sites, not reported by them
+    # an engine without per-operator figures (or without the app) leaves hub operators unknown
+    (app,) = build_snapshot(coordinator, lambda: {"cold-chain": {"version": 1, "queries": {}}})["apps"]
+    assert {o["name"]: o["in_rate"] for o in app["operators"]}["anomaly"] is None
+    view = app_view(coordinator.records()[0], [], hub_figures={"anomaly": {"in_rate": "x", "out_rate": 2}})
+    assert [(o["in_rate"], o["out_rate"]) for o in view["operators"] if o["name"] == "anomaly"] == [(None, 2.0)]
 
 
 def test_kinds_come_from_the_app_when_the_coordinator_has_it(clock: Clock) -> None:

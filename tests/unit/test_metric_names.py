@@ -71,7 +71,8 @@ def hub_text(monkeypatch: pytest.MonkeyPatch) -> str:
     dead_letters.add("cold-chain", "fleet_alerts", 1)
     monkeypatch.setattr(hub.metrics, "DEAD_LETTERS", dead_letters)
     apps = [{"app": "cold-chain", "version": 2, "replicas": 17, "wan_bytes_per_s": 1200.0, "worst_latency_ms": 90.0}]
-    engine = {"cold-chain": {"version": 2, "queries": {"fleet_alerts": SPARK_QUERY}}}
+    operators = {"anomaly": {"in": 90, "out": 3, "in_rate": 6.2, "out_rate": 0.2}}
+    engine = {"cold-chain": {"version": 2, "queries": {"fleet_alerts": SPARK_QUERY}, "operators": operators}}
     return render_metrics(registry.status(), registry.matrix(), apps, INGEST, engine)
 
 
