@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from hub import plan_history
 from hub.distribution import PlanDistributor, SiteApp, sites_of
-from hub.drift import DriftPolicy
+from hub.drift import DriftPolicy, SilenceWatch
 from hub.handover import DEFAULT_DELAY_S, stamp_handovers
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
@@ -99,6 +99,7 @@ class Coordinator:
         self._replaced: dict[str, Plan] = {}  # the plan each app's plan in force replaced (in memory)
         self._apps: dict[str, App] = {}
         self._attempts: dict[str, float] = {}
+        self._silence = SilenceWatch(self.registry.silent)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -260,7 +261,7 @@ class Coordinator:
         replanned = []
         for record in self.records():
             last = max(plan_history.last_planned(record), self._attempts.get(record.name, 0))
-            if not self.drift_policy.due(last, self._clock()):
+            if not self.drift_policy.due(last, self._clock()) or self._silence.waits(record.name, record.plan):
                 continue
             reasons = self.drift(record.name)
             if reasons:

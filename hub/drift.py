@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+from hub.distribution import sites_of
+from spanedge.plan import Plan
+
+log = logging.getLogger("hub.coordinator")
 
 
 def _drift(old: float, new: float, floor: float) -> float:
@@ -53,3 +60,29 @@ class DriftPolicy:
             if old is not None and _drift(old, new, self.rate_floor) > self.threshold:
                 reasons.append(f"rate of {key} {old:.1f}→{new:.1f} rec/s ({(new - old) / max(old, 1e-9):+.0%})")
         return reasons
+
+
+@dataclass
+class SilenceWatch:
+    """Which apps' re-plans must wait: a spoke of their plan fell silent (heard once, not lately).
+
+    A move is handed over by a plan both owners must get before its switch
+    time; a site cut off from the hub would not, so the old owner would go on
+    emitting windows the new one also emits, and the new owner could not reach
+    a cut-off source's broker. Logged once each time an app's set changes.
+
+    Attributes:
+        silent: tells whether a site fell silent (:meth:`hub.registry.SiteRegistry.silent`).
+    """
+
+    silent: Callable[[str], bool]
+    _waiting: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def waits(self, app: str, plan: Plan) -> bool:
+        """True while a spoke that ``plan`` uses (or hands a replica over from) is silent."""
+        silent = tuple(sorted(s for s in sites_of(plan) if s != plan.hub and self.silent(s)))
+        if silent != self._waiting.get(app, ()):
+            self._waiting[app] = silent
+            if silent:
+                log.info("app %r: re-plans wait until %s is heard from again", app, ", ".join(silent))
+        return bool(silent)

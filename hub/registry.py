@@ -144,6 +144,12 @@ class SiteRegistry:
             seen = self._state[site].last_seen if site in self._state else None
         return seen is not None and self._clock() - seen <= self.down_after_s
 
+    def silent(self, site: str) -> bool:
+        """True if ``site`` sent heartbeats once but none within the last ``down_after_s`` seconds (cut off or down)."""
+        with self._lock:
+            seen = self._state[site].last_seen if site in self._state else None
+        return seen is not None and self._clock() - seen > self.down_after_s
+
     def declared_link(self, a: str, b: str) -> tuple[float, float, float, str]:
         """``(latency_ms, bandwidth_mbps, cost, origin)`` that sites.yaml gives from ``a`` to ``b``.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -434,3 +435,25 @@ def test_history_stored_before_moves_and_baselines_were_recorded_still_loads(
     path.write_text(json.dumps(data))
     (record,) = StateStore(tmp_path).load_apps()
     assert [(h.version, h.moved, h.baselines) for h in record.history] == [(1, [], {})]
+
+
+def test_replans_wait_while_a_spoke_of_the_app_is_silent(
+    sites: Sites, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    coordinator, _, _ = make(sites, clock)
+    coordinator.deploy(APP, "app.py")
+    coordinator.registry.heartbeat("b", heartbeat("b"))
+    clock.now += 31  # b was heard once, then fell silent (down_after_s is 15): cut off or down
+    caplog.set_level(logging.INFO, logger="hub.coordinator")
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.drift("demo")  # the drift is there ...
+    assert coordinator.check_drift() == []  # ... but a move could not be handed over to or from b now
+    assert coordinator.check_drift() == []
+    assert [r.getMessage() for r in caplog.records if "re-plans wait" in r.getMessage()] == [
+        "app 'demo': re-plans wait until b is heard from again"
+    ]
+    assert coordinator.record("demo").plan.version == 1
+    coordinator.registry.heartbeat("b", heartbeat("b"))
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.check_drift() == ["demo"]
+    assert coordinator.record("demo").plan.version == 2
