@@ -31,7 +31,7 @@ from typing import Unpack
 from edge_agent import mqtt_codec
 from edge_agent.inflight import InflightWindow, Writer
 from edge_agent.transport import ConnectionOptions, Message, TransportBase
-from spanedge.sites import Broker
+from spanedge.sites import Broker, tls_context
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +119,7 @@ class AsyncioTransport(TransportBase):
 
     def tls_set(self, ca_certs: str | None = None, certfile: str | None = None, keyfile: str | None = None) -> None:
         """Connect over TLS, verifying the broker's certificate (against ``ca_certs`` if given)."""
-        context = ssl.create_default_context(cafile=ca_certs)
-        if certfile:
-            context.load_cert_chain(certfile, keyfile)
-        self._ssl = context
+        self._ssl = tls_context(ca_certs, certfile, keyfile)
 
     # -- the Transport interface --------------------------------------------
 

@@ -7,6 +7,7 @@ import collections
 import contextlib
 import math
 import os
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -81,20 +82,6 @@ class PublishProbe:
             self._pending.clear()
 
 
-async def tcp_connect_ms(host: str, port: int, timeout: float = 3.0) -> float | None:
-    """Time a TCP connect to ``host:port`` in milliseconds; ``None`` if it fails."""
-    start = time.perf_counter()
-    try:
-        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, TimeoutError):
-        return None
-    elapsed = (time.perf_counter() - start) * 1000.0
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return elapsed
-
-
 def _connect_packet(client_id: str) -> bytes:
     """A minimal MQTT 3.1.1 CONNECT packet (clean session, no credentials)."""
     ident = client_id.encode()
@@ -102,17 +89,22 @@ def _connect_packet(client_id: str) -> bytes:
     return b"\x10" + bytes([len(body)]) + body
 
 
-async def mqtt_roundtrip_ms(host: str, port: int, timeout: float = 3.0) -> float | None:
-    """Time an MQTT CONNECT → CONNACK round trip to a broker in milliseconds.
+async def mqtt_roundtrip_ms(
+    host: str, port: int, timeout: float = 3.0, tls: ssl.SSLContext | None = None
+) -> float | None:
+    """Time an MQTT CONNECT → CONNACK round trip to a broker in milliseconds (over TLS with ``tls``).
 
     Unlike a TCP connect, the CONNACK comes from the broker itself, so the
-    figure crosses every proxy or tunnel on the way. A broker that refuses
-    anonymous clients still answers with a CONNACK, which is enough. ``None``
-    if the broker cannot be reached.
+    figure crosses every proxy or tunnel on the way; with TLS it is timed
+    after the handshake. A broker that refuses anonymous clients still
+    answers with a CONNACK, which is enough. ``None`` if the broker cannot be
+    reached.
     """
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, TimeoutError):
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls is not None else None), timeout
+        )
+    except (OSError, TimeoutError, ssl.SSLError):
         return None
     try:
         start = time.perf_counter()

@@ -14,7 +14,7 @@ import orjson
 
 from edge_agent.heartbeat import ProcessStats, Rates, heartbeat
 from edge_agent.outbox import Outbox
-from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms, tcp_connect_ms
+from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms
 from edge_agent.transport import Inbox, Transport
 from spanedge import topics
 from spanedge.runtime import Pipeline
@@ -99,10 +99,7 @@ class Telemetry:
             self.hub_probe.send(lambda: self.hub.publish(topics.control(self.site, "probe"), body, 1))
         brokers = [peer.mqtt() for peer in self.peers]
         times = await asyncio.gather(
-            *(
-                tcp_connect_ms(b.host, b.port) if b.tls is not None else mqtt_roundtrip_ms(b.host, b.port)
-                for b in brokers
-            )
+            *(mqtt_roundtrip_ms(b.host, b.port, tls=b.tls.context() if b.tls is not None else None) for b in brokers)
         )
         for peer, ms in zip(self.peers, times, strict=True):
             if ms is not None:

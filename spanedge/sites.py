@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,6 +51,18 @@ class TLS(_Model):
     ca_file: str
     cert_file: str | None = None
     key_file: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """An SSL context that verifies the broker against ``ca_file`` and presents the client certificate, if any."""
+        return tls_context(self.ca_file, self.cert_file, self.key_file)
+
+
+def tls_context(ca_file: str | None, cert_file: str | None = None, key_file: str | None = None) -> ssl.SSLContext:
+    """An SSL context verifying servers against ``ca_file`` (the system's CAs if ``None``), with a client certificate."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
+    return context
 
 
 class StreamBinding(_Model):
