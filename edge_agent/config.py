@@ -11,6 +11,7 @@ returns the :class:`AgentConfig` and the plans to run.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,17 +41,22 @@ def _option(default: Any, help: str, **limits: float) -> Any:
     return field(default=default, metadata=_help(help, **limits))
 
 
+def _choice(value: str, choices: Sequence[str], what: str) -> str:
+    """The one of ``choices`` that ``value`` names, whatever its case; ``ValueError`` naming ``what`` otherwise."""
+    chosen = next((c for c in choices if c.lower() == value.lower()), None)
+    if chosen is None:
+        msg = f"invalid {what} {value!r}; use one of {', '.join(choices)}"
+        raise ValueError(msg)
+    return chosen
+
+
 def check_log_level(value: str) -> str:
     """The log level ``value`` names, in upper case.
 
     Raises:
         ValueError: ``value`` is not one of :data:`LOG_LEVELS`.
     """
-    level = value.upper()
-    if level not in LOG_LEVELS:
-        msg = f"invalid log level {value!r}; use one of {', '.join(LOG_LEVELS)}"
-        raise ValueError(msg)
-    return level
+    return _choice(value, LOG_LEVELS, "log level")
 
 
 def check_transport(value: str) -> str:
@@ -59,11 +65,7 @@ def check_transport(value: str) -> str:
     Raises:
         ValueError: ``value`` is not one of :data:`TRANSPORTS`.
     """
-    name = value.lower()
-    if name not in TRANSPORTS:
-        msg = f"invalid transport {value!r}; use one of {', '.join(TRANSPORTS)}"
-        raise ValueError(msg)
-    return name
+    return _choice(value, TRANSPORTS, "transport")
 
 
 @dataclass
