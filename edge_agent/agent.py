@@ -82,7 +82,9 @@ class Agent:
         self.intake = Intake(site, sites, self.inbox, connect)
         self.site_broker = SiteBrokerLink(site, sites, self.intake, connect)
         self.sinks = LocalSinks(site, config.state_dir, config.late_file_max_bytes, self.hub, self.site_broker.get)
-        self.telemetry = Telemetry(site, sites, self.hub_site, self.hub, config.heartbeat_interval)
+        self.telemetry = Telemetry(
+            site, sites, self.hub_site, self.hub, config.heartbeat_interval, config.peer_probe_interval
+        )
         self.drainer = Drainer(self.outbox, self.hub, config.drain_rate, batch_size=config.batch_size, publisher=site)
         self.processor = Processor(
             self.apps.pipelines,

@@ -76,6 +76,9 @@ class AgentConfig:
     sites: Sites
     state_dir: Path
     heartbeat_interval: float = _option(5.0, "seconds between heartbeats")
+    peer_probe_interval: float = _option(
+        30.0, "seconds between latency probes to other spokes' brokers (each is a connection; with TLS, a handshake)"
+    )
     outbox_max_bytes: int = _option(256 * 2**20, "bound of the on-disk outbox")
     drop_policy: str = _option("oldest", "when the outbox is full: oldest or newest")
     drain_rate: float = _option(20_000.0, "max records/s sent to the hub")

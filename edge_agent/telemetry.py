@@ -34,12 +34,16 @@ class Telemetry:
     publishes a heartbeat. Echoes of the hub's probe replies keep a clock offset.
     """
 
-    def __init__(self, site: str, sites: Sites, hub_site: str, hub: Transport, interval: float) -> None:
-        """Measure nothing yet."""
+    def __init__(
+        self, site: str, sites: Sites, hub_site: str, hub: Transport, interval: float, peer_interval: float = 30.0
+    ) -> None:
+        """Measure nothing yet; probe the hub every ``interval`` seconds and peer brokers every ``peer_interval``."""
         self.site = site
         self.hub_site = hub_site
         self.hub = hub
         self.interval = interval
+        self.peer_interval = peer_interval
+        self._peers_probed = -math.inf  # monotonic time of the last peer probe
         self.peers = [s for s in sites.sites.values() if s.name != site and s.tier is Tier.SPOKE]
         self.hub_probe = PublishProbe()
         self.peer_rtt: dict[str, RttStats] = {}
@@ -93,10 +97,13 @@ class Telemetry:
                 await asyncio.wait_for(stop.wait(), self.interval)
 
     async def probe(self) -> None:
-        """Send a hub probe and time a connection to every peer spoke's broker."""
+        """Send a hub probe; every ``peer_interval``, time a round trip to every peer spoke's broker."""
         if self.hub.connected:
             body = orjson.dumps({"site": self.site, "ts": time.time()})
             self.hub_probe.send(lambda: self.hub.publish(topics.control(self.site, "probe"), body, 1))
+        if time.monotonic() - self._peers_probed < self.peer_interval:
+            return
+        self._peers_probed = time.monotonic()
         brokers = [peer.mqtt() for peer in self.peers]
         times = await asyncio.gather(
             *(mqtt_roundtrip_ms(b.host, b.port, tls=b.tls.context() if b.tls is not None else None) for b in brokers)

@@ -67,6 +67,7 @@ def agent_argv(
     args = [
         "agent", "--site", site, "--sites", str(sites_file), "--state-dir", str(state_dir),
         "--heartbeat-interval", str(heartbeat_interval),
+        "--peer-probe-interval", str(5 * heartbeat_interval),
     ]  # fmt: skip
     if plan_file is not None:
         args += ["--plan", str(plan_file)]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import time
+import types
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from edge_agent.apps import Apps
 from edge_agent.config import AgentConfig
@@ -112,3 +115,38 @@ def test_apps_drop_the_replicas_they_handed_over_once_their_windows_fired(tmp_pa
     apps.apply([moved])  # the same plan again: what was handed over stays dropped
     assert apps.pipelines["cold-chain"].nodes == []
     outbox.close()
+
+
+async def test_peer_brokers_are_probed_every_peer_interval_not_every_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_agent import telemetry as telemetry_module
+    from edge_agent.telemetry import Telemetry
+
+    sites = parse_sites(
+        """
+sites:
+  cloud: {tier: hub, broker: "mqtt://127.0.0.1:1"}
+  a: {tier: spoke, broker: "mqtt://127.0.0.1:2", streams: {readings: {topic: "a/+", rate: 1}}}
+  b: {tier: spoke, broker: "mqtt://127.0.0.1:3", streams: {readings: {topic: "b/+", rate: 1}}}
+"""
+    )
+    probed: list[int] = []
+
+    async def roundtrip(host: str, port: int, timeout: float = 3.0, tls: object = None) -> float:
+        probed.append(port)
+        return 12.0
+
+    class Hub:
+        connected = False
+
+    monkeypatch.setattr(telemetry_module, "mqtt_roundtrip_ms", roundtrip)
+    now = [100.0]
+    clock = types.SimpleNamespace(monotonic=lambda: now[0], time=time.time, perf_counter=time.perf_counter)
+    monkeypatch.setattr(telemetry_module, "time", clock)  # the module's clock only, not the event loop's
+    telemetry = Telemetry("a", sites, "cloud", Hub(), 2.0, peer_interval=10.0)  # type: ignore[arg-type]
+    for _ in range(5):  # five heartbeats, 2 s apart: one peer probe
+        await telemetry.probe()
+        now[0] += 2.0
+    assert probed == [3]
+    await telemetry.probe()  # 10 s after the first
+    assert probed == [3, 3]
+    assert telemetry.peer_rtt["b"].to_dict()["samples"] == 2

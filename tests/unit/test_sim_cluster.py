@@ -87,7 +87,7 @@ def test_hub_and_agent_commands() -> None:
     agent = agent_argv("truck-7", Path("t7.yaml"), Path("a"), 2.0, Path("plan.json"))
     assert agent[agent.index("agent") :] == [
         "agent", "--site", "truck-7", "--sites", "t7.yaml", "--state-dir", "a",
-        "--heartbeat-interval", "2.0", "--plan", "plan.json",
+        "--heartbeat-interval", "2.0", "--peer-probe-interval", "10.0", "--plan", "plan.json",
     ]  # fmt: skip
 
 
