@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,14 @@ import orjson
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from spanedge import signing
 from spanedge.envelope import Record, decode_batch
 from spanedge.loader import load_app
+from spanedge.plan import Plan
+from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites, parse_sites
 from spanedge.testing import local_plan
+from tests.keys import KEY
 from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +51,20 @@ sites:
     plan_path = tmp / "plan.json"
     plan_path.write_text(plan.to_json())
     return sites_path, plan_path, sites
+
+
+def signed_plan(
+    plan: Plan, source: str, version: int, key: PlanSigningKey = KEY, site: str = "truck-7", apps: bool = True
+) -> bytes:
+    """The hub's signed plan message for ``site``: ``plan`` with the app ``source`` (no apps if not ``apps``)."""
+    entry = {
+        "app": plan.app,
+        "plan": dataclasses.replace(plan, app_source="").to_dict(),
+        "source": source,
+        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+    }
+    body = {"site": site, "version": version, "issued_at": time.time(), "apps": [entry] if apps else []}
+    return signing.sign_plan(body, key)
 
 
 def client(port: int, persistent: bool = False) -> mqtt.Client:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
 import logging
 import time
 from pathlib import Path
@@ -14,13 +12,13 @@ import pytest
 
 from edge_agent.agent import Agent, AgentConfig
 from edge_agent.transport import PahoTransport
-from spanedge import signing, topics
+from spanedge import topics
 from spanedge.loader import load_app
 from spanedge.testing import local_plan
-from tests.keys import KEY, TRUSTED
+from tests.keys import TRUSTED
 from tests.polling import poll
 
-from .agentkit import HubObserver, Sensor, client, readings, write_setup
+from .agentkit import HubObserver, Sensor, client, readings, signed_plan, write_setup
 
 # Two windows over the same readings; version 2 changes only the second one's aggregations.
 APP = """
@@ -47,15 +45,7 @@ def _plan(tmp: Path, source: str, version: int, sites: Any) -> bytes:
     """The hub's signed plan for truck-7 that runs ``source``'s local windows there."""
     path = tmp / f"app_v{version}.py"
     path.write_text(source)
-    plan = local_plan(load_app(path), sites)
-    entry = {
-        "app": plan.app,
-        "plan": dataclasses.replace(plan, app_source="").to_dict(),
-        "source": source,
-        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
-    }
-    body = {"site": "truck-7", "version": version, "issued_at": time.time(), "apps": [entry]}
-    return signing.sign_plan(body, KEY)
+    return signed_plan(local_plan(load_app(path), sites), source, version)
 
 
 def _windows(observer: HubObserver, stream: str) -> dict[tuple[str, float], dict[str, Any]]:

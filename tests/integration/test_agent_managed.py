@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
 import logging
 import time
 from pathlib import Path
@@ -14,25 +12,28 @@ import pytest
 
 from edge_agent.agent import Agent, AgentConfig
 from edge_agent.transport import PahoTransport
-from spanedge import signing, topics
+from spanedge import topics
 from spanedge.plan import Plan
 from spanedge.signing import PlanSigningKey
 from tests.keys import KEY, ROGUE, TRUSTED
 from tests.polling import poll
 
-from .agentkit import APP_FILE, HubObserver, Sensor, client, readings, reference, results, same, write_setup
+from .agentkit import (
+    APP_FILE,
+    HubObserver,
+    Sensor,
+    client,
+    readings,
+    reference,
+    results,
+    same,
+    signed_plan,
+    write_setup,
+)
 
 
 def _signed(plan: Plan, version: int, key: PlanSigningKey = KEY, apps: bool = True, site: str = "truck-7") -> bytes:
-    code = APP_FILE.read_text()
-    entry = {
-        "app": plan.app,
-        "plan": dataclasses.replace(plan, app_source="").to_dict(),
-        "source": code,
-        "source_sha256": hashlib.sha256(code.encode()).hexdigest(),
-    }
-    body = {"site": site, "version": version, "issued_at": time.time(), "apps": [entry] if apps else []}
-    return signing.sign_plan(body, key)
+    return signed_plan(plan, APP_FILE.read_text(), version, key=key, site=site, apps=apps)
 
 
 @pytest.mark.timeout(60)
