@@ -153,7 +153,7 @@ def child_bare(port: int, qos: int, n: int, ready: Path, tag: str) -> dict[str, 
 
 
 def child_agent(
-    url: str, qos: int, n: int, ready: Path, state_dir: Path, tag: str, transport: str = "asyncio"
+    url: str, qos: int, n: int, ready: Path, state_dir: Path, tag: str, transport: str = "asyncio", inbox: int = 0
 ) -> dict[str, Any]:
     """Run the agent in this process and time records through its pipeline."""
     from edge_agent.agent import Agent, AgentConfig
@@ -166,6 +166,8 @@ def child_agent(
     # the plan comes as a file, as a standalone agent's does: planning is not the agent's work
     plan = Plan.from_json((state_dir / "plan.json").read_text())
     config = AgentConfig(spoke, sites, state_dir, heartbeat_interval=30.0)
+    if inbox:
+        config.inbox_size = inbox
     connect = transport_factory(transport)
     out: dict[str, Any] = {}
 
@@ -311,6 +313,7 @@ def main() -> None:
     parser.add_argument("--drain-records", type=int, default=200_000, help="records for the edge->hub drain")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each consumer; the best is shown")
     parser.add_argument("--transport", default="asyncio", choices=["asyncio", "paho"], help="the agent's MQTT client")
+    parser.add_argument("--inbox", type=int, default=0, help="the agent's inbox size (0: its default)")
     parser.add_argument("--child", nargs="*")
     parser.add_argument("--ready")
     parser.add_argument("--out")
@@ -321,7 +324,7 @@ def main() -> None:
         if kind == "bare":
             res = child_bare(int(rest[0]), int(rest[1]), int(rest[2]), ready, rest[3])
         elif kind == "agent":
-            res = child_agent(rest[0], int(rest[1]), int(rest[2]), ready, Path(rest[3]), rest[4], rest[5])
+            res = child_agent(rest[0], int(rest[1]), int(rest[2]), ready, Path(rest[3]), rest[4], rest[5], int(rest[6]))
         else:
             _await_go(ready)
             res = child_drain(rest[0], int(rest[1]), Path(rest[2]))
@@ -347,7 +350,16 @@ def main() -> None:
                 bares.append(_run_child(bare_args, broker.port, payload, qos, work))
                 state_dir = work / f"agent-{tag}"
                 _write_plan(state_dir, broker.url, tag, qos)
-                agent_args = ["agent", broker.url, str(qos), str(n), str(state_dir), tag, args.transport]
+                agent_args = [
+                    "agent",
+                    broker.url,
+                    str(qos),
+                    str(n),
+                    str(state_dir),
+                    tag,
+                    args.transport,
+                    str(args.inbox),
+                ]
                 agents.append(_run_child(agent_args, broker.port, payload, qos, work))
             best = lambda runs: min(runs, key=lambda r: r["seconds"])  # noqa: E731
             rows.append((qos, n, best(bares), best(agents)))

@@ -18,7 +18,8 @@ from typing import Any
 
 import orjson
 
-from hub.links import Links
+from hub.links import Links, pair
+from placement.latency import LatencyMatrix
 from spanedge.sites import Sites
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ class _SiteState:
     last_seen: float | None = None
     heartbeat: dict[str, Any] = field(default_factory=dict)
     rejected: int = 0
+    revision: int = 0  # counts the changes of what ``status`` shows from the heartbeat
 
 
 class SiteRegistry:
@@ -68,6 +70,11 @@ class SiteRegistry:
         self._links = Links(sites, alpha, stale_after_s)
         self._rates: dict[tuple[str, str], float] = {}
         self._unknown: set[str] = set()
+        self._rows: dict[str, tuple[int, dict[str, Any]]] = {}  # per site: revision, status row without live fields
+        self._declared_links: dict[tuple[str, str], tuple[float, float, float, str]] = {}
+        names = list(sites.sites)
+        declared = LatencyMatrix.from_sites(sites)
+        self._declared_pairs = {pair(a, b): declared.latency(a, b) for i, a in enumerate(names) for b in names[i + 1 :]}
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -99,6 +106,7 @@ class SiteRegistry:
             state = self._state[site]
             state.last_seen = now
             state.heartbeat = data
+            state.revision += 1
             latency = data.get("latency") or {}
             if isinstance(latency, dict):
                 for peer, m in latency.items():
@@ -133,6 +141,7 @@ class SiteRegistry:
         with self._lock:
             if site in self._state:
                 self._state[site].rejected += 1
+                self._state[site].revision += 1
         log.warning("ignoring a heartbeat on site %r's topic: %s", site, reason)
         return False
 
@@ -171,18 +180,47 @@ class SiteRegistry:
         return [self.link(a, b) for a in names for b in names if a != b]
 
     def latency_rows(self) -> list[dict[str, Any]]:
-        """The fresh measurements, in the row format of ``LatencyMatrix.with_measurements``."""
-        return [
-            {
-                "src": r["src"],
-                "dst": r["dst"],
-                "latency_p50_ms": r["latency_ms"],
-                "latency_p95_ms": r["p95_ms"],
-                "measured_at": r["measured_at"],
-            }
-            for r in self.matrix()
-            if r["source"] == "measured"
-        ]
+        """The fresh measurements, in the row format of ``LatencyMatrix.with_measurements``.
+
+        Only the pairs a site measured are visited, not the whole matrix.
+        """
+        order = {name: i for i, name in enumerate(self.sites.sites)}
+        now = self._clock()
+        rows = []
+        for a in self.sites.sites:
+            with self._lock:
+                peers = sorted(self._links.peers(a), key=lambda p: order.get(p, len(order)))
+                measured = [(b, self._links.measured(a, b)) for b in peers if b != a]
+            for b, m in measured:
+                if m is None or now - m.updated_at > self.stale_after_s:
+                    continue
+                r = self._links.row(a, b, m, now)
+                rows.append(
+                    {
+                        "src": a,
+                        "dst": b,
+                        "latency_p50_ms": r["latency_ms"],
+                        "latency_p95_ms": r["p95_ms"],
+                        "measured_at": r["measured_at"],
+                    }
+                )
+        return rows
+
+    def pair_latencies(self) -> dict[str, float]:
+        """The current one-way latency of every unordered site pair (key ``hub.links.pair``), as :meth:`link` gives it.
+
+        Declared values (links, paths, default) come from a table made once; fresh measurements replace them.
+        """
+        now = self._clock()
+        latencies = dict(self._declared_pairs)
+        for a in self.sites.sites:
+            with self._lock:
+                measured = [(b, self._links.measured(a, b)) for b in self._links.peers(a)]
+            for b, m in measured:
+                key = pair(a, b)
+                if m is not None and key in latencies and now - m.updated_at <= self.stale_after_s:
+                    latencies[key] = round(m.p50_ms, 3)
+        return latencies
 
     def stream_rate(self, stream: str, site: str) -> float | None:
         """The smoothed measured rate of ``stream`` at ``site`` while the site is alive, or None."""
@@ -199,55 +237,81 @@ class SiteRegistry:
             bindings = {}
             for stream, binding in site.streams.items():
                 rate = self.stream_rate(stream, name) if wanted is None or stream in wanted else None
-                bindings[stream] = binding.model_copy(update={"rate": max(rate, 1e-3)}) if rate is not None else binding
-            updated[name] = site.model_copy(update={"streams": bindings})
-        return self.sites.model_copy(update={"sites": updated})
+                bindings[stream] = binding.replace(rate=max(rate, 1e-3)) if rate is not None else binding
+            updated[name] = site.replace(streams=bindings)
+        return self.sites.replace(sites=updated)
 
-    def _own_links(self, name: str) -> dict[str, dict[str, Any]]:
-        """The links of ``name`` that were measured or that sites.yaml declares.
+    def _own_links(self, name: str, now: float) -> dict[str, dict[str, Any]]:
+        """The links of ``name`` that were measured or that sites.yaml declares, as :meth:`link` gives them.
 
         Pairs covered only by a path over other links or by ``default_link`` are left
         out: they grow with the square of the fleet, and ``GET /latency`` has them all.
         """
         with self._lock:
-            peers = self._links.peers(name)
-        rows = (self.link(name, peer) for peer in sorted(peers))
-        return {
-            row["dst"]: {k: row[k] for k in ("latency_ms", "p95_ms", "source", "age_s")}
-            for row in rows
-            if row["source"] in ("measured", "declared")
-        }
+            measured = [(peer, self._links.measured(name, peer)) for peer in sorted(self._links.peers(name))]
+        out: dict[str, dict[str, Any]] = {}
+        for peer, m in measured:
+            if m is not None and now - m.updated_at <= self.stale_after_s:
+                p50, p95, age = round(m.p50_ms, 3), round(m.p95_ms, 3), round(now - m.updated_at, 3)
+                out[peer] = {"latency_ms": p50, "p95_ms": p95, "source": "measured", "age_s": age}
+                continue
+            declared = self._declared_links.get((name, peer))
+            if declared is None:
+                declared = self._declared_links[name, peer] = self._links.declared(name, peer)
+            latency, _, _, origin = declared
+            if origin == "declared":
+                out[peer] = {"latency_ms": latency, "p95_ms": latency, "source": origin, "age_s": None}
+        return out
 
     def status(self) -> list[dict[str, Any]]:
         """Every site's declared facts and live state, for ``GET /sites``."""
+        return [row for _, row in self.status_revisions()]
+
+    def status_revisions(self) -> list[tuple[int, dict[str, Any]]]:
+        """The rows of :meth:`status`, each with its site's revision.
+
+        The revision changes whenever a row's fields other than ``alive``,
+        ``last_heartbeat_age_s`` and ``latency`` (which follow the clock) may
+        have changed, so a reader can keep what it derives from the rest.
+        """
         now = self._clock()
         out = []
-        for name, site in self.sites.sites.items():
+        for name in self.sites.sites:
             with self._lock:
                 state = self._state[name]
-                hb = dict(state.heartbeat)
-                seen = state.last_seen
-                rejected = state.rejected
-            out.append(
-                {
-                    "site": name,
-                    "tier": str(site.tier),
-                    "broker": site.mqtt().url,
-                    "streams": {s: b.rate for s, b in site.streams.items()},
-                    "alive": seen is not None and now - seen <= self.down_after_s,
-                    "last_heartbeat_age_s": None if seen is None else round(now - seen, 3),
-                    "apps": hb.get("apps", []),
-                    "operators": hb.get("operators", {}),
-                    "watermark_lag_s": hb.get("watermark_lag_s"),
-                    "outbox": hb.get("outbox", {}),
-                    "dlq": hb.get("dlq"),
-                    "late": hb.get("late"),
-                    "overload_dropped": hb.get("overload_dropped"),
-                    "cpu_percent": hb.get("cpu_percent"),
-                    "rss_bytes": hb.get("rss_bytes"),
-                    "clock_offset_ms": hb.get("clock_offset_ms"),
-                    "rejected_heartbeats": rejected,
-                    "latency": self._own_links(name),
-                }
-            )
+                seen, revision = state.last_seen, state.revision
+                cached = self._rows.get(name)
+                if cached is None or cached[0] != revision:
+                    cached = (revision, self._row(name, state))
+                    self._rows[name] = cached
+            row = dict(cached[1])
+            row["alive"] = seen is not None and now - seen <= self.down_after_s
+            row["last_heartbeat_age_s"] = None if seen is None else round(now - seen, 3)
+            row["latency"] = self._own_links(name, now)
+            out.append((revision, row))
         return out
+
+    def _row(self, name: str, state: _SiteState) -> dict[str, Any]:
+        """Site ``name``'s status row from its declaration and last heartbeat, the live fields left ``None``."""
+        site = self.sites.sites[name]
+        hb = state.heartbeat
+        return {
+            "site": name,
+            "tier": str(site.tier),
+            "broker": site.mqtt().url,
+            "streams": {s: b.rate for s, b in site.streams.items()},
+            "alive": None,
+            "last_heartbeat_age_s": None,
+            "apps": hb.get("apps", []),
+            "operators": hb.get("operators", {}),
+            "watermark_lag_s": hb.get("watermark_lag_s"),
+            "outbox": hb.get("outbox", {}),
+            "dlq": hb.get("dlq"),
+            "late": hb.get("late"),
+            "overload_dropped": hb.get("overload_dropped"),
+            "cpu_percent": hb.get("cpu_percent"),
+            "rss_bytes": hb.get("rss_bytes"),
+            "clock_offset_ms": hb.get("clock_offset_ms"),
+            "rejected_heartbeats": state.rejected,
+            "latency": None,
+        }

@@ -79,9 +79,7 @@ def synthetic_sites(n_sites: int, n_streams: int, rng: random.Random, hubs: int 
         for t in sorted((t for t in spokes if t != s), key=lambda t: ms(s, t))[:3]:
             if s < t:
                 links.append({"between": [s, t], "latency_ms": ms(s, t), "bandwidth_mbps": 20})
-    return Sites.model_validate(
-        {"sites": sites, "links": links, "default_link": {"latency_ms": 200, "bandwidth_mbps": 5}}
-    )
+    return Sites.of({"sites": sites, "links": links, "default_link": {"latency_ms": 200, "bandwidth_mbps": 5}})
 
 
 def synthetic_app(n_ops: int, streams: list[str], rng: random.Random) -> App:
@@ -158,5 +156,5 @@ def _feasible(app: App, sites: Sites) -> Sites:
         if room:
             spare[room[0]] -= demand
         else:
-            raised[home] = raised[home].model_copy(update={"cpu": math.ceil(demand * 2) / 2 + 0.5})
-    return sites.model_copy(update={"sites": raised})
+            raised[home] = raised[home].replace(cpu=math.ceil(demand * 2) / 2 + 0.5)
+    return sites.replace(sites=raised)

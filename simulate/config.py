@@ -29,19 +29,29 @@ Links not listed take the one-way delay from ``latency_ms`` and the cap from
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import msgspec
 
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidSites
+from spanedge.file_models import FileModel, convert
 from spanedge.sites import Sites
 
 SPECIALS = ("$key", "$event_time", "$seq", "$site")
+_OPTIONS = ("const", "uniform", "normal", "walk", "bernoulli", "choice", "format")
+
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
+QoS = Annotated[int, msgspec.Meta(ge=0, le=1)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Seconds(float):
+    """A duration in seconds, zero or more: a number, or text with a unit such as ``10s``, ``500ms`` or ``5m``."""
+
+
+class SignedSeconds(float):
+    """A duration in seconds that may be negative, such as ``-1s``."""
 
 
 def _seconds(value: Any, allow_zero: bool = True) -> float:
@@ -50,100 +60,104 @@ def _seconds(value: Any, allow_zero: bool = True) -> float:
     return parse_duration(value)
 
 
-class Walk(_Model):
+def _decode(kind: type, value: Any) -> Any:
+    """Build the duration types of the section (``msgspec.convert``'s ``dec_hook``)."""
+    if kind is Seconds:
+        return Seconds(_seconds(value))
+    if kind is SignedSeconds:
+        if isinstance(value, str) and value.startswith("-"):
+            return SignedSeconds(-_seconds(value[1:]))
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return SignedSeconds(value)
+        return SignedSeconds(_seconds(value))
+    raise NotImplementedError
+
+
+def _as_floats(model: FileModel, *names: str) -> None:
+    """Store the durations ``names`` of ``model`` as plain floats (what every other part of the code expects)."""
+    for name in names:
+        msgspec.structs.force_setattr(model, name, float(getattr(model, name)))
+
+
+class Walk(FileModel, frozen=True):
     """A bounded random walk: the start (or a range to draw it from), the step and the bounds."""
 
     start: float | tuple[float, float]
-    step: float = Field(ge=0)
+    step: NonNegative
     min: float | None = None
     max: float | None = None
 
 
-class FieldSpec(_Model):
-    """How one field of a generated value is made; exactly one option is set."""
+class FieldSpec(FileModel, frozen=True):
+    """How one field of a generated value is made; exactly one option is set.
+
+    Attributes:
+        format: text with {key}, {site}, {stream}, {device} and {seq}.
+    """
 
     const: Any = None
     uniform: tuple[float, float] | None = None
     normal: tuple[float, float] | None = None
     walk: Walk | None = None
-    bernoulli: float | None = Field(default=None, ge=0, le=1)
+    bernoulli: Fraction | None = None
     choice: list[Any] | None = None
-    format: str | None = Field(default=None, description="text with {key}, {site}, {stream}, {device} and {seq}")
-    round: int | None = Field(default=None, ge=0)
+    format: str | None = None
+    round: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
-    @model_validator(mode="after")
-    def _one(self) -> FieldSpec:
-        options = ("const", "uniform", "normal", "walk", "bernoulli", "choice", "format")
-        chosen = [k for k in options if getattr(self, k) is not None]
+    def __post_init__(self) -> None:
+        """Check that exactly one option is set, and that a choice has options."""
+        chosen = [k for k in _OPTIONS if getattr(self, k) is not None]
         if len(chosen) != 1:
             msg = (
-                "a value field needs exactly one of const, uniform, normal, walk, bernoulli, choice, format "
+                f"a value field needs exactly one of {', '.join(_OPTIONS)} "
                 f"(or one of {', '.join(SPECIALS)}), got {chosen or 'none'}"
             )
             raise ValueError(msg)
         if self.choice is not None and not self.choice:
-            msg = "choice needs at least one option"
+            msg = "choice: choice needs at least one option"
             raise ValueError(msg)
-        return self
 
 
-class SensorSpec(_Model):
-    """The sensors of one stream at one spoke."""
+def _default_value() -> dict[str, FieldSpec | str | bool | int | float]:
+    return {"key": "$key", "ts": "$event_time"}
 
-    count: int = Field(ge=1, description="number of devices")
-    rate: float | tuple[float, float] = Field(description="messages/s per device, or [min, max] drawn per device")
-    keys: int | None = Field(default=None, ge=1, description="distinct keys (default: one per device)")
-    key: str = Field(default="{site}-{i:03d}", description="key template; {site}, {stream} and {i} are filled")
-    value: dict[str, FieldSpec | str | bool | int | float] = Field(
-        default_factory=lambda: dict[str, FieldSpec | str | bool | int | float]({"key": "$key", "ts": "$event_time"})
-    )
-    disorder: float = Field(default=0.0, description="event times lag the send time by up to this many seconds")
-    clock_skew: float = Field(default=0.0, description="seconds added to every event time of this stream")
-    malformed: float = Field(default=0.0, ge=0, le=1, description="fraction of malformed messages")
-    qos: int | None = Field(default=None, ge=0, le=1, description="MQTT QoS (default: the stream binding's)")
 
-    @field_validator("disorder", "clock_skew", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> float:
-        if isinstance(value, str) and value.startswith("-"):
-            return -_seconds(value[1:])
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        return _seconds(value)
+class SensorSpec(FileModel, frozen=True):
+    """The sensors of one stream at one spoke.
 
-    @field_validator("rate")
-    @classmethod
-    def _rate(cls, value: float | tuple[float, float]) -> float | tuple[float, float]:
-        low, high = value if isinstance(value, tuple) else (value, value)
+    Attributes:
+        count: number of devices.
+        rate: messages/s per device, or [min, max] drawn per device.
+        keys: distinct keys (default: one per device).
+        key: key template; {site}, {stream} and {i} are filled.
+        value: how each field of a message is made: a special ($key, ...), a constant or a generator.
+        disorder: event times lag the send time by up to this many seconds.
+        clock_skew: seconds added to every event time of this stream.
+        malformed: fraction of malformed messages.
+        qos: MQTT QoS (default: the stream binding's).
+    """
+
+    count: Annotated[int, msgspec.Meta(ge=1)]
+    rate: float | tuple[float, float]
+    keys: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    key: str = "{site}-{i:03d}"
+    value: dict[str, FieldSpec | str | bool | int | float] = msgspec.field(default_factory=_default_value)
+    disorder: SignedSeconds = SignedSeconds(0.0)
+    clock_skew: SignedSeconds = SignedSeconds(0.0)
+    malformed: Fraction = 0.0
+    qos: QoS | None = None
+
+    def __post_init__(self) -> None:
+        """Check the rate and the specials of the value; store the durations as floats."""
+        low, high = self.rate if isinstance(self.rate, tuple) else (self.rate, self.rate)
         if low <= 0 or high < low:
-            msg = f"rate must be positive, and [min, max] with min <= max, got {value!r}"
+            msg = "rate: rate must be positive, and [min, max] with min <= max"
             raise ValueError(msg)
-        return value
-
-    @field_validator("value", mode="before")
-    @classmethod
-    def _fields(cls, value: Any) -> dict[str, FieldSpec | str | bool | int | float]:
-        if not isinstance(value, dict):
-            msg = f"value must map field names to how they are made, got {value!r}"
-            raise ValueError(msg)
-        out: dict[str, FieldSpec | str | bool | int | float] = {}
-        for name, spec in value.items():
+        for name, spec in self.value.items():
             if isinstance(spec, str) and spec.startswith("$") and spec not in SPECIALS:
-                msg = f"field {name!r}: unknown {spec!r}; use one of {', '.join(SPECIALS)} or {{const: ...}}"
+                msg = f"value: field {name!r}: unknown {spec!r}; use one of {', '.join(SPECIALS)} or {{const: ...}}"
                 raise ValueError(msg)
-            if isinstance(spec, dict):
-                try:
-                    out[str(name)] = FieldSpec.model_validate(spec)
-                except ValidationError as exc:
-                    why = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in exc.errors())
-                    msg = f"field {name!r}: {why}"
-                    raise ValueError(msg) from None
-            elif isinstance(spec, str | bool | int | float):
-                out[str(name)] = spec
-            else:
-                msg = f"field {name!r}: expected $key, $event_time, $seq, $site, a constant or {{uniform: ...}}, got {spec!r}"
-                raise ValueError(msg)
-        return out
+        _as_floats(self, "disorder", "clock_skew")
 
     @property
     def key_count(self) -> int:
@@ -159,39 +173,47 @@ class SensorSpec(_Model):
         return next((k for k, v in self.value.items() if v == "$event_time"), None)
 
 
-class LinkSpec(_Model):
-    """A WAN link to emulate between two sites (both directions)."""
+class LinkSpec(FileModel, frozen=True):
+    """A WAN link to emulate between two sites (both directions).
+
+    Attributes:
+        delay_ms: one-way delay.
+    """
 
     between: tuple[str, str]
-    delay_ms: float | None = Field(default=None, ge=0, description="one-way delay")
-    jitter_ms: float | None = Field(default=None, ge=0)
-    bandwidth_mbps: float | None = Field(default=None, gt=0)
+    delay_ms: NonNegative | None = None
+    jitter_ms: NonNegative | None = None
+    bandwidth_mbps: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
 
-class WanDefaults(_Model):
+class WanDefaults(FileModel, frozen=True):
     """Defaults for every emulated link."""
 
-    jitter_ms: float = Field(default=0.0, ge=0)
+    jitter_ms: NonNegative = 0.0
 
 
-class Simulation(_Model):
-    """The whole ``simulation:`` section."""
+class Simulation(FileModel, frozen=True):
+    """The whole ``simulation:`` section.
+
+    Attributes:
+        settle: windows ending this close to the end are not checked.
+        warmup: results of the first seconds are left out of latencies.
+    """
 
     seed: int = 1
-    duration: float = 60.0
-    settle: float = Field(default=10.0, description="windows ending this close to the end are not checked")
-    warmup: float = Field(default=0.0, ge=0, description="results of the first seconds are left out of latencies")
-    wan: WanDefaults = WanDefaults()
-    links: list[LinkSpec] = Field(default_factory=list)
-    sensors: dict[str, dict[str, SensorSpec]] = Field(default_factory=dict)
+    duration: Seconds = Seconds(60.0)
+    settle: Seconds = Seconds(10.0)
+    warmup: Seconds = Seconds(0.0)
+    wan: WanDefaults = msgspec.field(default_factory=WanDefaults)
+    links: list[LinkSpec] = msgspec.field(default_factory=list)
+    sensors: dict[str, dict[str, SensorSpec]] = msgspec.field(default_factory=dict)
 
-    @field_validator("duration", "settle", "warmup", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> float:
-        return _seconds(value)
+    def __post_init__(self) -> None:
+        """Store the durations as floats."""
+        _as_floats(self, "duration", "settle", "warmup")
 
 
-class Wan(_Model):
+class Wan(FileModel, frozen=True):
     """The emulated parameters of one link, resolved from both sections."""
 
     a: str
@@ -209,15 +231,9 @@ def parse_simulation(sites: Sites, where: str = "sites.yaml") -> Simulation:
             "simulation:\n  sensors:\n    <spoke>:\n      <stream>: {count: 10, rate: 2}"
         )
         raise InvalidSites(msg)
-    try:
-        sim = Simulation.model_validate(sites.simulation)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            field = ".".join(str(p) for p in ("simulation", *err["loc"]))
-            problems.append(f"{where}: {field}: {err['msg']} (got {err.get('input')!r})")
-        msg = "invalid simulation section:\n  " + "\n  ".join(problems)
-        raise InvalidSites(msg) from None
+    sim = convert(
+        sites.simulation, Simulation, where, title="simulation section", prefix=("simulation",), dec_hook=_decode
+    )
     for site, streams in sim.sensors.items():
         known = sites.site(site)
         for stream in streams:

@@ -20,9 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
-
 from spanedge.app import App
+from spanedge.dag import OperatorGraph
 from spanedge.operators import Kind, Operator, WindowKind, WindowSpec
 from spanedge.runtime import WINDOW_TIME_OFFSET, apply
 from spanedge.runtime.windows import AggregationError, Aggregations, FieldError, WindowState
@@ -136,8 +135,8 @@ def evaluate(app: App, sources: dict[str, list[Item]]) -> Expected:
     outputs: dict[str, list[Item]] = {}
     expected = Expected()
     broken: dict[str, str] = {}
-    for name in nx.topological_sort(graph):
-        op: Operator = graph.nodes[name]["op"]
+    for name in graph.order:
+        op = graph.op(name)
         inputs = [item for up in op.inputs for item in outputs.get(up, [])]
         why = next((broken[up] for up in op.inputs if up in broken), None)
         if why is not None:
@@ -183,15 +182,15 @@ def _shows_window(value: Any, spec: WindowSpec) -> bool:
     return isinstance(value, dict) and {spec.key, "window_start", "window_end"} <= value.keys()
 
 
-def _upstream_window(graph: nx.DiGraph, sink: str) -> WindowSpec | None:
+def _upstream_window(graph: OperatorGraph, sink: str) -> WindowSpec | None:
     """The nearest window upstream of ``sink`` through record-level operators only."""
     node = sink
     while True:
-        preds = list(graph.predecessors(node))
+        preds = graph.predecessors(node)
         if len(preds) != 1:
             return None
         node = preds[0]
-        op: Operator = graph.nodes[node]["op"]
+        op = graph.op(node)
         if op.window is not None:
             return op.window
         if not (op.record_level or op.kind is Kind.UNION):

@@ -192,7 +192,7 @@ class Topology:
 
     def write_sites_file(self, seen_from: str) -> Path:
         """Write the sites file for processes at ``seen_from`` and return its path."""
-        data = self.sites.model_dump(mode="json", exclude={"simulation"}, exclude_none=True)
+        data = self.sites.replace(simulation=None).to_data()
         for name, site in data["sites"].items():
             site.pop("name", None)
             site["broker"] = self.broker_url(seen_from, name)

@@ -7,19 +7,16 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spanedge.aggregations import Agg
-from spanedge.dag import build_graph
+from spanedge.dag import OperatorGraph, build_graph
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidDataflow
 from spanedge.names import check_app_name
 from spanedge.operators import Kind, Operator, SinkSpec, WindowKind, WindowSpec
 from spanedge.schema import to_ddl
 from spanedge.scope import Scope, hints_of
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -174,8 +171,12 @@ class App:
             )
         )
 
-    def graph(self) -> nx.DiGraph:
-        """Return the validated DAG: nodes are operator names with ``op`` attributes."""
+    def graph(self) -> OperatorGraph:
+        """Return the validated DAG of the app's operators.
+
+        Raises:
+            InvalidDataflow: the dataflow is not valid (a cycle, a @local operator after a hub-only one, ...).
+        """
         return build_graph(self.name, self.operators)
 
     def __repr__(self) -> str:

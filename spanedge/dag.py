@@ -1,58 +1,148 @@
-"""The operator DAG as a networkx graph, and its validation."""
+"""The operator DAG (:class:`OperatorGraph`) and its validation."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import graphlib
+from collections.abc import Iterator, Mapping
 
 from spanedge.errors import InvalidDataflow
 from spanedge.operators import Kind, Operator
 from spanedge.schema import fields
 from spanedge.scope import Scope
 
-if TYPE_CHECKING:
-    import networkx as nx
 
-# networkx is imported where a graph is built or walked, not with this module: an edge
-# agent runs plans without ever building the DAG and saves the ~20 MB networkx costs.
+class OperatorGraph:
+    """An app's operators by name, with the edges from each operator to those reading from it.
+
+    Immutable. Iterating yields the operator names in a topological order
+    (every operator after all its upstream operators; ties keep the order
+    the operators were added in), as :attr:`order` does.
+    """
+
+    __slots__ = ("_down", "_ops", "_order", "_up", "app")
+
+    def __init__(self, app: str, ops: Mapping[str, Operator]) -> None:
+        """Index ``ops`` (operators by name) of app ``app``.
+
+        Raises:
+            InvalidDataflow: an operator reads from an unknown operator, or the operators form a cycle.
+        """
+        self.app = app
+        self._ops: dict[str, Operator] = dict(ops)
+        self._up: dict[str, tuple[str, ...]] = {}
+        down: dict[str, list[str]] = {name: [] for name in self._ops}
+        for op in self._ops.values():
+            for upstream in op.inputs:
+                if upstream not in self._ops:
+                    msg = (
+                        f"operator {op.describe()} reads from unknown operator '{upstream}'; "
+                        f"add an operator named '{upstream}' to app '{app}' or read from one it has"
+                    )
+                    raise InvalidDataflow(msg)
+            self._up[op.name] = tuple(dict.fromkeys(op.inputs))
+            for upstream in self._up[op.name]:
+                down[upstream].append(op.name)
+        self._down = {name: tuple(downs) for name, downs in down.items()}
+        sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
+        for name in self._ops:  # every node first: ties then keep the order the operators were added in
+            sorter.add(name)
+        for name, ups in self._up.items():
+            sorter.add(name, *ups)
+        try:
+            self._order = tuple(sorter.static_order())
+        except graphlib.CycleError as err:
+            cycle = " -> ".join(self._ops[name].describe() for name in err.args[1])
+            msg = (
+                f"the dataflow of app '{app}' has a cycle: {cycle}; "
+                "streams must flow from sources to sinks: make one of these operators read from another stream"
+            )
+            raise InvalidDataflow(msg) from None
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """Every operator's name, each after all its upstream operators."""
+        return self._order
+
+    @property
+    def edges(self) -> tuple[tuple[str, str], ...]:
+        """Every ``(upstream, downstream)`` pair, by upstream in the order the operators were added."""
+        return tuple((up, down) for up, downs in self._down.items() for down in downs)
+
+    def op(self, name: str) -> Operator:
+        """The operator named ``name``.
+
+        Raises:
+            KeyError: the app has no such operator.
+        """
+        return self._ops[self._known(name)]
+
+    def predecessors(self, name: str) -> tuple[str, ...]:
+        """The operators ``name`` reads from, in the order of its inputs."""
+        return self._up[self._known(name)]
+
+    def successors(self, name: str) -> tuple[str, ...]:
+        """The operators reading from ``name``, in the order they were added."""
+        return self._down[self._known(name)]
+
+    def ancestors(self, name: str) -> frozenset[str]:
+        """Every operator ``name`` reads from, directly or not (``name`` excluded)."""
+        return self._reach(name, self._up)
+
+    def descendants(self, name: str) -> frozenset[str]:
+        """Every operator reading from ``name``, directly or not (``name`` excluded)."""
+        return self._reach(name, self._down)
+
+    def _known(self, name: str) -> str:
+        if name not in self._ops:
+            msg = f"app '{self.app}' has no operator '{name}' (it has: {', '.join(self._order)})"
+            raise KeyError(msg)
+        return name
+
+    def _reach(self, name: str, step: Mapping[str, tuple[str, ...]]) -> frozenset[str]:
+        seen: set[str] = set()
+        todo = list(step[self._known(name)])
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                todo.extend(step[node])
+        return frozenset(seen)
+
+    def __contains__(self, name: object) -> bool:
+        """Whether the app has an operator named ``name``."""
+        return name in self._ops
+
+    def __iter__(self) -> Iterator[str]:
+        """The operator names in :attr:`order`."""
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        """The number of operators."""
+        return len(self._ops)
+
+    def __repr__(self) -> str:
+        """Show the app's name and the operator and edge counts."""
+        return f"OperatorGraph({self.app!r}, {len(self)} operators, {len(self.edges)} edges)"
 
 
-def build_graph(app_name: str, ops: Mapping[str, Operator]) -> nx.DiGraph:
-    """Return the DAG of an app's operators (node attribute ``op``) after validating it."""
-    import networkx as nx
+def build_graph(app_name: str, ops: Mapping[str, Operator]) -> OperatorGraph:
+    """Return the DAG of an app's operators after validating it.
 
-    graph = nx.DiGraph(app=app_name)
-    for op in ops.values():
-        graph.add_node(op.name, op=op)
-    for op in ops.values():
-        for upstream in op.inputs:
-            if upstream not in ops:
-                msg = f"operator {op.describe()} reads from unknown operator '{upstream}'"
-                raise InvalidDataflow(msg)
-            graph.add_edge(upstream, op.name)
-    if not nx.is_directed_acyclic_graph(graph):
-        cycle = " -> ".join(u for u, _ in nx.find_cycle(graph))
-        msg = f"the dataflow has a cycle: {cycle}; streams must flow from sources to sinks"
+    Raises:
+        InvalidDataflow: the dataflow is not valid; the message names the operators and their lines.
+    """
+    graph = OperatorGraph(app_name, ops)
+    if not any(graph.op(n).kind is Kind.SOURCE for n in graph):
+        msg = f"app '{app_name}' has no source; add one with app.source('<stream>')"
         raise InvalidDataflow(msg)
-    _check(graph, ops)
-    return graph
-
-
-def _check(graph: nx.DiGraph, ops: Mapping[str, Operator]) -> None:
-    import networkx as nx
-
-    sources = [n for n, d in graph.nodes(data="op") if d.kind is Kind.SOURCE]
-    if not sources:
-        msg = f"app '{graph.graph['app']}' has no source; add one with app.source('<stream>')"
-        raise InvalidDataflow(msg)
-    for name in nx.topological_sort(graph):
-        op: Operator = graph.nodes[name]["op"]
-        if op.kind is Kind.SINK and graph.out_degree(name):
+    for name in graph:
+        op = graph.op(name)
+        if op.kind is Kind.SINK and graph.successors(name):
             msg = f"sink {op.describe()} cannot feed other operators"
             raise InvalidDataflow(msg)
         if op.scope is Scope.LOCAL:
-            for anc in nx.ancestors(graph, name):
-                up: Operator = graph.nodes[anc]["op"]
+            for anc in graph.ancestors(name):
+                up = graph.op(anc)
                 if up.hub_only:
                     msg = (
                         f"operator {op.describe()} is @local but reads from hub-only operator "
@@ -62,11 +152,12 @@ def _check(graph: nx.DiGraph, ops: Mapping[str, Operator]) -> None:
                     raise InvalidDataflow(msg)
         if op.window is not None:
             _check_window(graph, op)
+    return graph
 
 
-def known_fields(graph: nx.DiGraph, name: str) -> dict[str, str] | None:
+def known_fields(graph: OperatorGraph, name: str) -> dict[str, str] | None:
     """Return the declared fields of the records ``name`` emits, if known."""
-    op: Operator = graph.nodes[name]["op"]
+    op = graph.op(name)
     if op.schema is not None:
         return fields(op.schema)
     if op.window is not None:
@@ -79,7 +170,7 @@ def known_fields(graph: nx.DiGraph, name: str) -> dict[str, str] | None:
     return None
 
 
-def _check_window(graph: nx.DiGraph, op: Operator) -> None:
+def _check_window(graph: OperatorGraph, op: Operator) -> None:
     assert op.window is not None
     available = known_fields(graph, op.inputs[0])
     if available is None:
@@ -97,9 +188,6 @@ def _check_window(graph: nx.DiGraph, op: Operator) -> None:
             raise InvalidDataflow(msg)
 
 
-def sources_of(graph: nx.DiGraph, name: str) -> set[str]:
-    """Return the source streams ``name`` (transitively) reads from."""
-    import networkx as nx
-
-    nodes = nx.ancestors(graph, name) | {name}
-    return {n for n in nodes if graph.nodes[n]["op"].kind is Kind.SOURCE}
+def sources_of(graph: OperatorGraph, name: str) -> set[str]:
+    """Return the source operators ``name`` (transitively) reads from, ``name`` itself if a source."""
+    return {n for n in graph.ancestors(name) | {name} if graph.op(n).kind is Kind.SOURCE}

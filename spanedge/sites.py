@@ -24,14 +24,18 @@ import enum
 import os
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+import msgspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spanedge.errors import InvalidSites
+from spanedge.file_models import FileModel, convert, yaml_lines
 from spanedge.files import read_text
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class Tier(enum.StrEnum):
@@ -41,11 +45,7 @@ class Tier(enum.StrEnum):
     SPOKE = "spoke"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TLS(_Model):
+class TLS(FileModel, frozen=True):
     """TLS settings for an ``mqtts://`` broker."""
 
     ca_file: str
@@ -65,16 +65,23 @@ def tls_context(ca_file: str | None, cert_file: str | None = None, key_file: str
     return context
 
 
-class StreamBinding(_Model):
-    """How a site sources a named stream: its topic filter and expected load."""
+class StreamBinding(FileModel, frozen=True):
+    """How a site sources a named stream: its topic filter and expected load.
 
-    topic: str = Field(min_length=1)
-    rate: float = Field(gt=0, description="expected records/s")
-    record_bytes: float = Field(default=200, gt=0, description="mean record size in bytes")
-    qos: int = Field(default=1, ge=0, le=1)
+    Attributes:
+        topic: the MQTT topic filter of the stream's sensors.
+        rate: expected records/s.
+        record_bytes: mean record size in bytes.
+        qos: MQTT QoS of the sensors' messages (0 or 1).
+    """
+
+    topic: Annotated[str, msgspec.Meta(min_length=1)]
+    rate: Positive
+    record_bytes: Positive = 200.0
+    qos: Annotated[int, msgspec.Meta(ge=0, le=1)] = 1
 
 
-class Broker(_Model):
+class Broker(FileModel, frozen=True):
     """A parsed broker URL with its credentials."""
 
     scheme: str
@@ -107,38 +114,35 @@ class Broker(_Model):
         return value
 
 
-class Site(_Model):
-    """One site: a hub or a spoke with its broker, capacity and streams."""
+class Site(FileModel, frozen=True):
+    """One site: a hub or a spoke with its broker, capacity and streams.
 
-    name: str = ""
+    Attributes:
+        name: the site's key in ``sites:`` (filled in by :class:`Sites`).
+        cpu: CPU cores available to SpanEdge.
+    """
+
     tier: Tier
     broker: str
-    cpu: float = Field(default=1.0, gt=0, description="CPU cores available to SpanEdge")
+    name: str = ""
+    cpu: Positive = 1.0
     username: str | None = None
     password_env: str | None = None
     tls: TLS | None = None
-    streams: dict[str, StreamBinding] = Field(default_factory=dict)
+    streams: dict[str, StreamBinding] = msgspec.field(default_factory=dict)
 
-    @field_validator("broker")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        parts = urlsplit(value)
+    def __post_init__(self) -> None:
+        """Check the broker URL and that an ``mqtts://`` broker has TLS settings."""
+        parts = urlsplit(self.broker)
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-            msg = f"broker must look like mqtt://host:1883 or mqtts://host:8883, got {value!r}"
+            msg = "broker: must look like mqtt://host:1883 or mqtts://host:8883"
             raise ValueError(msg)
         if parts.password:
-            msg = "do not put a password in the broker URL; name an environment variable with password_env:"
+            msg = "broker: do not put a password in the broker URL; name an environment variable with password_env:"
             raise ValueError(msg)
-        return value
-
-    @model_validator(mode="after")
-    def _tls(self) -> Site:
-        if urlsplit(self.broker).scheme == "mqtts" and self.tls is None:
+        if parts.scheme == "mqtts" and self.tls is None:
             msg = "an mqtts:// broker needs tls: {ca_file: <path to CA certificate>}"
             raise ValueError(msg)
-        if self.tier is Tier.HUB and self.streams:
-            pass  # hubs may source streams too (e.g. a data-centre feed)
-        return self
 
     def mqtt(self) -> Broker:
         """The broker of this site, parsed."""
@@ -154,44 +158,65 @@ class Site(_Model):
         )
 
 
-class Link(_Model):
-    """A declared link between two sites (both directions)."""
+class Link(FileModel, frozen=True):
+    """A declared link between two sites (both directions).
+
+    Attributes:
+        cost: relative cost per byte.
+    """
 
     between: tuple[str, str]
-    latency_ms: float = Field(ge=0)
-    bandwidth_mbps: float = Field(default=100.0, gt=0)
-    cost: float = Field(default=1.0, ge=0, description="relative cost per byte")
+    latency_ms: NonNegative
+    bandwidth_mbps: Positive = 100.0
+    cost: NonNegative = 1.0
 
 
-class DefaultLink(_Model):
+class DefaultLink(FileModel, frozen=True):
     """The link assumed between sites with no declared link."""
 
-    latency_ms: float = Field(default=50.0, ge=0)
-    bandwidth_mbps: float = Field(default=100.0, gt=0)
-    cost: float = Field(default=1.0, ge=0)
+    latency_ms: NonNegative = 50.0
+    bandwidth_mbps: Positive = 100.0
+    cost: NonNegative = 1.0
 
 
-class Sites(_Model):
-    """The whole ``sites.yaml``."""
+class Sites(FileModel, frozen=True):
+    """The whole ``sites.yaml``.
+
+    Build it with :func:`parse_sites`, :func:`load_sites` or :meth:`Sites.of`, which check every
+    field; the constructor checks only that the sites are consistent.
+    """
 
     sites: dict[str, Site]
-    default_link: DefaultLink = DefaultLink()
-    links: list[Link] = Field(default_factory=list)
+    default_link: DefaultLink = msgspec.field(default_factory=DefaultLink)
+    links: list[Link] = msgspec.field(default_factory=list)
     simulation: dict[str, Any] | None = None
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Sites:
-        named = {k: v.model_copy(update={"name": k}) for k, v in self.sites.items()}
-        object.__setattr__(self, "sites", named)
+    def __post_init__(self) -> None:
+        """Name every site after its key; check there is a hub and that links join known sites."""
+        named = {k: v if v.name == k else msgspec.structs.replace(v, name=k) for k, v in self.sites.items()}
+        msgspec.structs.force_setattr(self, "sites", named)
         if not any(s.tier is Tier.HUB for s in named.values()):
-            msg = "at least one site must have tier: hub"
+            msg = "sites: at least one site must have tier: hub"
             raise ValueError(msg)
         for i, link in enumerate(self.links):
             for end in link.between:
                 if end not in named:
-                    msg = f"links[{i}]: unknown site {end!r}; known sites: {', '.join(named)}"
+                    msg = f"links[{i}].between: unknown site {end!r}; known sites: {', '.join(named)}"
                     raise ValueError(msg)
-        return self
+
+    @classmethod
+    def of(cls, data: Any, where: str = "<sites>") -> Sites:
+        """Check ``data`` (``sites.yaml`` as YAML reads it) and build the sites; errors name ``where``.
+
+        Raises:
+            InvalidSites: a field is missing, unknown or out of range, or the sites are inconsistent.
+        """
+        return convert(data, cls, where, title="sites file")
+
+    def to_data(self) -> dict[str, Any]:
+        """The sites as plain data, as :meth:`of` reads them (options left at their default are left out)."""
+        data: dict[str, Any] = msgspec.to_builtins(self)
+        return data
 
     @property
     def hubs(self) -> list[Site]:
@@ -235,23 +260,6 @@ class Sites(_Model):
                 raise InvalidSites(msg)
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A YAML loader that remembers the line of every mapping key and list item."""
-
-
-def _lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = (*path, key.value)
-            out[child] = key.start_mark.line + 1
-            _lines(value, child, out)
-            out[child] = key.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _lines(item, (*path, i), out)
-
-
 def load_sites(path: str | Path) -> Sites:
     """Parse and validate a ``sites.yaml``; errors name the file, line and field."""
     path = Path(path)
@@ -259,9 +267,9 @@ def load_sites(path: str | Path) -> Sites:
 
 
 def parse_sites(text: str, where: str = "<sites.yaml>") -> Sites:
-    """Parse sites from YAML text; ``where`` names the file in errors."""
+    """Parse sites from YAML text; ``where`` names the file in errors, which give its line and field."""
     try:
-        node = yaml.compose(text, Loader=_LineLoader)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -271,17 +279,4 @@ def parse_sites(text: str, where: str = "<sites.yaml>") -> Sites:
     if not isinstance(data, dict):
         msg = f"{where}: expected a mapping with a 'sites:' key, got {type(data).__name__}"
         raise InvalidSites(msg)
-    lines: dict[tuple[Any, ...], int] = {}
-    if node is not None:
-        _lines(node, (), lines)
-    try:
-        return Sites.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            line_no = next((lines[loc[:i]] for i in range(len(loc), -1, -1) if loc[:i] in lines), None)
-            field = ".".join(str(p) for p in loc) or "(top level)"
-            problems.append(f"{where}:{line_no or 1}: {field}: {err['msg']} (got {err.get('input')!r})")
-        msg = "invalid sites file:\n  " + "\n  ".join(problems)
-        raise InvalidSites(msg) from None
+    return convert(data, Sites, where, title="sites file", lines=yaml_lines(node))

@@ -135,23 +135,20 @@ def local_plan(app: App, sites: Sites, hub: str | None = None) -> Plan:
     operators get one replica per site that sources one of their streams;
     the others are singletons at ``hub`` (the first hub of ``sites`` by default).
     """
-    import networkx as nx
-
     from spanedge.operators import Kind
     from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals
 
     hub = hub or sites.hubs[0].name
     graph = app.graph()
-    ops = app.operators
     groups: dict[str, list[str]] = {}  # edge operator -> source sites it has replicas at
-    for name in nx.topological_sort(graph):
-        op = ops[name]
+    for name in graph.order:
+        op = graph.op(name)
         if op.kind is Kind.SOURCE:
             groups[name] = [s.name for s in sites.sources_of(op.stream_name)]
         elif not op.hub_only and op.inputs and all(u in groups for u in op.inputs):
             groups[name] = sorted({g for u in op.inputs for g in groups[u]})
     assignments: list[Assignment] = []
-    for name in nx.topological_sort(graph):
+    for name in graph.order:
         if name in groups:
             assignments.extend(Assignment(f"{name}@{g}", name, g, g, "edge") for g in groups[name])
         else:

@@ -8,53 +8,81 @@ text, defaults and bounds; each can also come from ``SPANEDGE_AGENT_<OPTION>``.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
+import types
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Any
 
-import typer
+import click
 
 from spanedge.cli.errors import fail
+from spanedge.cli.params import PATH, Command
+
+Check = Callable[[click.Context, click.Parameter, Any], Any]
 
 
-def _checked(check: Callable[[str], str]) -> Callable[[str], str]:
-    """A typer callback that turns ``check``'s ``ValueError`` into a usage error naming the option."""
+def _checked(check: Callable[[str], str]) -> Check:
+    """A click callback that turns ``check``'s ``ValueError`` into a usage error naming the option."""
 
-    def callback(value: str) -> str:
+    def callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
         try:
             return check(value)
         except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
+            raise click.BadParameter(str(exc)) from None
 
     return callback
 
 
-def _parameters() -> list[inspect.Parameter]:
+def _click_type(name: str, hint: Any, metadata: typing.Mapping[str, Any]) -> click.ParamType[Any, Any]:
+    """The click type of a settings field: its annotation without ``None``, bounded by ``min``/``max``."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = [t for t in typing.get_args(hint) if t is not type(None)] if union else [hint]
+    kind = kinds[0] if len(kinds) == 1 else None
+    bounds = {k: metadata[k] for k in ("min", "max") if k in metadata}
+    if kind is Path and not bounds:
+        return PATH
+    if kind is str and not bounds:
+        return click.STRING
+    if kind is int:
+        return click.IntRange(**bounds) if bounds else click.INT
+    if kind is float:
+        return click.FloatRange(**bounds) if bounds else click.FLOAT
+    msg = f"agent option {name!r} has type {hint}, which the command line cannot read; use str, Path, int or float"
+    raise TypeError(msg)
+
+
+def _options() -> list[click.Parameter]:
     """The command's options: every option field of ``AgentLaunch``, then of ``AgentConfig``."""
     from edge_agent.config import AgentConfig, AgentLaunch, check_log_level, check_transport, env_var, option_fields
 
     checks = {"log_level": _checked(check_log_level), "transport": _checked(check_transport)}
-    params: list[inspect.Parameter] = []
+    options: list[click.Parameter] = []
     for settings in (AgentLaunch, AgentConfig):
         # trusted_keys is no option: its type is not resolved, so the signature library is not loaded
         hints = typing.get_type_hints(settings, localns={"TrustedKeys": object})
         for f in option_fields(settings):
-            if any(p.name == f.name for p in params):
+            if any(o.name == f.name for o in options):
                 continue
-            extra: dict[str, Any] = {k: f.metadata[k] for k in ("min", "max") if k in f.metadata}
-            if f.name in checks:
-                extra["callback"] = checks[f.name]
-            option = typer.Option(help=f.metadata["help"], envvar=env_var(f.name), **extra)
-            default = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
-            kind = inspect.Parameter.KEYWORD_ONLY
-            params.append(inspect.Parameter(f.name, kind, default=default, annotation=Annotated[hints[f.name], option]))
-    return params
+            required = f.default is dataclasses.MISSING
+            option = click.Option(
+                [f"--{f.name.replace('_', '-')}", f.name],
+                type=_click_type(f.name, hints[f.name], f.metadata),
+                required=required,
+                default=None if required else f.default,
+                callback=checks.get(f.name),
+                envvar=env_var(f.name),
+                help=f.metadata["help"],
+                show_default=True,
+                show_envvar=True,
+            )
+            options.append(option)
+    return options
 
 
-def agent(**values: Any) -> None:
-    """Run the edge agent of a spoke site (every option can also come from SPANEDGE_AGENT_<OPTION>)."""
+def _run(**values: Any) -> None:
+    """Start the agent with the command's options, and exit with its code."""
     from edge_agent.config import AgentLaunch, option_fields
     from edge_agent.main import run_agent
     from spanedge.errors import SpanEdgeError
@@ -66,7 +94,12 @@ def agent(**values: Any) -> None:
     except SpanEdgeError as exc:
         raise fail(exc) from None
     if code:
-        raise typer.Exit(code)
+        raise click.exceptions.Exit(code)
 
 
-agent.__signature__ = inspect.Signature(_parameters())  # type: ignore[attr-defined]
+agent = Command(
+    "agent",
+    callback=_run,
+    params=_options(),
+    help="Run the edge agent of a spoke site (every option can also come from SPANEDGE_AGENT_<OPTION>).",
+)

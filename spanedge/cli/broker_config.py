@@ -15,32 +15,35 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
 from spanedge.cli.errors import fail, write_output
+from spanedge.cli.params import PATH, Command, option
 
 
+@click.command("broker-config", cls=Command)
+@option("--sites", type=PATH, required=True, help="the fleet's sites.yaml")
+@option("--out", type=PATH, required=True, help="directory for the password file, credentials, ACLs and configs")
+@option("--port", default=8883, help="the TLS listener port in the mosquitto.conf snippets")
+@option("--cafile", default="/etc/mosquitto/certs/ca.pem", help="CA certificate path on the broker")
+@option("--certfile", default="/etc/mosquitto/certs/server.pem", help="server certificate path on the broker")
+@option("--keyfile", default="/etc/mosquitto/certs/server-key.pem", help="server key path on the broker")
+@option("--observer", multiple=True, help="a read-only identity (monitoring); repeat for several")
+@option(
+    "--local-topic",
+    multiple=True,
+    help="a topic local MQTT sinks publish to on a broker several sites share; repeat for several",
+)
 def broker_config(
-    sites: Annotated[Path, typer.Option(help="the fleet's sites.yaml")],
-    out: Annotated[Path, typer.Option(help="directory for the password file, credentials, ACLs and configs")],
-    port: Annotated[int, typer.Option(help="the TLS listener port in the mosquitto.conf snippets")] = 8883,
-    cafile: Annotated[str, typer.Option(help="CA certificate path on the broker")] = "/etc/mosquitto/certs/ca.pem",
-    certfile: Annotated[str, typer.Option(help="server certificate path on the broker")] = (
-        "/etc/mosquitto/certs/server.pem"
-    ),
-    keyfile: Annotated[str, typer.Option(help="server key path on the broker")] = "/etc/mosquitto/certs/server-key.pem",
-    observer: Annotated[
-        list[str] | None, typer.Option("--observer", help="a read-only identity (monitoring); repeat for several")
-    ] = None,
-    local_topic: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--local-topic",
-            help="a topic local MQTT sinks publish to on a broker several sites share; repeat for several",
-        ),
-    ] = None,
+    sites: Path,
+    out: Path,
+    port: int,
+    cafile: str,
+    certfile: str,
+    keyfile: str,
+    observer: tuple[str, ...],
+    local_topic: tuple[str, ...],
 ) -> None:
     """Write Mosquitto password and ACL files giving every site its own MQTT identity (its name).
 
@@ -54,7 +57,7 @@ def broker_config(
 
     try:
         fleet = load_sites(sites)
-        users = identities(fleet, observer or [])
+        users = identities(fleet, list(observer))
     except (SpanEdgeError, ValueError) as exc:
         raise fail(exc) from None
     credentials_dir = out / "credentials"
@@ -85,7 +88,7 @@ def broker_config(
         directory = out if top else out / local[0]
         directory.mkdir(parents=True, exist_ok=True)
         acl_path = directory / "acl"
-        write_output(acl_path, acl_text(fleet, local, observers=observer or [], local_topics=local_topic or []))
+        write_output(acl_path, acl_text(fleet, local, observers=list(observer), local_topics=list(local_topic)))
         conf = mosquitto_conf(
             port=port,
             acl_file=str(acl_path.resolve()),
@@ -96,6 +99,6 @@ def broker_config(
         )
         write_output(directory / "mosquitto.conf", f"# broker of {', '.join(local)}\n{conf}")
         written.append(f"{directory / 'mosquitto.conf'} (broker of {', '.join(local)})")
-    typer.echo(f"wrote {password_path} ({len(users)} identities) and credentials in {credentials_dir}")
+    click.echo(f"wrote {password_path} ({len(users)} identities) and credentials in {credentials_dir}")
     for line in written:
-        typer.echo(f"wrote {line}")
+        click.echo(f"wrote {line}")

@@ -3,28 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
 from spanedge.cli.errors import check_hub_url, fail, write_output
+from spanedge.cli.params import PATH, Command, option
 from spanedge.errors import SpanEdgeError
 
 
+@click.command(cls=Command)
+@click.argument("app_file", type=PATH, help="Python file that defines the App")
+@option("--sites", type=PATH, required=True, help="sites.yaml")
+@option("--dry-run", is_flag=True, help="plan only; do not contact the hub")
+@option("--output", "-o", type=PATH, help="write the plan as JSON here")
+@option("--compare", default="", help="baselines to show side by side: central,local-first")
+@option("--latency", type=PATH, help="measured latencies (CSV or JSON long table)")
+@option("--slo-ms", type=float, help="worst source-to-sink latency allowed")
+@option("--traffic-weight", default=1.0, help="objective weight of WAN traffic")
+@option("--latency-weight", default=1.0, help="objective weight of path latency")
+@option("--hub-url", envvar="SPANEDGE_HUB_URL", default="http://127.0.0.1:8000", help="hub REST API")
+@option("--token", envvar="SPANEDGE_TOKEN", help="hub bearer token")
+@option("--app-name", help="which App in the file, if several")
+@option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 def deploy(
-    app_file: Annotated[Path, typer.Argument(help="Python file that defines the App")],
-    sites: Annotated[Path, typer.Option("--sites", help="sites.yaml")],
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="plan only; do not contact the hub")] = False,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="write the plan as JSON here")] = None,
-    compare: Annotated[str, typer.Option(help="baselines to show side by side: central,local-first")] = "",
-    latency: Annotated[Path | None, typer.Option(help="measured latencies (CSV or JSON long table)")] = None,
-    slo_ms: Annotated[float | None, typer.Option("--slo-ms", help="worst source-to-sink latency allowed")] = None,
-    traffic_weight: Annotated[float, typer.Option(help="objective weight of WAN traffic")] = 1.0,
-    latency_weight: Annotated[float, typer.Option(help="objective weight of path latency")] = 1.0,
-    hub_url: Annotated[str, typer.Option(envvar="SPANEDGE_HUB_URL", help="hub REST API")] = "http://127.0.0.1:8000",
-    token: Annotated[str | None, typer.Option(envvar="SPANEDGE_TOKEN", help="hub bearer token")] = None,
-    app_name: Annotated[str | None, typer.Option(help="which App in the file, if several")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
+    app_file: Path,
+    sites: Path,
+    dry_run: bool,
+    output: Path | None,
+    compare: str,
+    latency: Path | None,
+    slo_ms: float | None,
+    traffic_weight: float,
+    latency_weight: float,
+    hub_url: str,
+    token: str | None,
+    app_name: str | None,
+    as_json: bool,
 ) -> None:
     """Place an app on the sites; with --dry-run print the plan, otherwise send it to the hub."""
     from spanedge.cli.output import show
@@ -59,8 +73,8 @@ def deploy(
     if output is not None:
         write_output(output, plan.to_json())
     if as_json:
-        typer.echo(plan.to_json())
+        click.echo(plan.to_json())
     else:
         show(plan_report(plan, baselines))
     if output is not None:
-        typer.echo(f"plan written to {output}")
+        click.echo(f"plan written to {output}")

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import typer
+import click
 
 
-def fail(error: Exception | str, code: int = 2) -> typer.Exit:
+def fail(error: Exception | str, code: int = 2) -> click.exceptions.Exit:
     """Print an error for a person and return the exit to raise."""
-    typer.secho(f"error: {error}", err=True, fg=typer.colors.RED)
-    return typer.Exit(code)
+    click.secho(f"error: {error}", err=True, fg="red")
+    return click.exceptions.Exit(code)
 
 
 def write_output(path: Path, text: str) -> None:

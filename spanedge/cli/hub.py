@@ -3,66 +3,103 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
 from spanedge.cli.errors import fail
+from spanedge.cli.params import PATH, Command, option
 
 #: The accepted values of ``spanedge hub --log-level``.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-def _log_level(value: str) -> str:
+def _log_level(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     """``value`` in upper case, or a usage error naming the accepted levels."""
     level = value.upper()
     if level not in LOG_LEVELS:
         msg = f"invalid log level {value!r}; use one of {', '.join(LOG_LEVELS)}"
-        raise typer.BadParameter(msg)
+        raise click.BadParameter(msg)
     return level
 
 
+def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of ``--log-level``: the levels that start with what is typed, whatever its case."""
+    return [level for level in LOG_LEVELS if level.startswith(incomplete.upper())]
+
+
+@click.command(cls=Command)
+@option("--sites", type=PATH, required=True, help="sites.yaml")
+@option("--host", default="127.0.0.1", help="REST API address")
+@option("--port", default=8000, help="REST API port")
+@option("--state-dir", type=PATH, default=Path(".spanedge/hub"), help="deployed apps, ingest log, Spark checkpoints")
+@option(
+    "--spark-master",
+    default="local[2]",
+    help="any Spark master URL: local[N] on this machine, spark://HOST:7077 for a standalone cluster "
+    "(then --state-dir must be on storage every executor reads; see the steps above)",
+)
+@option(
+    "--token-file",
+    type=PATH,
+    help="file holding the admin API token (default: SPANEDGE_TOKEN; read-only: SPANEDGE_READ_TOKEN)",
+)
+@option("--no-spark", is_flag=True, help="control plane only: no ingest, no engine")
+@option("--hub-site", help="which hub site of sites.yaml this is")
+@option("--down-after", default=15.0, help="a site is down after this many silent seconds")
+@option("--drift-threshold", default=0.5, help="relative latency/rate change that triggers a re-plan")
+@option("--min-replan-interval", default=60.0, help="seconds between two re-plans of an app")
+@option("--trigger", default="500 milliseconds", help="Spark trigger interval")
+@option(
+    "--log-level",
+    envvar="SPANEDGE_HUB_LOG_LEVEL",
+    default="INFO",
+    callback=_log_level,
+    shell_complete=_complete_log_level,
+    help="DEBUG, INFO, WARNING or ERROR",
+)
+@option(
+    "--site-grace",
+    default=180.0,
+    type=click.FloatRange(min=0),
+    help="a spoke silent this many seconds counts as gone: what it ran for other sites is re-planned elsewhere",
+)
+@option(
+    "--overload-for",
+    default=30.0,
+    type=click.FloatRange(min=0),
+    help="a spoke over its CPU budget in every heartbeat for this many seconds is re-planned with what it can carry",
+)
+@option(
+    "--overload-recover",
+    default=60.0,
+    type=click.FloatRange(min=0),
+    help="a spoke able to carry its old load again for this many seconds gets its capacity back (and a re-plan)",
+)
 def hub(
-    sites: Annotated[Path, typer.Option(help="sites.yaml")],
-    host: Annotated[str, typer.Option(help="REST API address")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="REST API port")] = 8000,
-    state_dir: Annotated[Path, typer.Option(help="deployed apps, ingest log, Spark checkpoints")] = Path(
-        ".spanedge/hub"
-    ),
-    spark_master: Annotated[
-        str,
-        typer.Option(
-            help="any Spark master URL: local[N] on this machine, spark://HOST:7077 for a standalone cluster "
-            "(then --state-dir must be on storage every executor reads; see the steps above)"
-        ),
-    ] = "local[2]",
-    token_file: Annotated[
-        Path | None,
-        typer.Option(help="file holding the admin API token (default: SPANEDGE_TOKEN; read-only: SPANEDGE_READ_TOKEN)"),
-    ] = None,
-    no_spark: Annotated[bool, typer.Option("--no-spark", help="control plane only: no ingest, no engine")] = False,
-    hub_site: Annotated[str | None, typer.Option(help="which hub site of sites.yaml this is")] = None,
-    down_after: Annotated[float, typer.Option(help="a site is down after this many silent seconds")] = 15.0,
-    drift_threshold: Annotated[float, typer.Option(help="relative latency/rate change that triggers a re-plan")] = 0.5,
-    min_replan_interval: Annotated[float, typer.Option(help="seconds between two re-plans of an app")] = 60.0,
-    trigger: Annotated[str, typer.Option(help="Spark trigger interval")] = "500 milliseconds",
-    log_level: Annotated[
-        str,
-        typer.Option(
-            envvar="SPANEDGE_HUB_LOG_LEVEL",
-            callback=_log_level,
-            autocompletion=lambda: list(LOG_LEVELS),
-            help="DEBUG, INFO, WARNING or ERROR",
-        ),
-    ] = "INFO",
+    sites: Path,
+    host: str,
+    port: int,
+    state_dir: Path,
+    spark_master: str,
+    token_file: Path | None,
+    no_spark: bool,
+    hub_site: str | None,
+    down_after: float,
+    drift_threshold: float,
+    min_replan_interval: float,
+    trigger: str,
+    log_level: str,
+    site_grace: float,
+    overload_for: float,
+    overload_recover: float,
 ) -> None:
-    r"""Run the hub: REST API, plan distribution, ingest and Spark.
+    """Run the hub: REST API, plan distribution, ingest and Spark.
 
     On a Spark cluster, step by step:
 
     1. Start a master (spark-class org.apache.spark.deploy.master.Master --host HUB --port 7077) and, on each worker machine, a worker (spark-class org.apache.spark.deploy.worker.Worker spark://HUB:7077).
 
-    2. Install spanedge\[hub] (with pyarrow) into the same Python path on every worker: executors run the hub's Python operators with it (Spark reads the ingest log itself).
+    2. Install spanedge[hub] (with pyarrow) into the same Python path on every worker: executors run the hub's Python operators with it (Spark reads the ingest log itself).
 
     3. Put --state-dir on storage every executor reads at the same path (NFS; HDFS or S3 for the checkpoints of a larger cluster): the ingest log and the checkpoints live there.
 
@@ -98,6 +135,9 @@ def hub(
             drift_threshold=drift_threshold,
             min_replan_interval_s=min_replan_interval,
             log_level=log_level,
+            site_grace_s=site_grace,
+            overload_for_s=overload_for,
+            overload_recover_s=overload_recover,
         )
         Hub(parsed, config).serve()
     except SpanEdgeError as exc:

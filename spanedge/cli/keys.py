@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
+import click
 
 from spanedge.cli.errors import fail
+from spanedge.cli.params import PATH, Group, option
 from spanedge.errors import InvalidKey
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ NEXT_PRIVATE = "plan-key.next.pem"
 NEXT_PUBLIC = "plan-key.next.pub"
 TRUSTED = "trusted.pub"
 
-keys = typer.Typer(
-    name="keys",
+keys = Group(
+    "keys",
     help="Make, show and rotate the hub's plan-signing key (Ed25519): the hub signs plans, agents verify them.",
     no_args_is_help=True,
 )
@@ -85,25 +86,23 @@ def _write_pair(directory: Path, key: PlanSigningKey, private: str, public: str,
 
 
 @keys.command()
-def generate(
-    out: Annotated[Path, typer.Option(help="directory for plan-key.pem (private, mode 0600) and plan-key.pub")],
-    force: Annotated[bool, typer.Option("--force", help="replace existing key files")] = False,
-) -> None:
+@option("--out", type=PATH, required=True, help="directory for plan-key.pem (private, mode 0600) and plan-key.pub")
+@option("--force", is_flag=True, help="replace existing key files")
+def generate(out: Path, force: bool) -> None:
     """Make the hub's plan-signing key pair."""
     from spanedge.signing import ENV_KEY_FILE, ENV_PUBLIC_KEYS, PlanSigningKey
 
     key = PlanSigningKey.generate()
     _write_pair(out, key, PRIVATE, PUBLIC, force=force)
-    typer.echo(f"wrote {out / PRIVATE} (private key {key.key_id}, mode 0600): keep it on the hub only")
-    typer.echo(f"wrote {out / PUBLIC} (its public key)")
-    typer.echo(f"hub:    export {ENV_KEY_FILE}={out / PRIVATE}")
-    typer.echo(f"agents: export {ENV_PUBLIC_KEYS}={key.public_key.to_text()}")
+    click.echo(f"wrote {out / PRIVATE} (private key {key.key_id}, mode 0600): keep it on the hub only")
+    click.echo(f"wrote {out / PUBLIC} (its public key)")
+    click.echo(f"hub:    export {ENV_KEY_FILE}={out / PRIVATE}")
+    click.echo(f"agents: export {ENV_PUBLIC_KEYS}={key.public_key.to_text()}")
 
 
 @keys.command()
-def public(
-    keyfile: Annotated[Path, typer.Argument(help="a private key (PEM), a public key (PEM) or a file of public keys")],
-) -> None:
+@click.argument("keyfile", type=PATH, help="a private key (PEM), a public key (PEM) or a file of public keys")
+def public(keyfile: Path) -> None:
     """Print the public key(s) and key id(s) of KEYFILE, one per line, as agents trust them."""
     from spanedge.signing import PlanPublicKey, PlanSigningKey, TrustedKeys, parse_trusted_keys
 
@@ -124,17 +123,14 @@ def public(
     if not len(trusted):
         msg = f"{keyfile} holds no key; pass the hub's plan-key.pem or a file of public keys"
         raise fail(msg)
-    typer.echo(trusted.to_text(), nl=False)
+    click.echo(trusted.to_text(), nl=False)
 
 
 @keys.command()
-def rotate(
-    out: Annotated[Path, typer.Option(help="the key directory: the new pair goes to plan-key.next.pem/.pub")],
-    current: Annotated[
-        Path | None, typer.Option(help="the hub's current private key (default: OUT/plan-key.pem)")
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="replace an earlier, unfinished rotation")] = False,
-) -> None:
+@option("--out", type=PATH, required=True, help="the key directory: the new pair goes to plan-key.next.pem/.pub")
+@option("--current", type=PATH, help="the hub's current private key (default: OUT/plan-key.pem)")
+@option("--force", is_flag=True, help="replace an earlier, unfinished rotation")
+def rotate(out: Path, current: Path | None, force: bool) -> None:
     """Make a new key pair and print the trust list agents need meanwhile: old and new public keys.
 
     The trust list goes to stdout (and OUT/trusted.pub); the steps to finish the rotation go to stderr.
@@ -164,7 +160,7 @@ def rotate(
         raise fail(msg)
     _write_pair(out, new, NEXT_PRIVATE, NEXT_PUBLIC, force=force)
     _write(trusted_file, trusted.to_text().encode(), 0o644, force=force)
-    typer.echo(trusted.to_text(), nl=False)
+    click.echo(trusted.to_text(), nl=False)
     both = ",".join(k.to_text() for k in (old.public_key, new.public_key))
     steps = [
         f"rotation from key {old.key_id} to key {new.key_id}; the trust list above is also in {trusted_file}",
@@ -175,4 +171,4 @@ def rotate(
         f"  3. once every agent has applied a plan signed with key {new.key_id}: "
         f"export {ENV_PUBLIC_KEYS}={new.public_key.to_text()} on the agents",
     ]
-    typer.echo("\n".join(steps), err=True)
+    click.echo("\n".join(steps), err=True)

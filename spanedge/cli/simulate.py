@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
+import click
+
+from spanedge.cli.errors import fail
+from spanedge.cli.params import PATH, Command, option
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -20,10 +23,10 @@ if TYPE_CHECKING:
     from spanedge.report import Block
 
 
-def _choices(name: str) -> Callable[[str], list[str]]:
+def _choices(name: str) -> Callable[[click.Context, click.Parameter, str], list[str]]:
     """Shell completion of an option from a tuple of ``simulate.scenario`` (imported only when completing)."""
 
-    def complete(incomplete: str) -> list[str]:
+    def complete(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
         from simulate import scenario
 
         values: tuple[str, ...] = getattr(scenario, name)
@@ -32,55 +35,59 @@ def _choices(name: str) -> Callable[[str], list[str]]:
     return complete
 
 
+@click.command(cls=Command)
+@click.argument("sites", type=PATH, help="sites.yaml with a simulation: section")
+@click.argument("app_file", type=PATH, help="the app")
+@option("--duration", help="how long the sensors send, e.g. 60s (default: the simulation section's)")
+@option(
+    "--fault",
+    multiple=True,
+    help="partition:<site>:<dur>@<t>, kill-agent:<spoke>@<t>, restart-hub@<t>, "
+    "restart-broker:<site>@<t>, latency:<site>:<ms>@<t>; repeat for several",
+)
+@option(
+    "--compare",
+    help="also run this baseline placement on the same data: central or local-first",
+    shell_complete=_choices("BASELINES"),
+)
+@option(
+    "--placement",
+    default="ilp",
+    help="ilp, greedy, central or local-first (not ilp: standalone mode)",
+    shell_complete=_choices("PLACEMENTS"),
+)
+@option(
+    "--mode",
+    default="auto",
+    help="managed (hub REST deploy), standalone (plan here, hub data plane) or auto",
+    shell_complete=_choices("MODES"),
+)
+@option("--seed", type=int, help="seed of the sensor data (default: the simulation section's)")
+@option("--run-dir", type=PATH, help="where logs, state and the report go")
+@option("--broker", default="auto", help="auto, mosquitto or amqtt", shell_complete=_choices("BROKERS"))
+@option("--spark-master", default="local[2]", help="Spark master URL for the hub")
+@option(
+    "--insecure-brokers",
+    is_flag=True,
+    help="run plain anonymous brokers (no TLS, credentials or ACLs); development only",
+)
+@option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@option("--live/--no-live", default=None, help="live progress display (default: on a terminal)")
 def simulate(
-    sites: Annotated[Path, typer.Argument(help="sites.yaml with a simulation: section")],
-    app_file: Annotated[Path, typer.Argument(help="the app")],
-    duration: Annotated[
-        str | None, typer.Option(help="how long the sensors send, e.g. 60s (default: the simulation section's)")
-    ] = None,
-    fault: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--fault",
-            help="partition:<site>:<dur>@<t>, kill-agent:<spoke>@<t>, restart-hub@<t>, "
-            "restart-broker:<site>@<t>, latency:<site>:<ms>@<t>; repeat for several",
-        ),
-    ] = None,
-    compare: Annotated[
-        str | None,
-        typer.Option(
-            help="also run this baseline placement on the same data: central or local-first",
-            autocompletion=_choices("BASELINES"),
-        ),
-    ] = None,
-    placement: Annotated[
-        str,
-        typer.Option(
-            help="ilp, greedy, central or local-first (not ilp: standalone mode)", autocompletion=_choices("PLACEMENTS")
-        ),
-    ] = "ilp",
-    mode: Annotated[
-        str,
-        typer.Option(
-            help="managed (hub REST deploy), standalone (plan here, hub data plane) or auto",
-            autocompletion=_choices("MODES"),
-        ),
-    ] = "auto",
-    seed: Annotated[
-        int | None, typer.Option(help="seed of the sensor data (default: the simulation section's)")
-    ] = None,
-    run_dir: Annotated[Path | None, typer.Option(help="where logs, state and the report go")] = None,
-    broker: Annotated[str, typer.Option(help="auto, mosquitto or amqtt", autocompletion=_choices("BROKERS"))] = "auto",
-    spark_master: Annotated[str, typer.Option(help="Spark master URL for the hub")] = "local[2]",
-    insecure_brokers: Annotated[
-        bool,
-        typer.Option(
-            "--insecure-brokers",
-            help="run plain anonymous brokers (no TLS, credentials or ACLs); development only",
-        ),
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
-    live: Annotated[bool | None, typer.Option(help="live progress display (default: on a terminal)")] = None,
+    sites: Path,
+    app_file: Path,
+    duration: str | None,
+    fault: tuple[str, ...],
+    compare: str | None,
+    placement: str,
+    mode: str,
+    seed: int | None,
+    run_dir: Path | None,
+    broker: str,
+    spark_master: str,
+    insecure_brokers: bool,
+    as_json: bool,
+    live: bool | None,
 ) -> None:
     """Run an app across a simulated multi-site topology and print the report.
 
@@ -92,17 +99,17 @@ def simulate(
     from simulate.faults import parse_fault
     from simulate.scenario import Options, check_options
     from spanedge.durations import parse_duration
-    from spanedge.errors import SpanEdgeError
+    from spanedge.errors import MissingExtra, SpanEdgeError
 
     try:
         seconds = parse_duration(duration) if duration else None
-        for spec in fault or []:
+        for spec in fault:
             parse_fault(spec)
         opts = Options(
             sites=sites,
             app=app_file,
             duration=seconds,
-            faults=list(fault or []),
+            faults=list(fault),
             placement=placement,
             mode=mode,
             seed=seed,
@@ -112,10 +119,12 @@ def simulate(
         )
         check_options(opts, compare)
     except (SpanEdgeError, ValueError) as exc:
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(2) from None
+        raise fail(exc) from None
 
-    from rich.console import Console
+    try:
+        from rich.console import Console
+    except ImportError as exc:  # the light core: the progress display and the report need the sim extra
+        raise fail(MissingExtra(exc.name or "rich", "sim")) from None
 
     err = Console(stderr=True)
     show_live = sys.stderr.isatty() if live is None else live
@@ -123,23 +132,23 @@ def simulate(
         outcomes = asyncio.run(_main(opts, compare, err, show_live, insecure_brokers))
     except KeyboardInterrupt:
         err.print("[yellow]interrupted; everything started was stopped[/yellow]")
-        raise typer.Exit(130) from None
+        raise click.exceptions.Exit(130) from None
     except SpanEdgeError as exc:
         err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
-        raise typer.Exit(2 if isinstance(exc, ValueError) else 1) from None
+        raise click.exceptions.Exit(2 if isinstance(exc, ValueError) else 1) from None
     reports = [o.report for o in outcomes]
     if as_json:
-        typer.echo(json.dumps([r.to_dict() for r in reports] if len(reports) > 1 else reports[0].to_dict(), indent=2))
-        typer.echo(f"report: {outcomes[0].html}", err=True)
+        click.echo(json.dumps([r.to_dict() for r in reports] if len(reports) > 1 else reports[0].to_dict(), indent=2))
+        click.echo(f"report: {outcomes[0].html}", err=True)
     else:
         from spanedge.cli.output import show
 
         show(simulation_report(reports))
         label = "run directories" if len(outcomes) > 1 else "run directory"
-        typer.echo(f"{label}: {', '.join(str(o.run_dir) for o in outcomes)}")
-        typer.echo(f"report: {outcomes[0].html}")
+        click.echo(f"{label}: {', '.join(str(o.run_dir) for o in outcomes)}")
+        click.echo(f"report: {outcomes[0].html}")
     if any(r.lost or r.duplicates for r in reports):
-        raise typer.Exit(3)
+        raise click.exceptions.Exit(3)
 
 
 #: Rows of the simulation report shown in red when a run's cell is not zero.

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-import typer
+import click
 
 from spanedge.cli.errors import check_hub_url, fail
 from spanedge.cli.output import show
+from spanedge.cli.params import Command, option
 from spanedge.report import Block, Table, to_text
 
 
@@ -15,11 +16,11 @@ def _age(value: Any) -> str:
     return "never" if value is None else f"{float(value):.1f}s ago"
 
 
-def status(
-    hub_url: Annotated[str, typer.Option(envvar="SPANEDGE_HUB_URL", help="hub REST API")] = "http://127.0.0.1:8000",
-    token: Annotated[str | None, typer.Option(envvar="SPANEDGE_TOKEN", help="hub bearer token")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the raw answers as JSON")] = False,
-) -> None:
+@click.command(cls=Command)
+@option("--hub-url", envvar="SPANEDGE_HUB_URL", default="http://127.0.0.1:8000", help="hub REST API")
+@option("--token", envvar="SPANEDGE_TOKEN", help="hub bearer token")
+@option("--json", "as_json", is_flag=True, help="print the raw answers as JSON")
+def status(hub_url: str, token: str | None, as_json: bool) -> None:
     """Show sites, apps and placements from the hub."""
     import json
 
@@ -35,7 +36,7 @@ def status(
     except SpanEdgeError as exc:
         raise fail(exc) from None
     if as_json:
-        typer.echo(json.dumps({"sites": sites, "apps": apps, "placements": placements}, indent=2))
+        click.echo(json.dumps({"sites": sites, "apps": apps, "placements": placements}, indent=2))
         return
     show(status_report(sites, apps, placements))
 

@@ -6,7 +6,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 import orjson
 
 from spanedge.app import App
@@ -30,12 +29,12 @@ def make_plan(app: App, sites: Sites, at_hub: set[str], singletons: set[str], ve
 
     Operators in ``at_hub`` run at the hub; the others at their source site.
     """
-    graph: nx.DiGraph = app.graph()
+    graph = app.graph()
     hub = sites.hubs[0].name
     assignments: list[Assignment] = []
     replicas: dict[str, list[Assignment]] = {}
-    for name in nx.topological_sort(graph):
-        op = graph.nodes[name]["op"]
+    for name in graph.order:
+        op = graph.op(name)
         if name in singletons:
             groups: list[str | None] = [None]
         else:

@@ -6,8 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from edge_agent.config import AgentConfig, AgentLaunch, check_log_level, env_var, option_fields
 from spanedge.cli import cli
@@ -47,7 +46,7 @@ def test_options_come_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    command = typer.main.get_command(cli).commands["agent"]  # type: ignore[attr-defined]
+    command = cli.commands["agent"]
     params = command.make_context("agent", ["--heartbeat-interval", "2"]).params
     assert params["site"] == "truck-7"
     assert params["sites"] == SITES

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from spanedge.broker_acl import acl_text, broker_groups, identities, password_file, password_hash, spoke_patterns
 from spanedge.cli import cli

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from spanedge.cli import cli
 from tests.conftest import EXAMPLES

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from spanedge.cli import cli
 from spanedge.cli.output import show
@@ -129,8 +129,8 @@ def test_the_hub_refuses_an_invalid_log_level_before_starting(
     args = ["hub", "--sites", SITES, "--state-dir", str(tmp_path), *args]
     result = CliRunner().invoke(cli, args, env=env)
     assert result.exit_code == 2, result.output
-    message = " ".join(result.output.replace("│", " ").split())  # the usage error is boxed and wrapped
-    assert "invalid log level 'LOUD'; use one of DEBUG, INFO, WARNING, ERROR" in message
+    assert "Invalid value for '--log-level'" in result.output
+    assert "invalid log level 'LOUD'; use one of DEBUG, INFO, WARNING, ERROR" in result.output
     assert "Traceback" not in result.output
     assert started == []
 
@@ -157,11 +157,16 @@ def test_the_hub_runs_at_the_log_level_given(monkeypatch: pytest.MonkeyPatch, tm
 
 
 def _complete(*words: str) -> list[str]:
-    """What bash completion offers after ``spanedge <words>`` (the last word is the one being typed)."""
-    env = {"_SPANEDGE_COMPLETE": "complete_bash", "COMP_WORDS": " ".join(("spanedge", *words)), "COMP_CWORD": ""}
+    """What bash completion offers after ``spanedge <words>`` (the last word is the one being typed).
+
+    Click's bash protocol: ``_SPANEDGE_COMPLETE=bash_complete`` with the words so far, one ``type,value`` line
+    per candidate.
+    """
+    env = {"_SPANEDGE_COMPLETE": "bash_complete", "COMP_WORDS": " ".join(("spanedge", *words))}
     env["COMP_CWORD"] = str(len(words))
     result = CliRunner().invoke(cli, [], env=env, prog_name="spanedge")
-    return result.output.split()
+    assert result.exit_code == 0, result.output
+    return [line.partition(",")[2] for line in result.output.splitlines()]
 
 
 def test_shell_completion_offers_commands_and_option_values() -> None:
@@ -170,3 +175,12 @@ def test_shell_completion_offers_commands_and_option_values() -> None:
     assert _complete("simulate", "sites.yaml", "app.py", "--compare", "") == ["central", "local-first"]
     assert _complete("simulate", "sites.yaml", "app.py", "--broker", "m") == ["mosquitto"]
     assert _complete("hub", "--log-level", "") == ["DEBUG", "INFO", "WARNING", "ERROR"]
+    assert _complete("hub", "--log-level", "w") == ["WARNING"]
+
+
+def test_the_completion_script_is_clicks() -> None:
+    """``eval "$(_SPANEDGE_COMPLETE=bash_source spanedge)"`` (the README's line) defines the bash completion."""
+    result = CliRunner().invoke(cli, [], env={"_SPANEDGE_COMPLETE": "bash_source"}, prog_name="spanedge")
+    assert result.exit_code == 0, result.output
+    assert "_SPANEDGE_COMPLETE=bash_complete" in result.output
+    assert "complete -o nosort -F _spanedge_completion spanedge" in result.output

@@ -9,7 +9,6 @@ time to drain, the light core on agents, broker queues set deliberately), and ev
 from __future__ import annotations
 
 import configparser
-import inspect
 import json
 import re
 import shlex
@@ -81,7 +80,9 @@ def agent_services(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def agent_env_vars() -> set[str]:
     """The ``SPANEDGE_AGENT_*`` variables that ``spanedge agent`` reads: one per option."""
-    return {env_var(name) for name in inspect.signature(agent).parameters}
+    names = {p.name for p in agent.params if p.name}
+    assert {"site", "sites", "state_dir"} <= names, names
+    return {env_var(name) for name in names}
 
 
 # -- Dockerfiles ---------------------------------------------------------------------

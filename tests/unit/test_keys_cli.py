@@ -7,8 +7,8 @@ import stat
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
-from typer.testing import CliRunner
 
 from spanedge.cli.keys import keys
 from spanedge.signing import (

@@ -13,7 +13,7 @@ import sys
 import tomllib
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 import placement
 from spanedge.cli import cli
@@ -66,9 +66,16 @@ def test_the_light_core_depends_on_no_solver_engine_or_web_framework() -> None:
     core = requirement_names(project["dependencies"])
     heavy = {"pulp", "highspy", "numpy", "aiomqtt", "amqtt", "pyspark", "pyarrow", "pandas", "fastapi", "uvicorn"}
     assert core.isdisjoint(heavy), core & heavy
-    assert {"paho-mqtt", "psutil", "typer"} <= core  # the agent's MQTT client, its heartbeat, its command
+    assert {"paho-mqtt", "psutil", "click"} <= core  # the agent's MQTT client, its heartbeat, its command
+    # the command line is plain click: no typer, and none of what rich brings (13.5 MiB) on a gateway
+    assert core.isdisjoint({"typer", "rich", "pygments", "markdown-it-py", "mdurl", "shellingham"}), core
+    # sites.yaml is read with msgspec and the DAG is walked with graphlib: no pydantic or networkx on a gateway
+    assert core.isdisjoint({"pydantic", "networkx"}), core
     extras = project["optional-dependencies"]
-    assert requirement_names(extras["placement"]) == {"pulp", "highspy", "numpy"}
+    sim = requirement_names(extras["sim"]) | requirement_names(extras["placement"])
+    assert "rich" in sim, "spanedge simulate prints with rich"
+    assert requirement_names(extras["placement"]) == {"pulp", "highspy", "numpy", "rich"}
+    assert "pydantic" in requirement_names(extras["hub"]), "the REST API's models"
     for extra in ("hub", "sim"):
         assert "spanedge[placement]" in extras[extra], f"the {extra} extra runs the planner"
     assert "aiomqtt" in requirement_names(extras["sim"])

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from spanedge.cli.simulate import simulate
 from tests.conftest import EXAMPLES
 
-APP = typer.Typer()
-APP.command()(simulate)
-
 
 def _run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(APP, list(args))
+    result = CliRunner().invoke(simulate, list(args))
     return result.exit_code, result.output
 
 

@@ -8,7 +8,7 @@ import pytest
 from simulate.config import parse_simulation, resolve_links
 from simulate.sensors import device_topic, devices_of, schedule
 from spanedge.errors import InvalidSites
-from spanedge.sites import load_sites, parse_sites
+from spanedge.sites import Sites, load_sites, parse_sites
 from tests.conftest import EXAMPLES
 
 BASE = """
@@ -23,7 +23,7 @@ default_link: {latency_ms: 30, bandwidth_mbps: 8}
 """
 
 
-def _sites(simulation: str):
+def _sites(simulation: str) -> Sites:
     return parse_sites(BASE + simulation)
 
 
@@ -76,6 +76,66 @@ def test_errors_name_the_field(simulation: str, fragment: str) -> None:
     with pytest.raises(InvalidSites) as info:
         parse_simulation(_sites(simulation))
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("simulation", "message"),
+    [
+        (
+            "simulation: {sensors: {edge: {readings: {count: 0, rate: 1}}}}",
+            "s.yaml: simulation.sensors.edge.readings.count: Expected `int` >= 1 (got 0)",
+        ),
+        (
+            "simulation: {sensors: {edge: {readings: {count: 1, rate: [5, 1]}}}}",
+            "s.yaml: simulation.sensors.edge.readings.rate: rate must be positive, and [min, max] with min <= max "
+            "(got [5, 1])",
+        ),
+        (
+            "simulation: {sensors: {edge: {readings: {count: 1, rate: 1, value: {t: {walk: {start: 1, step: -1}}}}}}}",
+            "s.yaml: simulation.sensors.edge.readings.value.t.walk.step: Expected `float` >= 0.0 (got -1)",
+        ),
+        (
+            "simulation: {sensors: {edge: {readings: {count: 1, rate: 1, value: {t: {choice: []}}}}}}",
+            "s.yaml: simulation.sensors.edge.readings.value.t.choice: choice needs at least one option (got [])",
+        ),
+        (
+            "simulation: {sensors: {edge: {readings: {count: 1, rate: 1, disorder: soon}}}}",
+            "s.yaml: simulation.sensors.edge.readings.disorder: expected a duration such as '10s', '500ms' or '5m', "
+            "got 'soon'",
+        ),
+        (
+            "simulation: {wan: {jitter: 1}, sensors: {edge: {readings: {count: 1, rate: 1}}}}",
+            "s.yaml: simulation.wan.jitter: unknown field (got 1); remove it or fix its spelling (fields here: jitter_ms)",
+        ),
+    ],
+)
+def test_errors_say_what_where_and_the_fix(simulation: str, message: str) -> None:
+    with pytest.raises(InvalidSites) as info:
+        parse_simulation(_sites(simulation), "s.yaml")
+    assert str(info.value) == f"invalid simulation section:\n  {message}"
+
+
+def test_durations_are_plain_seconds_and_copies_keep_them() -> None:
+    sites = _sites(
+        """
+simulation:
+  duration: 2m
+  settle: 0
+  sensors: {edge: {readings: {count: 1, rate: [1, 2], disorder: 500ms, clock_skew: -1s}}}
+"""
+    )
+    sim = parse_simulation(sites)
+    spec = sim.sensors["edge"]["readings"]
+    assert [(type(v), v) for v in (sim.duration, sim.settle, sim.warmup, spec.disorder, spec.clock_skew)] == [
+        (float, 120.0),
+        (float, 0.0),
+        (float, 0.0),
+        (float, 0.5),
+        (float, -1.0),
+    ]
+    assert orjson.loads(orjson.dumps({"duration": sim.duration})) == {"duration": 120.0}
+    reseeded = sim.replace(seed=9)
+    assert (reseeded.seed, reseeded.duration, reseeded.sensors) == (9, 120.0, sim.sensors)
 
 
 def test_devices_are_seeded_and_fill_the_topic() -> None:
