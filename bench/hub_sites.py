@@ -1,7 +1,7 @@
 r"""Many sites: simulated sites against a running hub (control plane, ingest and Spark).
 
     .venv/bin/python bench/hub_sites.py [--sites 200] [--seconds 60] [--heartbeat-every 3] \
-        [--data-every 2] [--batch 10]
+        [--data-every 2] [--batch 10] [--ramp 3,1,0.3,0.1,0.05,0.025] [--ramp-seconds 15]
 
 One process simulates ``--sites`` spokes over one MQTT connection: each sends
 a heartbeat every ``--heartbeat-every`` seconds (with measured latencies to
@@ -12,15 +12,25 @@ mode) with an app whose source is at every site and whose pass-through
 ``@global_`` operator writes every record to Parquet at the hub. Measured:
 
 * ``GET /sites`` and ``GET /apps/fleet/placement``: response times
-  (p50/p99/max) while the load runs, and how many sites ``/sites`` shows
-  alive;
+  (p50/p99/max) while the load runs, next to ``GET /healthz`` in the same
+  run (the floor: a route that does no work, under the same load), and how
+  many sites ``/sites`` shows alive;
 * a re-plan over all sites: ``POST /apps`` with the same app (placement
   with the current measurements, the engine keeps its unchanged queries,
   plans signed and published to every site), p50 and max of three;
 * ingest: records sent against distinct ``(site, seq)`` at the hub's sink
   (lost) and rows beyond them (duplicated);
 * the hub's CPU (its process tree) and the heartbeats/s and records/s it
-  took, from which the limit is estimated.
+  took;
+* the limit: heartbeats are then sent ever more often (``--ramp``, seconds
+  between a site's heartbeats, data batches unchanged), each rate for
+  ``--ramp-seconds``, while ``GET /sites`` is read every half second. The
+  status is current at a rate while every site stays alive and no heartbeat
+  age exceeds the interval by more than a second; the highest such rate,
+  times the default interval, is the number of sites the hub keeps current.
+  The search stops at the first rate where the status goes stale, or where
+  the broker acknowledged fewer heartbeats than asked for (then the load
+  generator, not the hub, is the limit, and the figure is a lower bound).
 """
 
 from __future__ import annotations
@@ -111,25 +121,48 @@ def tree_cpu(pid: int) -> float:
 
 
 class Sites:
-    """The simulated sites: heartbeats and data batches over one paho connection."""
+    """The simulated sites: data batches and heartbeats, each over its own paho connection.
+
+    Two connections, so that a flood of heartbeats (each QoS 1 message holds one
+    of paho's 65,535 message ids until acknowledged) never keeps a data batch
+    from being queued; :attr:`acked_heartbeats` counts the broker's acknowledgements.
+    """
 
     def __init__(self, url: str, names: list[str], args: argparse.Namespace) -> None:
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.enums import CallbackAPIVersion
-
         host, port = url.split("//")[1].split(":")
-        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-sites")
-        self.client.max_inflight_messages_set(200)
-        self.client.max_queued_messages_set(0)
-        self.client.connect(host, int(port))
-        self.client.loop_start()
+        self.client = self._connect("bench-sites-data", host, int(port))
+        self.beats = self._connect("bench-sites-beats", host, int(port))
+        self.beats.on_publish = self._acked
         self.names = names
         self.args = args
         self.seq = dict.fromkeys(names, 0)
         self.sent_records = 0
         self.heartbeats = 0
+        self.acked_heartbeats = 0
         self.stop = threading.Event()
         self.pending: list[Any] = []
+
+    @staticmethod
+    def _connect(client_id: str, host: str, port: int) -> Any:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
+        client.max_inflight_messages_set(200)
+        client.max_queued_messages_set(0)
+        client.connect(host, port)
+        client.loop_start()
+        return client
+
+    def _acked(self, *_: Any) -> None:
+        self.acked_heartbeats += 1  # paho's network thread is the only writer
+
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Wait until the broker acknowledged every heartbeat sent; False if it did not within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.acked_heartbeats < self.heartbeats and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.acked_heartbeats >= self.heartbeats
 
     def heartbeat(self, i: int, name: str) -> None:
         """Publish site ``name``'s heartbeat, with latencies that vary a little from one to the next."""
@@ -158,7 +191,7 @@ class Sites:
             "latency": latency,
             "clock_offset_ms": 0.0,
         }
-        self.client.publish(topics.control(name, "heartbeat"), orjson.dumps(beat), qos=1)
+        self.beats.publish(topics.control(name, "heartbeat"), orjson.dumps(beat), qos=1)
         self.heartbeats += 1
 
     def data(self, name: str) -> None:
@@ -176,10 +209,10 @@ class Sites:
         self.pending.append(info)
         self.sent_records += len(recs)
 
-    def run(self, data: bool) -> None:
-        """Send until :attr:`stop`, each site on its own phase."""
+    def run(self, data: bool, heartbeat_every: float | None = None) -> None:
+        """Send until :attr:`stop`, each site on its own phase (a heartbeat every ``heartbeat_every`` s)."""
         n = len(self.names)
-        hb_every, data_every = self.args.heartbeat_every, self.args.data_every
+        hb_every, data_every = heartbeat_every or self.args.heartbeat_every, self.args.data_every
         start = time.monotonic()
         next_hb = [start + hb_every * i / n for i in range(n)]
         next_data = [start + data_every * i / n for i in range(n)]
@@ -198,8 +231,51 @@ class Sites:
         """Wait for every data batch's acknowledgement, then disconnect."""
         for info in self.pending:
             info.wait_for_publish(timeout=60)
-        self.client.disconnect()
-        self.client.loop_stop()
+        for client in (self.client, self.beats):
+            client.disconnect()
+            client.loop_stop()
+
+
+def ramp_stage(sim: Sites, pid: int, url: str, token: str, every: float, seconds: float) -> dict[str, Any]:
+    """Send heartbeats every ``every`` s (data unchanged) for ``seconds``; how current ``GET /sites`` stays.
+
+    Returns the heartbeats/s sent and acknowledged by the broker, the oldest heartbeat
+    age and fewest sites alive that ``GET /sites`` showed, its p50 response time and
+    the hub's CPU. A rate the load generator itself could not keep up says nothing
+    about the hub, and is marked so.
+    """
+    sim.stop.clear()
+    loader = threading.Thread(target=sim.run, args=(True, every), daemon=True)
+    loader.start()
+    time.sleep(max(2 * every, 2.0))  # every site has sent at this rate at least once
+    beats0, acked0, cpu0, t0 = sim.heartbeats, sim.acked_heartbeats, tree_cpu(pid), time.monotonic()
+    oldest, fewest, took = 0.0, len(sim.names), []
+    while time.monotonic() < t0 + seconds:
+        elapsed, body = timed_get(f"{url}/sites", token)
+        took.append(elapsed)
+        spokes = [s for s in body["sites"] if s["site"] in sim.seq]
+        fewest = min(fewest, sum(1 for s in spokes if s.get("alive")))
+        oldest = max([oldest, *(s["last_heartbeat_age_s"] or 0.0 for s in spokes)])
+        time.sleep(0.5)
+    t1 = time.monotonic()
+    acked, cpu = sim.acked_heartbeats - acked0, tree_cpu(pid) - cpu0
+    sim.stop.set()
+    loader.join()
+    drained = sim.drain()
+    target = len(sim.names) / every
+    kept_up = drained and acked / (t1 - t0) >= 0.95 * target
+    current = fewest == len(sim.names) and oldest <= every + 1.0
+    return {
+        "every": every,
+        "beats/s": (sim.heartbeats - beats0) / (t1 - t0),
+        "acked/s": acked / (t1 - t0),
+        "target/s": target,
+        "oldest": oldest,
+        "alive": fewest,
+        "get_sites": percentile(took, 0.5),
+        "cpu": cpu / (t1 - t0),
+        "status": "current" if current and kept_up else "STALE" if kept_up else "load generator behind",
+    }
 
 
 def sink_rows(out: Path) -> list[tuple[str, int]]:
@@ -219,6 +295,13 @@ def main() -> None:
     parser.add_argument("--heartbeat-every", type=float, default=3.0)
     parser.add_argument("--data-every", type=float, default=2.0)
     parser.add_argument("--batch", type=int, default=10, help="records per data batch")
+    parser.add_argument(
+        "--ramp",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[3.0, 1.0, 0.3, 0.1, 0.05, 0.025],
+        help="seconds between a site's heartbeats in each stage of the limit search (empty: none)",
+    )
+    parser.add_argument("--ramp-seconds", type=float, default=15.0, help="length of each stage of the limit search")
     args = parser.parse_args()
 
     from hub.client import HubClient
@@ -275,6 +358,7 @@ def main() -> None:
             loader.start()
             get_sites: list[float] = []
             get_placement: list[float] = []
+            get_health: list[float] = []
             alive: list[int] = []
             end = time.monotonic() + args.seconds
             while time.monotonic() < end:
@@ -283,6 +367,8 @@ def main() -> None:
                 alive.append(sum(1 for s in body["sites"] if s.get("alive")))
                 took, _ = timed_get(f"{url}/apps/fleet/placement", token)
                 get_placement.append(took)
+                took, _ = timed_get(f"{url}/healthz", token)
+                get_health.append(took)
                 time.sleep(0.25)
             replans = []
             for _ in range(3):
@@ -295,6 +381,11 @@ def main() -> None:
             figures["heartbeats/s"] = (sim.heartbeats - beats0) / (t1 - t0)
             figures["records/s"] = sim.sent_records / (t1 - t0)
             figures["hub cpu"] = (cpu1 - cpu0) / (t1 - t0)
+            figures["ramp"] = []
+            for every in args.ramp:  # until the status goes stale or the load generator falls behind
+                figures["ramp"].append(ramp_stage(sim, hub.pid, url, token, every, args.ramp_seconds))
+                if figures["ramp"][-1]["status"] != "current":
+                    break
             sim.close()
             sent = sim.sent_records
             deadline = time.monotonic() + 180
@@ -311,6 +402,7 @@ def main() -> None:
             figures["sent"] = sent
             figures["get_sites"] = get_sites
             figures["get_placement"] = get_placement
+            figures["get_health"] = get_health
             figures["alive"] = alive
             figures["replans"] = replans
         finally:
@@ -331,13 +423,17 @@ def main() -> None:
         f"{args.batch} records per site every {args.data_every:g} s ({figures['records/s']:.0f} records/s)"
     )
     print(f"{'measure':<34}{'p50':>10}{'p99':>10}{'max':>10}   goal")
+    floor = percentile(figures["get_health"], 0.5)
     for label, values in (
         ("GET /sites", figures["get_sites"]),
         ("GET /apps/fleet/placement", figures["get_placement"]),
+        ("GET /healthz (baseline: no work)", figures["get_health"]),
     ):
+        ratio = f"{percentile(values, 0.5) / floor:.1f}x the baseline" if floor > 0 else ""
+        goal = GOALS["GET"] if "healthz" not in label else ""
         print(
             f"{label:<34}{percentile(values, 0.5) * ms:>8.1f}ms{percentile(values, 0.99) * ms:>8.1f}ms"
-            f"{max(values) * ms:>8.1f}ms   {GOALS['GET']}  ({len(values)} requests)"
+            f"{max(values) * ms:>8.1f}ms   {goal:<10}{ratio}  ({len(values)} requests)"
         )
     r = figures["replans"]
     print(
@@ -351,6 +447,33 @@ def main() -> None:
         f"   goal {GOALS['ingest']}"
     )
     print(f"hub process tree CPU: {100 * figures['hub cpu']:.0f}% of one core (control plane, ingest, Spark)")
+    if figures["ramp"]:
+        print(
+            f"\nlimit search: {args.sites} sites, data unchanged, heartbeats ever more often "
+            f"({args.ramp_seconds:g} s each, until the status goes stale or the load generator falls behind)"
+        )
+        print(
+            f"{'heartbeat every':>16}{'sent/s':>9}{'acked/s':>9}{'target/s':>10}{'oldest age':>12}{'alive min':>11}"
+            f"{'GET /sites':>12}{'hub CPU':>9}   status"
+        )
+        for r in figures["ramp"]:
+            print(
+                f"{r['every']:>15g}s{r['beats/s']:>9.0f}{r['acked/s']:>9.0f}{r['target/s']:>10.0f}{r['oldest']:>11.2f}s"
+                f"{r['alive']:>11}{r['get_sites'] * ms:>10.1f}ms{100 * r['cpu']:>8.0f}%   {r['status']}"
+            )
+        kept = [r for r in figures["ramp"] if r["status"] == "current"]
+        last = figures["ramp"][-1]
+        if kept:
+            best = max(kept, key=lambda r: r["acked/s"])
+            sites = best["acked/s"] * args.heartbeat_every
+            if last["status"] == "STALE":
+                where = f"; it goes stale at {last['acked/s']:.0f}/s"
+            else:
+                where = " (at least: the load generator, not the hub, stopped the search)"
+            print(
+                f"status stays current at {best['acked/s']:.0f} heartbeats/s{where}: about {sites:.0f} sites "
+                f"at a heartbeat every {args.heartbeat_every:g} s"
+            )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ holds 10 s of its input as state) and the default hysteresis, first with
 nothing changed (goal: 0 moves), then after the links of ten source spokes
 became six times slower. For each re-plan: wall and CPU time of ``solve``,
 status, gap and the replicas moved, next to the moves the same change
-causes when planned from scratch.
+causes when planned from scratch; and the integer program alone, solved
+once per hub (as ``solve`` does) and, as the baseline of the same run, as
+one program with a hub choice, with the relative difference of their
+optima (0 when both are proven optimal).
 
 Run: ``.venv/bin/python bench/placement.py [--seeds 3] [--replan-only]``
 """
@@ -38,7 +41,8 @@ sys.path[:] = [str(_ROOT)] + [p for p in sys.path if Path(p or ".").resolve() !=
 from placement import LatencyMatrix, Previous, Weights, solve  # noqa: E402
 from placement.baselines import RULES  # noqa: E402
 from placement.constraints import violations  # noqa: E402
-from placement.cost import evaluate  # noqa: E402
+from placement.cost import evaluate, migration, objective  # noqa: E402
+from placement.ilp import solve_ilp  # noqa: E402
 from placement.problem import build_problem  # noqa: E402
 from placement.synthetic import synthetic  # noqa: E402
 from spanedge.operators import Kind  # noqa: E402
@@ -138,6 +142,7 @@ def replan(n_ops: int, n_sites: int, seed: int) -> list[list[str]]:
     for label, latency in (("unchanged", matrix), ("latency x6", changed)):
         plan, wall, cpu = _timed(app=app, sites=sites, latency=latency, previous=previous)
         scratch = solve(app, sites, latency=latency)
+        parts, one = _ilp_both(app, sites, latency, previous)
         rows.append(
             [
                 f"{n_sites}/{len(problem.replicas)}",
@@ -151,9 +156,31 @@ def replan(n_ops: int, n_sites: int, seed: int) -> list[list[str]]:
                 str(_moved(first, scratch)),
                 f"{sum(state.get(rid, 0.0) for rid in problem.order if _placement(first)[rid] != _placement(plan)[rid]) / 1e3:.0f}",
                 _verdict(first, plan),
+                f"{parts[0]:.3f}",
+                f"{one[0]:.3f}",
+                f"{(parts[1] - one[1]) / one[1]:+.1e}",
             ]
         )
     return rows
+
+
+def _ilp_both(app: Any, sites: Any, latency: LatencyMatrix, previous: Previous) -> tuple[tuple[float, float], ...]:
+    """CPU seconds and optimum (migration included) of the integer program per hub, then as one program."""
+    problem = build_problem(app, sites, latency, previous.placement)
+    weights = Weights()
+    out = []
+    for per_hub in (True, False):
+        start = time.process_time()
+        found = solve_ilp(problem, weights, previous=previous, per_hub=per_hub)
+        seconds = time.process_time() - start
+        assert found.placement is not None, found.status
+        out.append(
+            (
+                seconds,
+                objective(problem, weights, found.placement) + migration(problem, weights, previous, found.placement),
+            )
+        )
+    return tuple(out)
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
@@ -186,9 +213,17 @@ def main() -> None:
         "from scratch",
         "state kB",
         "plan",
+        "ilp per hub cpu s",
+        "one program cpu s",
+        "optimum vs one",
     ]
     print("\nre-plans from a previous plan, with migration costs and hysteresis:")
     print(table(rows, header))
+    per_hub = sum(float(r[-3]) for r in rows)
+    one = sum(float(r[-2]) for r in rows)
+    print(
+        f"integer program: {per_hub:.2f} s per hub against {one:.2f} s as one program (CPU, all re-plans), {one / per_hub:.1f}x"
+    )
     _load()
 
 

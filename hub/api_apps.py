@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from hub.api_errors import error, not_found
@@ -90,6 +91,31 @@ def placement_view(record: AppRecord) -> dict[str, Any]:
         "handovers": [dataclasses.asdict(h) for h in plan.handovers],
         "history": [dataclasses.asdict(h) for h in record.history],
     }
+
+
+class PlacementAnswers:
+    """The body of ``GET /apps/{name}/placement`` per app, made once per app record.
+
+    The coordinator replaces an app's record whenever its plan or history
+    changes, so the JSON of a record (checked against
+    :class:`~hub.api_models.PlacementView`) is kept until the record is replaced.
+    """
+
+    def __init__(self) -> None:
+        """Start with no answer kept."""
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[AppRecord, int, bytes]] = {}
+
+    def body(self, record: AppRecord) -> bytes:
+        """The JSON of :func:`placement_view` for ``record``."""
+        with self._lock:
+            kept = self._kept.get(record.name)
+        if kept is not None and kept[0] is record and kept[1] == len(record.history):
+            return kept[2]
+        body = PlacementView.model_validate(placement_view(record)).model_dump_json(by_alias=True).encode()
+        with self._lock:
+            self._kept[record.name] = (record, len(record.history), body)
+        return body
 
 
 def _bad_name(name: str) -> JSONResponse | None:
@@ -174,11 +200,15 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
         record = _lookup(coordinator, name)
         return record if isinstance(record, JSONResponse) else {**summary(record), "plan": record.plan.to_dict()}
 
+    placements = PlacementAnswers()
+
     @router.get("/apps/{name}/placement", response_model=PlacementView, responses=one_app)
-    def get_placement(name: str) -> dict[str, Any] | JSONResponse:
+    def get_placement(name: str) -> Response:
         """Where every replica runs and why, the totals against the baselines, and the plan history."""
         record = _lookup(coordinator, name)
-        return record if isinstance(record, JSONResponse) else placement_view(record)
+        if isinstance(record, JSONResponse):
+            return record
+        return Response(placements.body(record), media_type="application/json")
 
     @router.delete(
         "/apps/{name}",

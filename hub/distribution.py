@@ -93,17 +93,18 @@ class PlanDistributor:
     def _next_version(self, site: str) -> int:
         version = max(self._clock_ns(), self._versions.get(site, 0) + 1)
         self._versions[site] = version
-        if self._store is not None:
-            self._store.save_versions(self._versions)
         return version
 
     def message(self, site: str, apps: Iterable[SiteApp], version: int) -> bytes:
         """The signed plan message of ``site`` at ``version``."""
+        return self._signed(site, [a.to_dict() for a in apps], version)
+
+    def _signed(self, site: str, entries: list[dict[str, Any]], version: int) -> bytes:
         payload = {
             "site": site,
             "version": version,
             "issued_at": time.time(),
-            "apps": [a.to_dict() for a in sorted(apps, key=lambda a: a.plan.app)],
+            "apps": sorted(entries, key=lambda e: str(e["app"])),
         }
         return sign_plan(payload, self._key)
 
@@ -120,11 +121,15 @@ class PlanDistributor:
         result: dict[str, str] = {}
         with self._lock:
             messages, described = [], []
+            # each app's entry and sites once, not once per site
+            entries = [(sites_of(a.plan), a.to_dict()) for a in apps.values()]
             for site in sorted(set(sites)):
-                mine = [a for a in apps.values() if site in sites_of(a.plan)]
+                mine = [entry for where, entry in entries if site in where]
                 version = self._next_version(site)
-                messages.append((topics.control(site, "plan"), self.message(site, mine, version)))
-                described.append((site, version, ", ".join(a.plan.app for a in mine) or "no apps"))
+                messages.append((topics.control(site, "plan"), self._signed(site, mine, version)))
+                described.append((site, version, ", ".join(str(e["app"]) for e in mine) or "no apps"))
+            if self._store is not None:
+                self._store.save_versions(self._versions)  # before any message leaves
             # one round of acknowledgements for all sites, not one round trip per site
             acked = self._publisher.publish_all(messages)
             for (site, version, names), ok in zip(described, acked, strict=True):

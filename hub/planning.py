@@ -7,7 +7,6 @@ import traceback
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from hub.links import pair
 from hub.registry import SiteRegistry
 from spanedge.app import App
 from spanedge.errors import InvalidDataflow, SpanEdgeError
@@ -84,8 +83,7 @@ def load_app(source: str, filename: str, app_name: str | None = None) -> App:
 
 def basis(registry: SiteRegistry, app: App) -> dict[str, Any]:
     """The latencies and stream rates an app is planned with, kept to detect drift."""
-    names = list(registry.sites.sites)
-    latency = {pair(a, b): registry.link(a, b)["latency_ms"] for i, a in enumerate(names) for b in names[i + 1 :]}
+    latency = registry.pair_latencies()
     sites = registry.effective_sites(app.source_streams())
     rates = {f"{s}@{site.name}": b.rate for site in sites.sites.values() for s, b in site.streams.items()}
     return {"latency": latency, "rates": rates}

@@ -13,19 +13,28 @@ Measured rows are mappings (or CSV/JSON files) with the columns ``src``,
 from __future__ import annotations
 
 import csv
-import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import networkx as nx
-
-from spanedge.errors import InvalidSites
+from spanedge.errors import InvalidSites, MissingExtra
 from spanedge.files import read_text
 from spanedge.sites import Sites
+
+try:
+    import numpy as np
+except ModuleNotFoundError as exc:
+    # The light core (`pip install spanedge`) has no numpy; say which extra brings it.
+    raise MissingExtra(exc.name or "numpy", "placement") from None
+
+#: Weight of a path's cost against its latency (ms) when ranking paths: only ties in latency see it.
+_COST_TIE = 1e-12
+#: Elements of the largest temporary array of the path search.
+_CHUNK = 1 << 21
 
 COLUMNS = ("src", "dst", "latency_p50_ms", "latency_p95_ms", "bandwidth_mbps", "cost", "measured_at")
 
@@ -46,6 +55,15 @@ class LinkInfo:
     origin: str = "declared"
 
 
+class _Filled(NamedTuple):
+    """The full matrix, by site index: whether a path exists, and latency, bandwidth and cost."""
+
+    reached: list[list[bool]]
+    latency: list[list[float]]
+    bandwidth: list[list[float]]
+    cost: list[list[float]]
+
+
 class LatencyMatrix:
     """Latency (ms), bandwidth (Mbit/s) and relative cost per byte between sites.
 
@@ -64,34 +82,65 @@ class LatencyMatrix:
         self.sites: tuple[str, ...] = tuple(dict.fromkeys(list(sites) + [s for pair in direct for s in pair]))
         self._direct = dict(direct)
         self._default = default
-        self._table = self._fill()
+        self._index = {name: i for i, name in enumerate(self.sites)}
 
-    def _fill(self) -> dict[tuple[str, str], LinkInfo]:
-        graph = nx.DiGraph()
-        graph.add_nodes_from(self.sites)
-        for (a, b), info in self._direct.items():
-            if a != b:
-                graph.add_edge(a, b, weight=info.latency_ms, info=info)
-        table = {pair: info for pair, info in self._direct.items() if pair[0] != pair[1]}
-        paths = dict(nx.all_pairs_dijkstra_path(graph, weight="weight"))
-        for a in self.sites:
-            for b in self.sites:
-                if a == b or (a, b) in table:
-                    continue
-                path = paths.get(a, {}).get(b)
-                if path is not None:
-                    hops = [graph.edges[u, v]["info"] for u, v in itertools.pairwise(path)]
-                    table[a, b] = LinkInfo(
-                        latency_ms=sum(h.latency_ms for h in hops),
-                        bandwidth_mbps=min(h.bandwidth_mbps for h in hops),
-                        cost=sum(h.cost for h in hops),
-                        origin="path",
-                    )
-                elif self._default is not None:
-                    table[a, b] = replace(self._default, origin="default")
-                else:
-                    table[a, b] = LinkInfo(math.inf, 0.0, math.inf, origin="unreachable")
-        return table
+    @cached_property
+    def _filled(self) -> _Filled:
+        """Shortest paths (by latency) over the direct entries, by repeated min-plus squaring on arrays.
+
+        A path's latency and cost are the sums over its hops and its bandwidth
+        the narrowest hop; of paths equally fast, the cheaper one wins. Direct
+        entries keep their own values. Each squaring doubles the hops a path
+        may have, so a few large array operations do it, rather than one
+        small one per site (which, in a busy multi-threaded hub, would wait
+        for the interpreter lock at every step). Computed on the first
+        question about a pair without a direct entry, so a matrix only built
+        to derive another (``with_measurements``), or only asked about direct
+        pairs, costs nothing.
+        """
+        n = len(self.sites)
+        lat = np.full((n, n), np.inf)
+        bw = np.zeros((n, n))
+        cost = np.full((n, n), np.inf)
+        np.fill_diagonal(lat, 0.0)
+        np.fill_diagonal(bw, np.inf)
+        np.fill_diagonal(cost, 0.0)
+        pairs = [(self._index[a], self._index[b], info) for (a, b), info in self._direct.items() if a != b]
+        if pairs:
+            i, j, infos = zip(*pairs, strict=True)
+            lat[i, j] = [x.latency_ms for x in infos]
+            bw[i, j] = [x.bandwidth_mbps for x in infos]
+            cost[i, j] = [x.cost for x in infos]
+        key = lat + _COST_TIE * cost  # ranks equally fast paths by cost
+        rows = max(1, min(n, _CHUNK // max(n * n, 1)))
+        src, dst = np.arange(n)[:, None], np.arange(n)[None, :]
+        through = np.empty((rows, n, n))  # [from, to, via], reused
+        via = np.empty((n, n), dtype=np.intp)
+        for _ in range(n.bit_length() + 1 if pairs else 0):
+            into = np.ascontiguousarray(key.T)  # [to, via]
+            for start in range(0, n, rows):
+                part = through[: min(rows, n - start)]
+                np.add(key[start : start + rows, None, :], into[None, :, :], out=part)
+                via[start : start + rows] = part.argmin(axis=2)
+            shorter = key[src, via] + key[via, dst]
+            if not (shorter < key).any():
+                break
+            key = shorter
+            lat, cost = lat[src, via] + lat[via, dst], cost[src, via] + cost[via, dst]
+            bw = np.minimum(bw[src, via], bw[via, dst])
+        unreached = ~np.isfinite(lat)
+        if self._default is not None:
+            lat[unreached] = self._default.latency_ms
+            bw[unreached] = self._default.bandwidth_mbps
+            cost[unreached] = self._default.cost
+        else:
+            bw[unreached] = 0.0
+            cost[unreached] = np.inf
+        if pairs:
+            lat[i, j] = [x.latency_ms for x in infos]
+            bw[i, j] = [x.bandwidth_mbps for x in infos]
+            cost[i, j] = [x.cost for x in infos]
+        return _Filled((~unreached).tolist(), lat.tolist(), bw.tolist(), cost.tolist())
 
     @classmethod
     def from_sites(cls, sites: Sites) -> LatencyMatrix:
@@ -147,28 +196,64 @@ class LatencyMatrix:
         """Everything known about the pair ``a -> b``."""
         if a == b:
             return LinkInfo(0.0, math.inf, 0.0, origin="same site")
+        direct = self._direct.get((a, b))
+        if direct is not None:
+            return direct
+        i, j = self._pair(a, b)
+        filled = self._filled
+        if filled.reached[i][j]:
+            return LinkInfo(filled.latency[i][j], filled.bandwidth[i][j], filled.cost[i][j], origin="path")
+        if self._default is not None:
+            return replace(self._default, origin="default")
+        return LinkInfo(math.inf, 0.0, math.inf, origin="unreachable")
+
+    def _pair(self, a: str, b: str) -> tuple[int, int]:
         try:
-            return self._table[a, b]
+            return self._index[a], self._index[b]
         except KeyError:
             msg = f"no latency known between {a!r} and {b!r}; known sites: {', '.join(self.sites)}"
             raise InvalidSites(msg) from None
 
     def latency(self, a: str, b: str) -> float:
         """Latency from ``a`` to ``b`` in ms (0 for the same site)."""
-        return 0.0 if a == b else self.info(a, b).latency_ms
+        if a == b:
+            return 0.0
+        direct = self._direct.get((a, b))
+        if direct is not None:
+            return direct.latency_ms
+        i, j = self._pair(a, b)
+        return self._filled.latency[i][j]
+
+    def latencies_from(self, a: str) -> dict[str, float]:
+        """The latency in ms from ``a`` to every other site, by site name."""
+        i, _ = self._pair(a, a)
+        return {b: ms for b, ms in zip(self.sites, self._filled.latency[i], strict=True) if b != a}
 
     def bandwidth(self, a: str, b: str) -> float:
         """Bandwidth from ``a`` to ``b`` in Mbit/s (infinite for the same site)."""
-        return math.inf if a == b else self.info(a, b).bandwidth_mbps
+        if a == b:
+            return math.inf
+        direct = self._direct.get((a, b))
+        if direct is not None:
+            return direct.bandwidth_mbps
+        i, j = self._pair(a, b)
+        return self._filled.bandwidth[i][j]
 
     def cost(self, a: str, b: str) -> float:
         """Relative cost per byte sent from ``a`` to ``b`` (0 for the same site)."""
-        return 0.0 if a == b else self.info(a, b).cost
+        if a == b:
+            return 0.0
+        direct = self._direct.get((a, b))
+        if direct is not None:
+            return direct.cost
+        i, j = self._pair(a, b)
+        return self._filled.cost[i][j]
 
     def rows(self) -> list[dict[str, Any]]:
         """The full matrix as a long table (one row per directed pair)."""
         out = []
-        for (a, b), info in sorted(self._table.items()):
+        for a, b in sorted((a, b) for a in self.sites for b in self.sites if a != b):
+            info = self.info(a, b)
             out.append(
                 {
                     "src": a,
@@ -258,6 +343,8 @@ def _finite(info: LinkInfo) -> LinkInfo:
     )
 
 
-def nearest(matrix: LatencyMatrix, origin: str, candidates: Sequence[str]) -> list[str]:
-    """``candidates`` sorted by latency from ``origin`` (ties by name)."""
-    return sorted(candidates, key=lambda c: (matrix.latency(origin, c), c))
+def nearest(matrix: LatencyMatrix, origin: str, candidates: Sequence[str], within_ms: float = math.inf) -> list[str]:
+    """``candidates`` at most ``within_ms`` from ``origin``, sorted by latency from it (ties by name)."""
+    row = matrix.latencies_from(origin)
+    near = ((row[c] if c in row else matrix.latency(origin, c), c) for c in candidates)
+    return [c for _, c in sorted(x for x in near if x[0] <= within_ms)]

@@ -97,8 +97,8 @@ def solve(
 def _optimise(
     problem: Problem, weights: Weights, method: str, time_limit: float, start: float, previous: Previous | None = None
 ) -> tuple[dict[str, str], str, SolverInfo]:
-    quick = greedy(problem, weights)
     if method == "greedy":
+        quick = greedy(problem, weights)
         if quick is None:
             raise explain_infeasible(problem, "the greedy heuristic found no placement; try method='ilp'")
         return quick[0], quick[1], SolverInfo("greedy", "heuristic", time.perf_counter() - start, None)
@@ -107,6 +107,8 @@ def _optimise(
         if previous is None
         else solve_ilp(problem, weights, time_limit, previous=previous)
     )
+    # The heuristic is a fallback: it runs only when the solver proved no optimum.
+    quick = None if result.optimal or result.infeasible else greedy(problem, weights)
     seconds = time.perf_counter() - start
     if result.placement is None or result.hub is None:
         if quick is None or result.infeasible:

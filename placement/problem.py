@@ -21,10 +21,9 @@ keeping it there is always an option the solvers weigh.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-
-import networkx as nx
+from dataclasses import dataclass, field, replace
 
 from placement.latency import LatencyMatrix, nearest
 from spanedge.app import App
@@ -169,6 +168,21 @@ class Problem:
         """Replicas whose site is a decision (not sources, not co-located sinks), in topological order."""
         return [r for r in (self.replicas[i] for i in self.order) if not r.is_source and r.colocate is None]
 
+    def at_hub(self, hub: str) -> Problem | None:
+        """This problem with ``hub`` the only hub among the candidates, or ``None`` if a replica then has none."""
+        others = self._hub_set - {hub}
+        replicas = {}
+        for rid, r in self.replicas.items():
+            if r.is_source or others.isdisjoint(r.candidates):
+                replicas[rid] = r
+                continue
+            kept = tuple(c for c in r.candidates if c not in others)
+            if not kept:
+                return None
+            replicas[rid] = copy.copy(r)
+            replicas[rid].candidates = kept
+        return replace(self, replicas=replicas, hubs=(hub,), out_edges={}, in_edges={})
+
     def resolve(self, placement: dict[str, str]) -> dict[str, str]:
         """Complete a placement of the decisions with sources and co-located sinks."""
         full = dict(placement)
@@ -199,8 +213,8 @@ def build_problem(app: App, sites: Sites, latency: LatencyMatrix, previous: Mapp
     replicas: dict[str, Replica] = {}
     of_op: dict[str, list[str]] = {}
     order: list[str] = []
-    for name in nx.topological_sort(graph):
-        op: Operator = graph.nodes[name]["op"]
+    for name in graph.order:
+        op: Operator = graph.op(name)
         made = _expand(op, sites, replicas, of_op)
         of_op[name] = [r.id for r in made]
         for r in made:
@@ -322,9 +336,9 @@ def _candidates(
         if not r.is_source and r.home is not None and not r.op.hub_only:
             demand[r.home] = demand.get(r.home, 0.0) + r.load
     around: dict[str, list[str]] = {}
-    for home in {r.home for r in replicas.values() if r.home is not None}:
-        others = [p for p in spokes if p != home and latency.latency(home, p) <= OFFLOAD_MS]
-        around[home] = nearest(latency, home, others)[:OFFLOAD_NEIGHBOURS]
+    for home in demand:  # the source sites with replicas that may run at a spoke
+        others = [p for p in spokes if p != home]
+        around[home] = nearest(latency, home, others, OFFLOAD_MS)[:OFFLOAD_NEIGHBOURS]
     tight = {h for h, d in demand.items() if d > sites.sites[h].cpu}
     tight |= {p for h in tight for p in around[h] if demand.get(p, 0.0) + demand[h] > sites.sites[p].cpu}
     ran: dict[str, set[str]] = {}

@@ -34,7 +34,7 @@ def make_sites(sites: dict[str, Any], links: Sequence[Any] = (), default_ms: flo
         spec = dict(spec)
         spec.setdefault("broker", "mqtt://localhost:1883")
         full[name] = spec
-    return Sites.model_validate(
+    return Sites.of(
         {"sites": full, "links": list(links), "default_link": {"latency_ms": default_ms, "bandwidth_mbps": 100}}
     )
 
@@ -157,9 +157,7 @@ def test_brute_force_sees_capacity_bound_instances() -> None:
         problem = build_problem(app, sites, matrix)
         free = brute_force(problem, Weights())
         outcomes.add("infeasible" if math.isinf(free) else "feasible")
-        roomy = sites.model_copy(
-            update={"sites": {k: v.model_copy(update={"cpu": 100.0}) for k, v in sites.sites.items()}}
-        )
+        roomy = sites.replace(sites={k: v.replace(cpu=100.0) for k, v in sites.sites.items()})
         if not math.isinf(free):
             relaxed = brute_force(build_problem(app, roomy, matrix), Weights())
             if relaxed < free - 1e-9:

@@ -18,7 +18,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def sites() -> Sites:
-    return Sites.model_validate(
+    return Sites.of(
         {
             "sites": {
                 "cloud": {"tier": "hub", "broker": "mqtt://localhost:1883"},
@@ -164,7 +164,7 @@ def test_measured_latency_changes_the_plan(tmp_path: Path) -> None:
 def test_a_matrix_without_the_sites_is_refused() -> None:
     app = App("t")
     app.source("r").sink(sinks.memory("o"), name="out")
-    with_r = Sites.model_validate(
+    with_r = Sites.of(
         {
             "sites": {
                 "cloud": {"tier": "hub", "broker": "mqtt://localhost:1883"},

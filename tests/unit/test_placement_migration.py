@@ -118,8 +118,8 @@ def test_the_previous_spoke_stays_a_candidate() -> None:
     """Without a previous plan ``mid`` is no candidate once ``factory-a`` has room; with one it is, and kept."""
     plan = first_plan()
     sites = offload_sites()
-    bigger = sites.sites["factory-a"].model_copy(update={"cpu": 4.0})
-    roomy = sites.model_copy(update={"sites": {**sites.sites, "factory-a": bigger}})
+    bigger = sites.sites["factory-a"].replace(cpu=4.0)
+    roomy = sites.replace(sites={**sites.sites, "factory-a": bigger})
     matrix = LatencyMatrix.from_sites(roomy)
     assert "mid" not in build_problem(heavy_local_app(), roomy, matrix).replicas[PARSE].candidates
     previous = Previous.of(plan, {PARSE: 1e9})
