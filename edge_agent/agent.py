@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from edge_agent.apps import Apps
 from edge_agent.config import AgentConfig
+from edge_agent.heartbeat import CPU_BUDGET_FILE
 from edge_agent.intake import Intake
 from edge_agent.outbox import Drainer, Outbox
 from edge_agent.plans import PlanIntake
@@ -83,7 +84,13 @@ class Agent:
         self.site_broker = SiteBrokerLink(site, sites, self.intake, connect)
         self.sinks = LocalSinks(site, config.state_dir, config.late_file_max_bytes, self.hub, self.site_broker.get)
         self.telemetry = Telemetry(
-            site, sites, self.hub_site, self.hub, config.heartbeat_interval, config.peer_probe_interval
+            site,
+            sites,
+            self.hub_site,
+            self.hub,
+            config.heartbeat_interval,
+            config.peer_probe_interval,
+            budget_file=config.state_dir / CPU_BUDGET_FILE,
         )
         self.drainer = Drainer(self.outbox, self.hub, config.drain_rate, batch_size=config.batch_size, publisher=site)
         self.processor = Processor(

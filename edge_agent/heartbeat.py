@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
+
+log = logging.getLogger("spanedge.agent")
+
+#: The file in an agent's state directory that holds the CPU cores SpanEdge may use at its site now.
+CPU_BUDGET_FILE = "cpu-budget"
 
 
 class Rates:
@@ -43,6 +51,51 @@ class ProcessStats:
         return self._proc.cpu_percent(None), int(self._proc.memory_info().rss)
 
 
+class CpuBudget:
+    """The CPU budget a gateway gives SpanEdge now, read from a file before each heartbeat.
+
+    Whatever shares the gateway (another workload, a resource manager, an
+    operator) writes the cores SpanEdge may use into the file, as a number
+    like ``sites.yaml``'s ``cpu`` (``0.25``); removing the file returns to the
+    declared budget. The hub plans the site with less when its CPU use stays
+    above that budget. A file that does not hold a positive number is ignored
+    with a warning (logged once per content).
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        """Read the budget from ``path`` (None: never overridden)."""
+        self.path = path
+        self._warned: str | None = None
+
+    def read(self) -> float | None:
+        """The overriding budget in cores, or None (no file, or an invalid one)."""
+        if self.path is None:
+            return None
+        try:
+            text = self.path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return self._invalid(f"unreadable: {exc.strerror}")
+        try:
+            cores = float(text)
+        except ValueError:
+            return self._invalid(f"holds {text[:40]!r}")
+        if not (math.isfinite(cores) and cores > 0):
+            return self._invalid(f"holds {text[:40]!r}")
+        self._warned = None
+        return cores
+
+    def _invalid(self, why: str) -> float | None:
+        """Warn (once per reason) that the file is ignored; the budget is then the declared one (None)."""
+        if self._warned != why:
+            self._warned = why
+            log.warning(
+                "ignoring CPU budget file %s: %s; write a positive number of cores (0.5) or remove it", self.path, why
+            )
+        return None
+
+
 def heartbeat(
     *,
     site: str,
@@ -57,9 +110,14 @@ def heartbeat(
     rss_bytes: int,
     latency: dict[str, dict[str, Any]],
     clock_offset_ms: float | None,
+    cpu_budget: float | None = None,
 ) -> dict[str, Any]:
-    """Assemble one heartbeat message (JSON-ready)."""
-    return {
+    """Assemble one heartbeat message (JSON-ready).
+
+    ``cpu_budget`` is the CPU cores SpanEdge may use at the site now, when it
+    is less than ``sites.yaml`` declares (see :class:`CpuBudget`); None leaves it out.
+    """
+    beat = {
         "site": site,
         "ts": time.time(),
         "apps": apps,
@@ -74,3 +132,6 @@ def heartbeat(
         "latency": latency,
         "clock_offset_ms": clock_offset_ms,
     }
+    if cpu_budget is not None:
+        beat["cpu_budget"] = cpu_budget
+    return beat

@@ -8,11 +8,12 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from edge_agent.heartbeat import ProcessStats, Rates, heartbeat
+from edge_agent.heartbeat import CpuBudget, ProcessStats, Rates, heartbeat
 from edge_agent.outbox import Outbox
 from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms
 from edge_agent.transport import Inbox, Transport
@@ -35,9 +36,20 @@ class Telemetry:
     """
 
     def __init__(
-        self, site: str, sites: Sites, hub_site: str, hub: Transport, interval: float, peer_interval: float = 30.0
+        self,
+        site: str,
+        sites: Sites,
+        hub_site: str,
+        hub: Transport,
+        interval: float,
+        peer_interval: float = 30.0,
+        budget_file: Path | None = None,
     ) -> None:
-        """Measure nothing yet; probe the hub every ``interval`` seconds and peer brokers every ``peer_interval``."""
+        """Measure nothing yet; probe the hub every ``interval`` seconds and peer brokers every ``peer_interval``.
+
+        ``budget_file`` holds the CPU cores SpanEdge may use at the site now, if a
+        gateway gives it less than ``sites.yaml`` declares (see :class:`~edge_agent.heartbeat.CpuBudget`).
+        """
         self.site = site
         self.hub_site = hub_site
         self.hub = hub
@@ -50,6 +62,7 @@ class Telemetry:
         self.clock = ClockOffset()
         self._rates = Rates()
         self._proc = ProcessStats()
+        self.budget = CpuBudget(budget_file)
         self.last: dict[str, Any] = {}  # the last heartbeat sent, for the metrics endpoint
 
     def published(self, mid: int) -> bool:
@@ -171,4 +184,5 @@ class Telemetry:
             rss_bytes=rss,
             latency=latency,
             clock_offset_ms=self.clock.offset_ms,
+            cpu_budget=self.budget.read(),
         )

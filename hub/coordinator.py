@@ -4,8 +4,9 @@ It places apps with the measurements of the :class:`hub.registry.SiteRegistry`
 (:mod:`hub.planning`), persists them, distributes their plans and hands them
 to the Spark engine; it re-plans an app when a latency or a rate it was
 planned with drifts beyond a relative threshold, at most once per minimum
-interval (:mod:`hub.drift`), and keeps the history of plan versions with the
-reason for each (:mod:`hub.plan_history`).
+interval (:mod:`hub.drift`), and when a spoke it runs at stays over its CPU
+budget or falls silent past a grace period (:mod:`hub.site_health`), and keeps
+the history of plan versions with the reason for each (:mod:`hub.plan_history`).
 """
 
 from __future__ import annotations
@@ -16,16 +17,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+import orjson
+
 from hub import plan_history
 from hub.distribution import PlanDistributor, SiteApp, sites_of
 from hub.drift import DriftPolicy, SilenceWatch
 from hub.handover import DEFAULT_DELAY_S, stamp_handovers
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
+from hub.site_health import HealthPolicy, SiteHealth, capped_sites, planned_load, with_capacity
 from hub.state import AppRecord, StateStore
 from spanedge.app import App
 from spanedge.errors import SpanEdgeError
 from spanedge.plan import Plan
+from spanedge.sites import Sites
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,7 @@ class Coordinator:
         latency_floor_ms: float = 5.0,
         rate_floor: float = 1.0,
         handover_delay_s: float = DEFAULT_DELAY_S,
+        health: HealthPolicy | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Wire the coordinator.
@@ -83,7 +89,8 @@ class Coordinator:
             latency_floor_ms: changes are relative to at least this latency, so 1→2 ms is no drift.
             rate_floor: changes are relative to at least this many records/s.
             handover_delay_s: event-time seconds from a re-plan to the switch of the replicas
-                it moves between spokes (at least the plan distribution delay; see :mod:`hub.handover`).
+                it moves between sites (at least the plan distribution delay; see :mod:`hub.handover`).
+            health: when a spoke counts as over its CPU budget, recovered or gone (:mod:`hub.site_health`).
             clock: the time source (seconds; also the event-time clock of handovers).
         """
         self.registry = registry
@@ -99,7 +106,11 @@ class Coordinator:
         self._replaced: dict[str, Plan] = {}  # the plan each app's plan in force replaced (in memory)
         self._apps: dict[str, App] = {}
         self._attempts: dict[str, float] = {}
-        self._silence = SilenceWatch(self.registry.silent)
+        self.health = SiteHealth(registry.sites, health or HealthPolicy())
+        self._health_lock = threading.Lock()  # heartbeats never wait for a deploy holding the main lock
+        self._pending: dict[str, list[str]] = {}  # site changes waiting to re-plan an app, per app
+        # a gone site is re-planned around: it no longer holds the other sites' re-plans back
+        self._silence = SilenceWatch(lambda site: self.registry.silent(site) and not self.gone(site))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -137,9 +148,16 @@ class Coordinator:
         ``owners`` is the plan in force (None: a first deploy).
         """
         version = owners.version + 1 if owners is not None else 1
-        plan = carry_ownership(plan_app(self.planner, self.registry, app, version, **options), owners)
-        hubs = {s.name for s in self.registry.sites.hubs}
-        return stamp_handovers(plan, owners, app, self._clock(), hubs, delay=self.handover_delay_s)
+        with self._health_lock:
+            caps = self.health.capacities()
+        planner = self.planner
+        if caps:
+
+            def planner(app: App, sites: Sites, **kwargs: Any) -> Plan:
+                return self.planner(app, capped_sites(sites, caps), **kwargs)
+
+        plan = carry_ownership(plan_app(planner, self.registry, app, version, **options), owners)
+        return stamp_handovers(plan, owners, app, self._clock(), delay=self.handover_delay_s)
 
     def deploy(
         self,
@@ -184,6 +202,7 @@ class Coordinator:
             self._replaced.pop(name, None)
             self._apps.pop(name, None)
             self._attempts.pop(name, None)
+            self._pending.pop(name, None)
             if self.engine is not None:
                 self.engine.undeploy(name)
             if self.store is not None:
@@ -243,6 +262,73 @@ class Coordinator:
         record, replaced = self._records.get(name), self._replaced.get(name)
         plans = (record.plan,) if record is not None else ()
         return plans + ((replaced,) if replaced is not None else ())
+
+    # -- monitor and analyse -------------------------------------------------------------------
+
+    def heartbeat(self, site: str, payload: bytes | Mapping[str, Any]) -> bool:
+        """Take a heartbeat that arrived on ``site``'s topic: the registry records it, the site analysis reads it.
+
+        Returns:
+            True if the registry accepted it (see :meth:`hub.registry.SiteRegistry.heartbeat`).
+        """
+        data: Any = payload
+        if isinstance(payload, bytes | bytearray):
+            try:
+                data = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                data = payload  # the registry rejects it with the reason
+        if not self.registry.heartbeat(site, data):
+            return False
+        with self._health_lock:
+            self.health.observe(site, data, self._clock())
+        return True
+
+    def gone(self, site: str) -> bool:
+        """True while ``site`` counts as gone: silent for longer than the grace period."""
+        with self._health_lock:
+            return self.health.gone(site)
+
+    def check(self) -> list[str]:
+        """One round of the analyse step: sites over budget, gone or back, then drift.
+
+        Returns:
+            The names of the apps re-planned.
+        """
+        replanned = self.check_sites()
+        return replanned + [n for n in self.check_drift() if n not in replanned]
+
+    def check_sites(self) -> list[str]:
+        """Re-plan the apps a site change concerns: a site over its CPU budget, gone, back or within budget again.
+
+        A change waits, like a drift re-plan, while another spoke of the app is
+        silent (not yet gone), and is retried at the next check.
+
+        Returns:
+            The names of the apps re-planned.
+        """
+        with self._lock:
+            running = [(r.plan, self._apps[r.name]) for r in self._records.values()]
+            with self._health_lock:
+                changes = self.health.review(self._clock(), planned_load(running))
+            for change in changes:
+                for record in self._records.values():
+                    if change.everywhere or with_capacity(record.plan, change.site):
+                        self._pending.setdefault(record.name, []).append(change.reason)
+            pending = {name: reasons for name, reasons in self._pending.items() if name in self._records}
+        replanned = []
+        for name, reasons in sorted(pending.items()):
+            with self._lock:
+                current = self._records.get(name)
+                if current is None or self._silence.waits(name, current.plan):
+                    continue
+                self._pending.pop(name, None)
+            try:
+                self.replan(name, "; ".join(dict.fromkeys(reasons)))
+            except Exception:
+                log.exception("re-planning app %r failed; it keeps its current plan", name)
+                continue
+            replanned.append(name)
+        return replanned
 
     # -- drift ---------------------------------------------------------------------------------
 

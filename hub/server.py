@@ -24,6 +24,7 @@ from hub.coordinator import Coordinator
 from hub.distribution import MqttControl, PlanDistributor
 from hub.publishers import from_plans
 from hub.registry import SiteRegistry
+from hub.site_health import HealthPolicy
 from hub.state import StateStore
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
@@ -50,6 +51,12 @@ class HubConfig:
     drift_threshold: float = 0.5
     min_replan_interval_s: float = 60.0
     check_interval_s: float = 5.0
+    #: a spoke silent this long counts as gone: what it ran is re-planned elsewhere (hub.site_health)
+    site_grace_s: float = 180.0
+    #: a spoke over its CPU budget this long is planned with what it can carry
+    overload_for_s: float = 30.0
+    #: a spoke able to carry its old load again this long gets its capacity back
+    overload_recover_s: float = 60.0
     #: the level of everything the hub logs, uvicorn's own lines included; DEBUG adds a line per request
     log_level: str = "INFO"
 
@@ -68,7 +75,9 @@ class Hub:
         self.store = StateStore(self.state_dir)
         self.registry = SiteRegistry(sites, down_after_s=config.down_after_s, alpha=config.latency_alpha)
         self.control = MqttControl(
-            self.broker, client_id=f"spanedge-hub-control-{site.name}", on_heartbeat=self.registry.heartbeat
+            self.broker,
+            client_id=f"spanedge-hub-control-{site.name}",
+            on_heartbeat=lambda site, payload: self.coordinator.heartbeat(site, payload),
         )
         self.distributor = PlanDistributor(self.control, config.plan_key, self.store)
         self.ingest: Any = None
@@ -79,6 +88,11 @@ class Hub:
             store=self.store,
             drift_threshold=config.drift_threshold,
             min_replan_interval_s=config.min_replan_interval_s,
+            health=HealthPolicy(
+                overload_for_s=config.overload_for_s,
+                recover_for_s=config.overload_recover_s,
+                site_grace_s=config.site_grace_s,
+            ),
         )
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -86,8 +100,8 @@ class Hub:
     def start(self) -> Hub:
         """Connect to the broker, resume the deployed apps, start the data plane and the periodic checks.
 
-        Every ``check_interval_s`` the hub checks link latencies for drift and
-        restarts failed Spark queries.
+        Every ``check_interval_s`` the hub checks the sites' load and presence and
+        link latencies for drift (:meth:`Coordinator.check`), and restarts failed Spark queries.
         """
         log.info("hub site %s, broker %s, state in %s", self.site.name, self.broker.url, self.state_dir)
         self.control.start()
@@ -126,9 +140,9 @@ class Hub:
     def _tick(self) -> None:
         while not self._stop.wait(self.config.check_interval_s):
             try:
-                self.coordinator.check_drift()
+                self.coordinator.check()
             except Exception:
-                log.exception("drift check failed")
+                log.exception("the check of sites and drift failed")
             if self.engine is not None:
                 try:
                     self.engine.recover()

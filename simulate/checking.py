@@ -7,6 +7,13 @@ exists: a window whose aggregates differ from the reference's, its count
 included, is wrong, so a partial window is both short and wrong. Only windows
 that end at least ``settle`` seconds before the last event time are checked:
 later ones may still be open. Other sinks are compared as multisets of values.
+
+A site killed for good (``kill-site``) destroys what it was handling: the
+records in flight in its own agent and in the replicas it ran for other sites,
+until a re-plan moved them (:mod:`simulate.site_losses`). A result that
+depends on such a record (it differs in a reference run without them) and
+did not arrive whole is counted as ``destroyed``, not lost nor wrong; every
+other result is checked as usual.
 """
 
 from __future__ import annotations
@@ -17,13 +24,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
 import orjson
 
 from simulate.reference import Expected, Item, evaluate
 from simulate.report import Latency, SinkCheck, SiteCount, StreamCount, epoch
 from simulate.results import Collector, Result
 from simulate.sensors import Sent
+from simulate.site_losses import Destroyed
 from spanedge.app import App
 from spanedge.operators import Kind, Operator, WindowSpec
 
@@ -34,13 +41,21 @@ WindowKey = tuple[str, float]
 def scope_tier(app: App, sink: str) -> str:
     """``global`` if the sink or anything upstream runs only at the hub, else ``local``."""
     graph = app.graph()
-    names = {sink, *nx.ancestors(graph, sink)}
-    return "global" if any(graph.nodes[n]["op"].hub_only for n in names) else "local"
+    names = {sink, *graph.ancestors(sink)}
+    return "global" if any(graph.op(n).hub_only for n in names) else "local"
 
 
 def source_time_field(app: App) -> str | None:
     """The event-time field of the app's sources (the first one that names one)."""
     return next((op.time_field for op in app.operators.values() if op.kind is Kind.SOURCE and op.time_field), None)
+
+
+@dataclass
+class AtRisk:
+    """The expected results that depend on destroyed records: window keys and record values, per sink."""
+
+    windows: dict[str, set[WindowKey]] = field(default_factory=dict)
+    records: dict[str, Counter[bytes]] = field(default_factory=dict)
 
 
 @dataclass
@@ -50,13 +65,15 @@ class Reference:
     expected: Expected
     cutoff: float
     streams: dict[tuple[str, str], StreamCount] = field(default_factory=dict)
+    items: dict[str, list[Item]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, app: App, sent: Iterable[Sent], settle: float, t0: float) -> Reference:
+    def of(cls, app: App, sent: Iterable[Sent], settle: float, t0: float, dead: Iterable[str] = ()) -> Reference:
         """Run the reference over the well-formed messages in ``sent``.
 
         The cutoff is the last event time of the site that sent the least far,
-        less ``settle`` (``t0`` less ``settle`` if nothing was sent).
+        less ``settle`` (``t0`` less ``settle`` if nothing was sent); sites in
+        ``dead`` (killed for good, their sensors stopped) do not hold it back.
         """
         items: dict[str, list[Item]] = {}
         max_event: dict[str, float] = {}
@@ -71,24 +88,50 @@ class Reference:
             assert m.event_time is not None, "well-formed messages carry their event time"
             items.setdefault(m.stream, []).append(Item(m.site, m.event_time, m.value))
             max_event[m.site] = max(max_event.get(m.site, 0.0), m.event_time)
-        cutoff = (min(max_event.values()) if max_event else t0) - settle
-        return cls(evaluate(app, items), cutoff, streams)
+        alive = [t for site, t in max_event.items() if site not in set(dead)]
+        cutoff = (min(alive) if alive else t0) - settle
+        return cls(evaluate(app, items), cutoff, streams, items)
 
-    def missing(self, results: Sequence[Result]) -> int:
-        """Checkable results that have not arrived yet (windows by key and start, others by count)."""
+    def at_risk(self, app: App, destroyed: Sequence[Destroyed]) -> AtRisk:
+        """The expected results that differ, or are missing, in a reference run without the ``destroyed`` records."""
+        risk = AtRisk()
+        if not destroyed:
+            return risk
+        kept = {
+            stream: [i for i in items if not any(d.covers(i.site, i.event_time) for d in destroyed)]
+            for stream, items in self.items.items()
+        }
+        reduced = evaluate(app, kept)
+        for sink, want in self.expected.sinks.items():
+            spec = self.expected.windowed.get(sink)
+            other = reduced.sinks.get(sink, [])
+            if spec is not None and sink not in self.expected.reshaped:
+                after = {_want_key(i, spec): _canon(i.value) for i in other}
+                risk.windows[sink] = {k for i in want if after.get(k := _want_key(i, spec)) != _canon(i.value)}
+            else:
+                risk.records[sink] = Counter(_canon(i.value) for i in want) - Counter(_canon(i.value) for i in other)
+        return risk
+
+    def missing(self, results: Sequence[Result], risk: AtRisk | None = None) -> int:
+        """Checkable results that have not arrived yet (windows by key and start, others by count).
+
+        Results in ``risk`` (they depend on records a dead site destroyed) are not waited for.
+        """
         missing = 0
+        risk = risk or AtRisk()
         for sink, want in self.expected.sinks.items():
             got = [r for r in results if r.sink == sink]
             spec = self.expected.windowed.get(sink)
+            risky = risk.records.get(sink, Counter())
             if sink in self.expected.reshaped:
                 arrived = Counter(_canon(r.value) for r in got)
                 due = Counter(_canon(i.value) for i in want if i.event_time <= self.cutoff)
-                missing += sum((due - arrived).values())
+                missing += sum((due - arrived - risky).values())
                 continue
             if spec is None:
-                missing += max(0, len(want) - len(got))
+                missing += max(0, len(want) - sum(risky.values()) - len(got))
                 continue
-            seen = {_received_key(r.value, spec) for r in got}
+            seen = {_received_key(r.value, spec) for r in got} | risk.windows.get(sink, set())
             missing += sum(
                 1 for i in want if float(i.value["window_end"]) <= self.cutoff and _want_key(i, spec) not in seen
             )
@@ -96,17 +139,25 @@ class Reference:
 
 
 def check_sinks(
-    app: App, reference: Reference, results: Sequence[Result], latency_from: float
+    app: App,
+    reference: Reference,
+    results: Sequence[Result],
+    latency_from: float,
+    destroyed: Sequence[Destroyed] = (),
 ) -> tuple[list[SinkCheck], dict[str, list[float]]]:
-    """Check every sink of ``app``; return the checks and each sink's latencies in seconds."""
+    """Check every sink of ``app``; return the checks and each sink's latencies in seconds.
+
+    Results that depend on ``destroyed`` records and did not arrive whole count as destroyed.
+    """
     time_field = source_time_field(app)
+    risk = reference.at_risk(app, destroyed)
     checks: list[SinkCheck] = []
     latencies: dict[str, list[float]] = {}
     for op in app.operators.values():
         if op.kind is not Kind.SINK:
             continue
         received = [r for r in results if r.sink == op.name]
-        check, lat = _check_operator(app, op, reference, received, time_field, latency_from)
+        check, lat = _check_operator(app, op, reference, received, time_field, latency_from, risk)
         checks.append(check)
         latencies[op.name] = lat
     return checks, latencies
@@ -119,6 +170,7 @@ def _check_operator(
     received: Sequence[Result],
     time_field: str | None,
     latency_from: float,
+    risk: AtRisk,
 ) -> tuple[SinkCheck, list[float]]:
     expected = reference.expected
     window = expected.windowed.get(op.name)
@@ -138,7 +190,18 @@ def _check_operator(
         late = Counter(_canon(i.value) for i in want if i.event_time > reference.cutoff)
         want = [i for i in want if i.event_time <= reference.cutoff]
         received = _without(received, late)
-    check, lat = check_sink(op.name, tier, received, want, window, reference.cutoff, time_field, latency_from)
+    check, lat = check_sink(
+        op.name,
+        tier,
+        received,
+        want,
+        window,
+        reference.cutoff,
+        time_field,
+        latency_from,
+        risk.windows.get(op.name, set()),
+        risk.records.get(op.name, Counter()),
+    )
     check.open_at_end += sum(late.values())
     check.unchecked = unchecked
     return check, lat
@@ -166,16 +229,21 @@ def check_sink(
     cutoff: float,
     time_field: str | None = None,
     latency_from: float = 0.0,
+    risky_windows: set[WindowKey] | None = None,
+    risky_records: Counter[bytes] | None = None,
 ) -> tuple[SinkCheck, list[float]]:
     """Compare one sink's results with the reference (``expected=None``: not checkable).
+
+    ``risky_windows`` and ``risky_records`` are the expected results that depend on records a
+    dead site destroyed (:meth:`Reference.at_risk`): missing or short, they count as destroyed.
 
     Returns the check and the sink's latencies in seconds (first arrival of each result).
     """
     check = SinkCheck(sink, tier, received=len(received))
     if window is not None:
-        latencies = _check_windows(check, received, expected, window, cutoff, latency_from)
+        latencies = _check_windows(check, received, expected, window, cutoff, latency_from, risky_windows or set())
     else:
-        latencies = _check_records(check, received, expected, time_field, latency_from)
+        latencies = _check_records(check, received, expected, time_field, latency_from, risky_records or Counter())
     check.latency = Latency.of(latencies)
     return check, latencies
 
@@ -187,6 +255,7 @@ def _check_windows(
     window: WindowSpec,
     cutoff: float,
     latency_from: float,
+    risky: set[WindowKey],
 ) -> list[float]:
     got: dict[WindowKey, list[Result]] = defaultdict(list)
     for r in received:
@@ -211,7 +280,7 @@ def _check_windows(
         else:
             check.checked += 1
             hits = got.get(key)
-            _compare_window(check, key, value, hits[0].value if hits else None, window)
+            _compare_window(check, key, value, hits[0].value if hits else None, window, key in risky)
     for key, rs in got.items():
         end = epoch(rs[0].value.get("window_end"))
         if key not in want and end is not None and end <= cutoff:
@@ -221,11 +290,22 @@ def _check_windows(
 
 
 def _compare_window(
-    check: SinkCheck, key: WindowKey, want: dict[str, Any], got: dict[str, Any] | None, window: WindowSpec
+    check: SinkCheck,
+    key: WindowKey,
+    want: dict[str, Any],
+    got: dict[str, Any] | None,
+    window: WindowSpec,
+    risky: bool = False,
 ) -> None:
-    """Count one checkable window: missing, short or long in records, and wrong if any aggregate differs."""
+    """Count one checkable window: missing, short or long in records, and wrong if any aggregate differs.
+
+    A ``risky`` window (it depends on records a dead site destroyed) that is missing or differs is destroyed.
+    """
     count = _count_field(window)
     n = int(want[count]) if count else 0
+    if risky and (got is None or any(not _close(got.get(name), want[name]) for name, _ in window.aggs)):
+        check.destroyed += 1
+        return
     if got is None:
         check.missing += 1
         check.lost_records += n if count else 1
@@ -251,6 +331,7 @@ def _check_records(
     expected: Sequence[Item] | None,
     time_field: str | None,
     latency_from: float,
+    risky: Counter[bytes],
 ) -> list[float]:
     latencies = []
     for r in received:
@@ -261,7 +342,10 @@ def _check_records(
         want = Counter(_canon(i.value) for i in expected)
         got = Counter(_canon(r.value) for r in received)
         check.expected = check.checked = sum(want.values())
-        check.missing = check.lost_records = sum((want - got).values())
+        absent = want - got
+        destroyed = absent & risky
+        check.destroyed = sum(destroyed.values())
+        check.missing = check.lost_records = sum((absent - destroyed).values())
         surplus = got - want
         check.duplicates = sum(n for v, n in surplus.items() if v in want)
         check.unexpected = sum(n for v, n in surplus.items() if v not in want)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edge_agent.heartbeat import CPU_BUDGET_FILE
 from hub.client import HubClient
 from simulate.broker import free_port
 from simulate.errors import SimulationError
@@ -24,6 +25,13 @@ from simulate.readiness import wait_healthy
 from simulate.topology import Topology
 from spanedge.errors import SpanEdgeError
 from spanedge.signing import PlanSigningKey
+
+#: Seconds a spoke is silent before the simulated hub counts it as gone (``kill-site``).
+SITE_GRACE_S = 20.0
+#: Seconds a spoke stays over its CPU budget before the simulated hub re-plans it (``overload``).
+OVERLOAD_FOR_S = 10.0
+#: Seconds a capped spoke must be able to carry its old load before the simulated hub restores it.
+OVERLOAD_RECOVER_S = 20.0
 
 
 def hub_argv(
@@ -46,6 +54,8 @@ def hub_argv(
         argv = spanedge_command(
             "hub", "--sites", str(sites_file), "--state-dir", str(state_dir), "--port", str(port),
             "--spark-master", spark_master, "--hub-site", hub_site, "--min-replan-interval", "10",
+            "--site-grace", str(SITE_GRACE_S), "--overload-for", str(OVERLOAD_FOR_S),
+            "--overload-recover", str(OVERLOAD_RECOVER_S),
         )  # fmt: skip
     else:
         if app_file is None or plan_file is None:
@@ -98,6 +108,7 @@ class Cluster:
         }
         self.hub: Child | None = None
         self.agents: dict[str, Child] = {}
+        self.dead: set[str] = set()  # spokes killed for good
         self.client: HubClient | None = None
 
     @property
@@ -206,7 +217,11 @@ class Cluster:
     def stopped(self) -> list[str]:
         """A problem line for every process that is not running (it should be, until :meth:`stop`)."""
         named = [*self.agents.items(), *([("hub", self.hub)] if self.hub is not None else [])]
-        return [f"{name} is not running at the end; see {child.log}" for name, child in named if not child.alive]
+        return [
+            f"{name} is not running at the end; see {child.log}"
+            for name, child in named
+            if not child.alive and name not in self.dead
+        ]
 
     async def sample_cpu(self, interval: float = 1.0) -> None:
         """Sample the hub's CPU time every ``interval`` seconds, until cancelled."""
@@ -254,3 +269,23 @@ class Cluster:
         """Stop the hub gracefully and start it again (blocks)."""
         if self.hub is not None:
             self.hub.restart()
+
+    def kill_site(self, site: str) -> None:
+        """SIGKILL the agent of ``site`` for good (blocks until reaped)."""
+        self.dead.add(site)
+        self.agents[site].kill()
+
+    def agent_cpu_seconds(self, site: str) -> float:
+        """CPU seconds the agent of ``site`` used so far."""
+        return self.agents[site].sample_cpu()
+
+    def set_cpu_budget(self, site: str, cores: float | None) -> None:
+        """Write (or, for None, remove) the CPU budget file the agent of ``site`` reads before each heartbeat."""
+        path = self.run_dir / "agents" / site / CPU_BUDGET_FILE
+        if cores is None:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{cores:.6f}\n")
+        tmp.replace(path)

@@ -2,18 +2,21 @@
 
 :class:`FaultSchedule` drives a :class:`FaultTarget`, the part of a running
 topology that faults act on, so a schedule can be run against any object with
-those methods.
+those methods. A fault timed relative to the first move (``replan+3s``,
+``switch-2s``) waits until the hub's placement answer shows a re-plan that
+changed the placement (:func:`first_move`), polled every second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from simulate.faults import Fault, FaultKind
+from simulate.faults import NEW_OWNER, OLD_OWNER, Anchor, Fault, FaultKind, fault_order
 
 
 class FaultTarget(Protocol):
@@ -44,6 +47,59 @@ class FaultTarget(Protocol):
     def restart_hub(self) -> None:
         """Stop the hub gracefully and start it again."""
 
+    def kill_site(self, site: str) -> None:
+        """SIGKILL the agent of ``site`` for good: it is not started again."""
+
+    def agent_cpu_seconds(self, site: str) -> float:
+        """CPU seconds the agent of ``site`` used so far."""
+
+    def set_cpu_budget(self, site: str, cores: float | None) -> None:
+        """Tell the agent of ``site`` the CPU cores it may use now (None: what sites.yaml declares)."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """The first re-plan that changed the placement: when (wall clock), its switch time, and who hands over to whom.
+
+    ``switch_at`` and the owners are None when that re-plan handed nothing
+    over between spokes (a move to or from the hub).
+    """
+
+    replan_at: float
+    switch_at: float | None
+    source: str | None
+    target: str | None
+
+    def moment(self, anchor: Anchor) -> float | None:
+        """The wall-clock time ``anchor`` stands for."""
+        return self.replan_at if anchor is Anchor.REPLAN else self.switch_at
+
+    def site(self, name: str) -> str | None:
+        """``name``, or the site ``old-owner`` / ``new-owner`` stands for."""
+        return {OLD_OWNER: self.source, NEW_OWNER: self.target}.get(name, name)
+
+
+def first_move(placement: Any, since: float) -> Move | None:
+    """The first re-plan at or after ``since`` that changed the placement, from the hub's placement answer.
+
+    Its switch is the earliest switch time of the handovers listed from then on,
+    its owners the source and target of the first handover with that time (or,
+    without handovers, of its first moved replica).
+    """
+    history = placement.get("history") if isinstance(placement, dict) else None
+    entries = [h for h in (history or [])[1:] if isinstance(h, dict) and h.get("changed")]
+    entry = next((h for h in entries if float(h.get("at", 0.0)) >= since), None)
+    if entry is None:
+        return None
+    at = float(entry["at"])
+    listed = [h for h in placement.get("handovers") or [] if isinstance(h, dict)]
+    handovers = sorted((h for h in listed if float(h.get("switch_at", 0.0)) >= at), key=lambda h: h["switch_at"])
+    if handovers:
+        first = handovers[0]
+        return Move(at, float(first["switch_at"]), first.get("source"), first.get("target"))
+    moved = [m for m in entry.get("moved") or [] if isinstance(m, dict)]
+    return Move(at, None, moved[0].get("from") if moved else None, moved[0].get("to") if moved else None)
+
 
 @dataclass
 class AppliedFault:
@@ -58,7 +114,10 @@ class FaultSchedule:
     """Applies faults to a target at their times.
 
     ``down`` holds the sites partitioned right now; ``applied`` every fault
-    begun so far, with when it began and, once healed, when it ended.
+    begun so far, with when it began and, once healed, when it ended;
+    ``killed`` the sites killed for good, with when; ``move`` the first move
+    once seen (faults with a relative time only); ``skipped`` a line for each
+    fault with a relative time that could not be applied, and why.
     """
 
     def __init__(
@@ -69,6 +128,10 @@ class FaultSchedule:
         note: Callable[[str], None],
         restart_delay: float = 1.0,
         clock: Callable[[], float] = time.time,
+        stop_sensors: Callable[[str], None] | None = None,
+        measure_s: float = 2.0,
+        placement: Callable[[], Awaitable[Any]] | None = None,
+        poll_s: float = 1.0,
     ) -> None:
         """Schedule ``faults`` (sorted by time); ``hub`` is the site of faults that name none.
 
@@ -79,27 +142,102 @@ class FaultSchedule:
             note: called with a line for each thing that happens.
             restart_delay: seconds between killing an agent and starting it again.
             clock: the wall clock that stamps :attr:`applied`.
+            stop_sensors: stops the sensors of a site (``kill-site``).
+            measure_s: seconds over which ``overload`` measures the CPU an agent uses.
+            placement: returns the hub's placement answer of the app (or None), for faults
+                timed relative to the first move; without it such faults are skipped.
+            poll_s: seconds between two looks at the placement while waiting for the first move.
         """
-        self.faults = sorted(faults, key=lambda f: f.at)
+        self.faults = sorted(faults, key=fault_order)
         self.target = target
         self.hub = hub
         self.note = note
         self.restart_delay = restart_delay
         self.clock = clock
+        self.stop_sensors = stop_sensors
+        self.measure_s = measure_s
+        self.placement = placement
+        self.poll_s = poll_s
         self.down: set[str] = set()
+        self.killed: dict[str, float] = {}
         self.applied: list[AppliedFault] = []
+        self.move: Move | None = None
+        self.skipped: list[str] = []
 
-    async def run(self, start_monotonic: float) -> None:
-        """Apply each fault ``fault.at`` seconds after ``start_monotonic`` (event-loop time); return once all healed."""
+    async def run(self, start_monotonic: float, until: float | None = None) -> None:
+        """Apply each fault ``fault.at`` seconds after ``start_monotonic`` (event-loop time); return once all healed.
+
+        A fault with a relative time is applied at its offset from the first
+        move; if no move shows by ``until`` (event-loop time), it is skipped.
+        """
         loop = asyncio.get_running_loop()
         running: list[asyncio.Task[None]] = []
-        for fault in self.faults:
+        relative = [f for f in self.faults if f.anchor is not None]
+        if relative:
+            since = self.clock() - (loop.time() - start_monotonic)
+            running.append(asyncio.ensure_future(self._after_move(relative, since, until)))
+        for fault in (f for f in self.faults if f.anchor is None):
             wait = start_monotonic + fault.at - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
             running.append(asyncio.ensure_future(self.apply(fault)))
         if running:
             await asyncio.gather(*running)
+
+    async def _after_move(self, faults: list[Fault], since: float, until: float | None) -> None:
+        """Wait for the first move at or after wall-clock ``since``, then apply ``faults`` at their offsets from it."""
+        move = await self._wait_move(since, until)
+        if move is None:
+            why = (
+                "no re-plan changed the placement before the sensors stopped"
+                if self.placement is not None
+                else "times relative to a re-plan need the managed hub (--mode managed)"
+            )
+            for fault in faults:
+                self._skip(fault, why)
+            return
+        due: list[tuple[float, Fault]] = []
+        for fault in faults:
+            moment, site = move.moment(fault.anchor or Anchor.REPLAN), move.site(fault.site) if fault.site else None
+            if moment is None:
+                self._skip(fault, "the first re-plan that changed the placement handed nothing over between spokes")
+            elif fault.site and site is None:
+                self._skip(fault, f"the first re-plan that changed the placement names no {fault.site}")
+            else:
+                due.append((moment + fault.at, dataclasses.replace(fault, site=site)))
+        running: list[asyncio.Task[None]] = []
+        for when, fault in sorted(due, key=lambda d: d[0]):
+            wait = when - self.clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            elif wait < -self.poll_s:
+                self.note(f"fault {fault.describe()} is {-wait:.1f} s late: the move showed after its time")
+            running.append(asyncio.ensure_future(self.apply(fault)))
+        if running:
+            await asyncio.gather(*running)
+
+    async def _wait_move(self, since: float, until: float | None) -> Move | None:
+        """Poll the hub's placement until it shows the first move (None if none by ``until``, or no placement)."""
+        if self.placement is None:
+            return None
+        loop = asyncio.get_running_loop()
+        while True:
+            move = first_move(await self.placement(), since)
+            if move is not None:
+                self.move = move
+                switch = "no handover" if move.switch_at is None else f"switch {move.switch_at - since:+.1f} s"
+                self.note(
+                    f"first move: re-plan at {move.replan_at - since:+.1f} s, {switch}, {move.source} -> {move.target}"
+                )
+                return move
+            if until is not None and loop.time() >= until:
+                return None
+            await asyncio.sleep(self.poll_s)
+
+    def _skip(self, fault: Fault, why: str) -> None:
+        line = f"fault {fault.describe()} was not applied: {why}"
+        self.skipped.append(line)
+        self.note(line)
 
     async def apply(self, fault: Fault) -> None:
         """Apply one fault now, and heal it when it has a duration."""
@@ -132,3 +270,26 @@ class FaultSchedule:
         elif fault.kind is FaultKind.LATENCY:
             self.target.set_latency(site, fault.latency_ms or 0.0)
             self.note(f"latency of {site}'s links set to {fault.latency_ms:.0f} ms")
+        elif fault.kind is FaultKind.KILL_SITE:
+            if self.stop_sensors is not None:
+                self.stop_sensors(site)
+            self.killed[site] = self.clock()
+            await loop.run_in_executor(None, self.target.kill_site, site)
+            self.note(f"killed site {site} for good: its agent (SIGKILL) and its sensors")
+        elif fault.kind is FaultKind.OVERLOAD:
+            await self._overload(site, fault, record)
+
+    async def _overload(self, site: str, fault: Fault, record: AppliedFault) -> None:
+        """Shrink the CPU budget of ``site`` to 1/factor of what its agent uses; restore it after the duration."""
+        before = self.target.agent_cpu_seconds(site)
+        await asyncio.sleep(self.measure_s)
+        used = (self.target.agent_cpu_seconds(site) - before) / self.measure_s
+        budget = max(used / (fault.factor or 1.0), 0.001)
+        self.target.set_cpu_budget(site, budget)
+        self.note(f"CPU budget of {site} set to {budget:.3f} cores (its agent used {used:.3f})")
+        if fault.duration is None:
+            return
+        await asyncio.sleep(max(0.0, fault.duration - self.measure_s))
+        self.target.set_cpu_budget(site, None)
+        record.ended = self.clock()
+        self.note(f"CPU budget of {site} back to what sites.yaml declares")

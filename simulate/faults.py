@@ -1,8 +1,16 @@
-"""Fault specifications: ``partition:<site>:<dur>@<t>``, ``kill-agent:<site>@<t>`` and the rest."""
+"""Fault specifications: ``partition:<site>:<dur>@<t>``, ``kill-agent:<site>@<t>`` and the rest.
+
+``<t>`` is seconds after the sensors start, or a time relative to the first
+re-plan that moves something: ``replan+3s`` (the hub's re-plan) or
+``switch-2s`` / ``switch+2s`` (the switch time of the handovers it stamped).
+With such a time the site may be ``old-owner`` or ``new-owner``: the source
+or target of that re-plan's first handover.
+"""
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -16,11 +24,26 @@ FORMS = (
     "restart-hub@<t>",
     "restart-broker:<site>@<t>",
     "latency:<site>:<ms>@<t>",
+    "overload:<spoke>[:<factor>][:<duration>]@<t>",
+    "kill-site:<spoke>@<t>",
 )
+
+#: Site names that stand for the source or target of the first handover (with a relative time only).
+OLD_OWNER, NEW_OWNER = "old-owner", "new-owner"
+
+#: How many times the CPU its agent uses an ``overload`` fault shrinks a spoke's budget to, by default.
+DEFAULT_OVERLOAD_FACTOR = 4.0
 
 
 class InvalidFault(SpanEdgeError, ValueError):
     """A ``--fault`` specification is malformed or names an unknown site."""
+
+
+class Anchor(enum.StrEnum):
+    """What a relative fault time counts from."""
+
+    REPLAN = "replan"  # the hub's first re-plan after the sensors start that changed the placement
+    SWITCH = "switch"  # the switch time (event time) of the handovers that re-plan stamped
 
 
 class FaultKind(enum.StrEnum):
@@ -31,27 +54,40 @@ class FaultKind(enum.StrEnum):
     RESTART_HUB = "restart-hub"
     RESTART_BROKER = "restart-broker"
     LATENCY = "latency"
+    OVERLOAD = "overload"
+    KILL_SITE = "kill-site"
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault: its kind, the site it hits, when (seconds after the sensors start) and its argument."""
+    """One fault: its kind, the site it hits, when and its argument.
+
+    ``at`` is seconds after the sensors start, or, with an ``anchor``, seconds
+    after (negative: before) that moment of the run.
+    """
 
     kind: FaultKind
     at: float
     site: str | None = None
     duration: float | None = None
     latency_ms: float | None = None
+    factor: float | None = None
+    anchor: Anchor | None = None
     text: str = ""
 
     def describe(self) -> str:
         """The specification it was parsed from."""
-        return self.text or f"{self.kind}@{self.at}s"
+        if self.text:
+            return self.text
+        return f"{self.kind}@{self.anchor}{self.at:+g}s" if self.anchor else f"{self.kind}@{self.at}s"
 
 
 def _bad(spec: str, why: str) -> InvalidFault:
     forms = "\n  ".join(FORMS)
-    return InvalidFault(f"bad fault {spec!r}: {why}; the forms are:\n  {forms}\n(times like 15s, 500ms or 2m)")
+    return InvalidFault(
+        f"bad fault {spec!r}: {why}; the forms are:\n  {forms}\n"
+        "(times like 15s, 500ms or 2m after the sensors start, or replan+3s, switch-2s, switch+2s)"
+    )
 
 
 def _seconds(spec: str, label: str, value: str) -> float:
@@ -66,7 +102,7 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
     head, sep, when = spec.strip().rpartition("@")
     if not sep or not head:
         raise _bad(spec, "missing '@<time>' (when the fault happens, after the sensors start)")
-    at = 0.0 if when.strip() in ("0", "0s") else _seconds(spec, "time", when)
+    at, anchor = _when(spec, when.strip())
     parts = head.split(":")
     try:
         kind = FaultKind(parts[0])
@@ -78,16 +114,21 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         FaultKind.RESTART_HUB: 1,
         FaultKind.RESTART_BROKER: 2,
         FaultKind.LATENCY: 3,
+        FaultKind.OVERLOAD: 2,
+        FaultKind.KILL_SITE: 2,
     }[kind]
-    if len(parts) != expected:
+    fits = len(parts) == expected or (kind is FaultKind.OVERLOAD and 2 <= len(parts) <= 4)
+    if not fits:
         form = next(f for f in FORMS if f.startswith(kind.value))
         raise _bad(spec, f"{kind.value} takes the form {form}")
-    site = parts[1] if expected > 1 else None
+    site = parts[1] if len(parts) > 1 else None
     if site is not None and not site:
         raise _bad(spec, "empty site name")
-    fault = Fault(kind=kind, at=at, site=site, text=spec.strip())
+    if site in (OLD_OWNER, NEW_OWNER) and anchor is None:
+        raise _bad(spec, f"{site!r} stands for a site of the first handover: give a time like switch+2s or replan+3s")
+    fault = Fault(kind=kind, at=at, site=site, anchor=anchor, text=spec.strip())
     if kind is FaultKind.PARTITION:
-        fault = Fault(kind, at, site, duration=_seconds(spec, "duration", parts[2]), text=fault.text)
+        fault = Fault(kind, at, site, duration=_seconds(spec, "duration", parts[2]), anchor=anchor, text=fault.text)
     elif kind is FaultKind.LATENCY:
         try:
             ms = float(parts[2].removesuffix("ms"))
@@ -95,15 +136,62 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
             raise _bad(spec, f"latency must be milliseconds such as 150 or 150ms, got {parts[2]!r}") from None
         if ms < 0:
             raise _bad(spec, "latency must not be negative")
-        fault = Fault(kind, at, site, latency_ms=ms, text=fault.text)
-    if sites is not None and site is not None:
+        fault = Fault(kind, at, site, latency_ms=ms, anchor=anchor, text=fault.text)
+    elif kind is FaultKind.OVERLOAD:
+        factor, duration = _overload(spec, parts[2:])
+        fault = Fault(kind, at, site, duration=duration, factor=factor, anchor=anchor, text=fault.text)
+    if sites is not None and site is not None and not (anchor is not None and site in (OLD_OWNER, NEW_OWNER)):
         if site not in sites.sites:
             raise _bad(spec, f"unknown site {site!r}; sites.yaml defines: {', '.join(sites.sites)}")
-        if kind is FaultKind.KILL_AGENT and sites.sites[site].tier is not Tier.SPOKE:
+        if kind in _AGENT_FAULTS and sites.sites[site].tier is not Tier.SPOKE:
             raise _bad(spec, f"site {site!r} is a hub and runs no agent; use restart-hub@<t>")
     return fault
 
 
+_RELATIVE = re.compile(r"(?P<anchor>[a-z]+)\s*(?:(?P<sign>[+-])\s*(?P<offset>.+))?")
+
+
+def _when(spec: str, when: str) -> tuple[float, Anchor | None]:
+    """The time of a fault: seconds after the sensors start, or an offset from an :class:`Anchor`."""
+    relative = _RELATIVE.fullmatch(when)
+    if relative is None or relative["anchor"] not in tuple(Anchor):
+        return (0.0 if when in ("0", "0s") else _seconds(spec, "time", when)), None
+    offset = _seconds(spec, "offset", relative["offset"]) if relative["offset"] else 0.0
+    return (-offset if relative["sign"] == "-" else offset), Anchor(relative["anchor"])
+
+
+_AGENT_FAULTS = (FaultKind.KILL_AGENT, FaultKind.KILL_SITE, FaultKind.OVERLOAD)
+
+
+def _overload(spec: str, args: list[str]) -> tuple[float, float | None]:
+    """The factor and duration of ``overload:<spoke>[:<factor>][:<duration>]``.
+
+    A bare number is the factor; a number with a unit (``30s``) the duration.
+    """
+    factor, duration = DEFAULT_OVERLOAD_FACTOR, None
+    for i, arg in enumerate(args):
+        if arg.strip() and arg.strip()[-1].isalpha():
+            if i != len(args) - 1:
+                raise _bad(spec, "the duration comes last: overload:<spoke>:<factor>:<duration>@<t>")
+            duration = _seconds(spec, "duration", arg)
+            continue
+        if i != 0:
+            raise _bad(spec, f"{arg!r} after the factor must be a duration with a unit, such as 30s")
+        try:
+            factor = float(arg)
+        except ValueError:
+            raise _bad(spec, f"the factor must be a number such as 4, got {arg!r}") from None
+        if not factor > 1:
+            raise _bad(spec, f"the factor must be above 1 (the budget becomes 1/factor of the use), got {arg!r}")
+    return factor, duration
+
+
 def parse_faults(specs: Iterable[str], sites: Sites | None = None) -> list[Fault]:
-    """Parse several faults, ordered by time."""
-    return sorted((parse_fault(s, sites) for s in specs), key=lambda f: f.at)
+    """Parse several faults, ordered by time: those after the sensors start, then those after a re-plan, a switch."""
+    return sorted((parse_fault(s, sites) for s in specs), key=fault_order)
+
+
+def fault_order(fault: Fault) -> tuple[int, float]:
+    """The sort key of a fault: its anchor (none, re-plan, switch), then its time."""
+    rank = {None: 0, Anchor.REPLAN: 1, Anchor.SWITCH: 2}[fault.anchor]
+    return rank, fault.at

@@ -73,6 +73,7 @@ class SinkCheck:
     lost_records: int = 0
     extra_records: int = 0
     open_at_end: int = 0
+    destroyed: int = 0  # results that depend on records a site killed for good took with it, not whole
     unchecked: str | None = None
     latency: Latency = field(default_factory=Latency)
     examples: list[str] = field(default_factory=list)
@@ -127,6 +128,13 @@ class Report:
     drained: bool = True
     started_at: float = 0.0
     events: list[str] = field(default_factory=list)
+    plan_history: list[str] = field(default_factory=list)
+    destroyed_by: list[str] = field(default_factory=list)
+
+    @property
+    def destroyed(self) -> int:
+        """Results that depend on what a site killed for good took with it, and did not arrive whole."""
+        return sum(s.destroyed for s in self.sinks)
 
     @property
     def lost(self) -> int:
@@ -149,6 +157,7 @@ class Report:
         data["lost"] = self.lost
         data["duplicates"] = self.duplicates
         data["wrong"] = self.wrong
+        data["destroyed"] = self.destroyed
         return data
 
 
@@ -168,6 +177,21 @@ def replans_of(placement: Any) -> int | None:
     plan = placement.get("plan", placement)
     version = plan.get("version") if isinstance(plan, dict) else None
     return max(0, int(version) - 1) if isinstance(version, int) else None
+
+
+def plan_history_of(placement: Any, t0: float) -> list[str]:
+    """The hub's plan history as lines: when (seconds after ``t0``), the version, the reason and what moved."""
+    history = placement.get("history") if isinstance(placement, dict) else None
+    lines = []
+    for h in history if isinstance(history, list) else []:
+        if not isinstance(h, dict):
+            continue
+        moved = ", ".join(f"{m['replica']} {m['from']}->{m['to']}" for m in h.get("moved") or [])
+        at = float(h.get("at", t0)) - t0
+        lines.append(
+            f"plan v{h.get('version')} at {at:+.1f} s: {h.get('reason')}" + (f"; moved {moved}" if moved else "")
+        )
+    return lines
 
 
 def plan_changes_of(placement: Any) -> int | None:
@@ -228,6 +252,8 @@ def summarise(reports: Sequence[Report]) -> Summary:
     row("lost records", (str(r.lost) + ("" if r.drained else " (not drained)") for r in reports))
     row("duplicate results", (str(r.duplicates) for r in reports))
     row("wrong results", (str(r.wrong) for r in reports))
+    if any(r.destroyed for r in reports):
+        row("results destroyed with a killed site", (str(r.destroyed) for r in reports))
     row("dead-lettered (expected)", (_dead_cell(r) for r in reports))
     row("late records", (str(sum(s.late for s in r.sites)) for r in reports))
     row("outbox backlog max / at end", (_backlog_cell(r) for r in reports))
@@ -235,6 +261,8 @@ def summarise(reports: Sequence[Report]) -> Summary:
     row("hub CPU (s)", ("-" if r.hub_cpu_s is None else f"{r.hub_cpu_s:.1f}" for r in reports))
     row("faults", (", ".join(r.faults) or "none" for r in reports))
     notes = [f"[{r.label}] {p}" for r in reports for p in r.problems]
+    notes += [f"[{r.label}] {line}" for r in reports for line in r.plan_history[1:]]
+    notes += [f"[{r.label}] {line}" for r in reports for line in r.destroyed_by]
     notes += [f"[{r.label}] {c.sink}: {e}" for r in reports for c in r.sinks for e in c.examples]
     return Summary(
         title=f"SpanEdge simulation: app '{reports[0].app}'",

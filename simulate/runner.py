@@ -33,12 +33,21 @@ from simulate.errors import SimulationError
 from simulate.fault_schedule import FaultSchedule
 from simulate.progress import EventLog, SiteStatus, Status
 from simulate.readiness import plan_sites, subscription_baseline, wait_heartbeats, wait_subscribed
-from simulate.report import Report, SinkCheck, combine_latency, operator_counts, plan_changes_of, replans_of
+from simulate.report import (
+    Report,
+    SinkCheck,
+    combine_latency,
+    operator_counts,
+    plan_changes_of,
+    plan_history_of,
+    replans_of,
+)
 from simulate.report_html import write_html
 from simulate.results import Collector, mqtt_sinks
 from simulate.scenario import Options, Scenario, check_options, place
 from simulate.sensor_fleet import SensorFleet
 from simulate.sensors import Sent
+from simulate.site_losses import Destroyed, destroyed_by
 from simulate.timeline import Timeline, WanSampler, fault_marks, relative, replan_marks
 from simulate.topology import OBSERVER, Topology
 from spanedge.sites import Tier
@@ -88,7 +97,14 @@ class Run:
         self.cluster = Cluster(self.topology, scenario.run_dir, scenario.hub, scenario.spokes)
         self.collector = Collector(scenario.app.name, mqtt_sinks(scenario.app))
         self.events = EventLog()
-        self.faults = FaultSchedule(scenario.faults, self.cluster, scenario.hub, self.events.note)
+        self.faults = FaultSchedule(
+            scenario.faults,
+            self.cluster,
+            scenario.hub,
+            self.events.note,
+            stop_sensors=lambda s: self.fleet.stop(s),
+            placement=(lambda: self.cluster.placement(scenario.app.name)) if scenario.mode == "managed" else None,
+        )
         self.fleet = SensorFleet()
         self.wan = WanSampler(self.topology.wan_bytes)
         self.stop_event = asyncio.Event()
@@ -175,20 +191,23 @@ class Run:
         logins = {name: self.topology.login(name) for name in ports}  # sensors log in as their site
         self.fleet = SensorFleet.build(scenario.sites, scenario.sim, ports, self.t0, logins=logins)
         self.events.note(f"sensors started: {self.fleet.devices} devices")
-        faults = asyncio.ensure_future(self.faults.run(start_mono))
+        faults = asyncio.ensure_future(self.faults.run(start_mono, until=start_mono + scenario.duration))
         await self.fleet.run(start_mono, scenario.duration)
         sensors_done = time.time()
         self.events.note("sensors finished")
         if not faults.done():
             self.phase = "waiting for faults to end"
             await faults
+        if self.faults.killed:  # what the dead sites destroyed depends on when their replicas moved
+            self.placement = await self.cluster.placement(scenario.app.name)
         await self._drain(sensors_done)
         self.placement = await self.cluster.placement(scenario.app.name)
-        self.problems += self.cluster.stopped()
+        self.problems += self.faults.skipped + self.cluster.stopped()
 
     async def _drain(self, sensors_done: float) -> None:
         reference = self._reference()
-        spokes = self.scenario.spokes
+        risk = reference.at_risk(self.scenario.app, self._destroyed())
+        spokes = [s for s in self.scenario.spokes if s not in self.faults.killed]
 
         def on_phase(phase: str) -> None:
             self.phase = phase
@@ -196,7 +215,7 @@ class Run:
         self.drained = await wait_drained(
             self.collector,
             spokes,
-            lambda: reference.missing(self.collector.results),
+            lambda: reference.missing(self.collector.results, risk),
             sensors_done,
             self.opts.drain_timeout,
             self.opts.quiet,
@@ -267,12 +286,22 @@ class Run:
     # --- the report ----------------------------------------------------------------------------
 
     def _reference(self) -> Reference:
-        return Reference.of(self.scenario.app, self.fleet.sent(), self.scenario.sim.settle, self.t0)
+        sim = self.scenario.sim
+        return Reference.of(self.scenario.app, self.fleet.sent(), sim.settle, self.t0, dead=self.faults.killed)
+
+    def _destroyed(self) -> list[Destroyed]:
+        """The source records the sites killed for good took with them (see :mod:`simulate.site_losses`)."""
+        app = self.scenario.app
+        windows = {n: op.window.size or op.window.gap or 0.0 for n, op in app.operators.items() if op.window}
+        return destroyed_by(self.faults.killed, self.placement, self.scenario.source_sites, windows)
 
     def _outcome(self) -> Outcome:
         scenario, collector = self.scenario, self.collector
         reference = self._reference()
-        checks, latencies = check_sinks(scenario.app, reference, collector.results, self.t0 + scenario.sim.warmup)
+        destroyed = self._destroyed()
+        checks, latencies = check_sinks(
+            scenario.app, reference, collector.results, self.t0 + scenario.sim.warmup, destroyed
+        )
         failures = {site: self.fleet.failures_at(site) for site in scenario.spokes}
         report = Report(
             label=scenario.label,
@@ -296,6 +325,8 @@ class Run:
             drained=self.drained,
             started_at=self.t0,
             events=list(self.events.lines),
+            plan_history=plan_history_of(self.placement, self.t0),
+            destroyed_by=[d.describe(self.t0) for d in destroyed],
         )
         timeline = self._timeline(checks, latencies)
         run_dir = scenario.run_dir

@@ -128,7 +128,7 @@ class Scenario:
         sites = load_sites(opts.sites)
         sim = parse_simulation(sites, str(opts.sites))
         if opts.seed is not None:
-            sim = sim.model_copy(update={"seed": opts.seed})
+            sim = sim.replace(seed=opts.seed)
         app = load_app(opts.app)
         sites.check_app_streams(app.source_streams(), app.name)
         faults = tuple(parse_faults(opts.faults, sites))

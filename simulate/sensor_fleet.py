@@ -75,6 +75,12 @@ class SensorFleet:
         """Messages sent after wall-clock time ``since`` (among the last 2000 of each site)."""
         return sum(1 for s in self.sensors.values() for x in s.sent[-2000:] if x.sent_at > since)
 
+    def stop(self, site: str) -> None:
+        """Stop the sensors of ``site`` for good (a site killed with them)."""
+        sensors = self.sensors.get(site)
+        if sensors is not None:
+            sensors.stop()
+
     async def run(self, start_monotonic: float, duration: float) -> None:
         """Send every message due in the first ``duration`` seconds after ``start_monotonic`` (event-loop time)."""
         await asyncio.gather(*(s.run(start_monotonic, duration) for s in self.sensors.values()))

@@ -189,6 +189,11 @@ class SiteSensors:
     pending: int = 0
     done: bool = False
     login: Login | None = None
+    stopped: bool = False  # set by stop(): the site's devices are gone, nothing more is sent
+
+    def stop(self) -> None:
+        """Stop sending: the messages not yet accepted by the broker are never sent."""
+        self.stopped = True
 
     async def run(self, start_monotonic: float, duration: float, on_sent: Callable[[Sent], None] | None = None) -> None:
         """Send every message due before ``duration``, reconnecting (and retrying) while the broker is down."""
@@ -199,12 +204,12 @@ class SiteSensors:
         heap = [(d.offset(0), i) for i, d in enumerate(self.devices)]
         heapq.heapify(heap)
         backlog: list[Message] = []
-        while heap or backlog:
+        while (heap or backlog) and not self.stopped:
             try:
                 async with aiomqtt.Client(
                     self.host, self.port, identifier=f"sim-sensors-{self.site}", timeout=10, keepalive=10, **options
                 ) as client:
-                    while heap or backlog:
+                    while (heap or backlog) and not self.stopped:
                         if not backlog:
                             due, i = heapq.heappop(heap)
                             if due >= duration:
@@ -212,6 +217,8 @@ class SiteSensors:
                             wait = start_monotonic + due - loop.time()
                             if wait > 0:
                                 await asyncio.sleep(wait)
+                            if self.stopped:
+                                break
                             device = self.devices[i]
                             backlog.append(device.next())
                             heapq.heappush(heap, (device.offset(device.seq), i))

@@ -67,6 +67,7 @@ def test_hub_and_agent_commands() -> None:
     assert managed[managed.index("hub") :] == [
         "hub", "--sites", "s.yaml", "--state-dir", "state", "--port", "8123",
         "--spark-master", "local[1]", "--hub-site", "cloud", "--min-replan-interval", "10",
+        "--site-grace", "20.0", "--overload-for", "10.0", "--overload-recover", "20.0",
     ]  # fmt: skip
     standalone = hub_argv(
         "standalone",

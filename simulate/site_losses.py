@@ -1,0 +1,105 @@
+"""What a spoke killed for good destroys: the source records it was handling when it died.
+
+A dead agent takes with it its open windows, the records its sensors' broker
+queued for it, and the results in its outbox; the same for every replica it
+ran for another site, until a re-plan hands the replica to a new owner at the
+switch time (the new owner takes the windows starting at or after it). So a
+spoke ``D`` killed at ``t`` destroys, for each source site ``S`` whose
+replicas it ran (``S = D`` included), the records of ``S`` with an event time
+from ``t - lookback`` (windows still open, results not yet delivered) to the
+switch of the last of those replicas away from ``D`` (for ever if none
+moved). :mod:`simulate.checking` excuses the results that depend on them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Destroyed:
+    """The records of source site ``source`` with event time in ``[start, end)``, lost with dead site ``dead``."""
+
+    source: str
+    start: float
+    end: float
+    dead: str
+
+    def covers(self, site: str, event_time: float) -> bool:
+        """True if a record of ``site`` at ``event_time`` is among these."""
+        return site == self.source and self.start <= event_time < self.end
+
+    def describe(self, t0: float) -> str:
+        """One line for the report, times relative to ``t0``."""
+        end = "the end" if math.isinf(self.end) else f"{self.end - t0:.0f} s"
+        return f"records of {self.source} from {self.start - t0:.0f} s to {end}: lost with {self.dead}"
+
+
+def destroyed_by(
+    kills: Mapping[str, float],
+    placement: Mapping[str, Any] | None,
+    sources: Iterable[str],
+    windows: Mapping[str, float],
+) -> list[Destroyed]:
+    """The records that the spokes in ``kills`` (site: wall-clock time killed) destroyed.
+
+    ``placement`` is the hub's ``GET /apps/<name>/placement`` answer at the end
+    of the run (its replicas, handovers and history); ``sources`` are the sites
+    that source the app's streams (a singleton replica reads them all);
+    ``windows`` the length of each windowed operator, which sets how far back
+    a dead site's open windows reach (:func:`lookback_of`).
+    """
+    out = []
+    everyone = sorted(set(sources))
+    for dead, at in sorted(kills.items()):
+        hosted = _hosted(placement, dead, at)
+        back = lookback_of(windows.get(r.partition("@")[0], 0.0) for r in hosted)
+        ends: dict[str, float] = {dead: math.inf} if dead in everyone else {}
+        for replica, leaves in hosted.items():
+            _, _, home = replica.partition("@")
+            for source in [home] if home else everyone:
+                ends[source] = max(ends.get(source, at), leaves)
+        out += [Destroyed(source, at - back, end, dead) for source, end in sorted(ends.items())]
+    return out
+
+
+def _hosted(placement: Mapping[str, Any] | None, site: str, at: float) -> dict[str, float]:
+    """The replicas ``site`` ran at time ``at``, each with when its records stop going there (inf: never)."""
+    if not placement:
+        return {}
+    where = {str(a["replica"]): str(a["site"]) for a in placement.get("replicas", [])}
+    history = [h for h in placement.get("history", []) if isinstance(h, dict)]
+    later = [h for h in history if float(h.get("at", 0.0)) > at and h.get("changed", True)]
+    for entry in sorted(later, key=lambda h: float(h.get("at", 0.0)), reverse=True):
+        for move in entry.get("moved", []):
+            where[str(move["replica"])] = str(move["from"])  # undo the moves made after ``at``
+    switch = {
+        str(h["replica"]): float(h["switch_at"]) for h in placement.get("handovers", []) if h.get("source") == site
+    }
+    hosted = {}
+    for replica, host in where.items():
+        if host != site:
+            continue
+        left = next(
+            (
+                float(h.get("at", 0.0))
+                for h in sorted(later, key=lambda h: float(h.get("at", 0.0)))
+                for m in h.get("moved", [])
+                if m["replica"] == replica and m["from"] == site
+            ),
+            math.inf,
+        )
+        hosted[replica] = switch.get(replica, left)
+    return hosted
+
+
+def lookback_of(windows: Iterable[float], out_of_orderness: float = 1.0, delivery: float = 2.0) -> float:
+    """Seconds before its death whose records a dead agent may still hold.
+
+    Its longest window, its watermark delay (``out_of_orderness``, the agents'
+    default) and the time to deliver a result (``delivery``).
+    """
+    return max(windows, default=0.0) + out_of_orderness + delivery

@@ -1,0 +1,69 @@
+"""A spoke over its CPU budget and a spoke killed for good: what they ran for other sites moves elsewhere, exactly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import _require_parts, simulate_smart_farm
+from tests.e2e.test_cold_chain import _assert_exact
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def overload_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """80 s of probe data; from 15 s to 55 s the barn's CPU budget shrinks to a quarter of what its agent uses."""
+    _require_parts()
+    return simulate_smart_farm(
+        tmp_path_factory.mktemp("overload"), duration=80, faults=["overload:barn:4:40s@15s"], tweak={"settle": "15s"}
+    )
+
+
+@pytest.fixture(scope="module")
+def kill_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """80 s of probe data; the barn, which runs field-east's windows, dies for good at 20 s."""
+    _require_parts()
+    return simulate_smart_farm(
+        tmp_path_factory.mktemp("kill"), duration=80, faults=["kill-site:barn@20s"], tweak={"settle": "15s"}
+    )
+
+
+def _moves_away(outcome: Any, site: str, reason: str) -> dict[str, Any]:
+    """The first plan change whose reason contains ``reason``; it moved field-east's windows away from ``site``."""
+    history = json.loads((outcome.run_dir / "placement.json").read_text())["history"]
+    entry: dict[str, Any] | None = next((h for h in history[1:] if h.get("changed") and reason in h["reason"]), None)
+    assert entry is not None, (history, outcome.run_dir)
+    moved = {m["replica"]: (m["from"], m["to"]) for m in entry["moved"]}
+    source, target = moved["probe_means@field-east"]
+    assert source == site, moved
+    assert target not in (site, "cloud"), moved
+    assert any(reason in line for line in outcome.report.plan_history), outcome.report.plan_history
+    return entry
+
+
+def test_an_overloaded_spoke_hands_its_guests_over_without_loss(overload_run: Any) -> None:
+    entry = _moves_away(overload_run, "barn", "over its CPU budget")
+    assert "site barn over its CPU budget: " in entry["reason"]
+    _assert_exact(overload_run)
+    assert overload_run.report.destroyed == 0
+    barn_log = (overload_run.run_dir / "logs" / "agent-barn.log").read_text()
+    assert any("handed over" in line and "probe_means@field-east" in line for line in barn_log.splitlines())
+
+
+def test_a_dead_spoke_loses_only_what_it_held(kill_run: Any) -> None:
+    entry = _moves_away(kill_run, "barn", "silent for")
+    assert "re-planned without it" in entry["reason"]
+    report = kill_run.report
+    # the barn's open windows and what field-east's broker queued for it until the switch died with it
+    assert report.destroyed > 0, report.sinks
+    assert report.destroyed_by
+    assert all("lost with barn" in line for line in report.destroyed_by)
+    # everything else, before its death and after the switch, came out exactly once and right
+    _assert_exact(kill_run)
+    placement = json.loads((kill_run.run_dir / "placement.json").read_text())
+    switch = next(h["switch_at"] for h in placement["handovers"] if h["replica"] == "probe_means@field-east")
+    after = [r for r in kill_run.collector.results if r.sink == "valve_bus" and r.value["at"] > switch + 10]
+    assert after, "no valve command of a window after the switch"
