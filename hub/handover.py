@@ -1,13 +1,18 @@
-"""Handovers: when a plan version moves replicas between spokes, the event time at which they switch.
+"""Handovers: when a plan version moves replicas between sites, the event time at which they switch.
 
-A replica that moves from one spoke to another is split at a switch time T
-(see :class:`spanedge.plan.Handover`): the old owner finishes the windows
+A replica that moves from one site to another (spoke to spoke, spoke to hub
+or hub to spoke) is split at a switch time T (see
+:class:`spanedge.plan.Handover`): the old owner finishes the windows
 starting before T, the new owner computes those starting at or after it. T
-is a few seconds of event time after the re-plan, so the plan reaches both
-sites (and the new owner subscribes to the replica's sources) before any
-record of T's windows exists, and it is a multiple of the slide of every
-moved window, so no tumbling window straddles it. Moves to or from the hub
-are not handed over: the hub's windows live in Spark.
+is a few seconds of event time after the re-plan, so the plan reaches every
+site (and the new owner subscribes to the replica's sources) before any
+record of T's windows exists, and it is a multiple of the period of every
+moved window and of every window downstream of a moved replica, so no
+tumbling window straddles it.
+
+At the hub a move changes the Spark query of the sinks downstream of the
+moved replica; :func:`before_placement` gives the placement the query of the
+old side is compiled from while both run (see :mod:`hub.cutoffs`).
 """
 
 from __future__ import annotations
@@ -42,12 +47,11 @@ def stamp_handovers(
     previous: Plan | None,
     app: App,
     now: float,
-    hubs: Collection[str],
     *,
     delay: float = DEFAULT_DELAY_S,
     keep: float = DEFAULT_KEEP_S,
 ) -> Plan:
-    """Add to ``plan`` a handover for each replica it moves from one spoke to another.
+    """Add to ``plan`` a handover for each replica it moves from one site to another (the hub included).
 
     All the replicas of one plan version switch at the same time (a chain of
     record-level operators and windows stays consistent). Handovers of
@@ -59,12 +63,7 @@ def stamp_handovers(
         return plan
     before = {a.replica: a for a in previous.assignments}
     moved = [
-        (a, before[a.replica])
-        for a in plan.assignments
-        if a.replica in before
-        and before[a.replica].site != a.site
-        and a.site not in hubs
-        and before[a.replica].site not in hubs
+        (a, before[a.replica]) for a in plan.assignments if a.replica in before and before[a.replica].site != a.site
     ]
     moved_now = {a.replica for a, _ in moved}
     kept = tuple(
@@ -74,11 +73,45 @@ def stamp_handovers(
     )
     if not moved:
         return plan if kept == plan.handovers else dataclasses.replace(plan, handovers=kept)
-    periods = []
-    for a, _ in moved:
-        op = app.operators.get(split_replica(a.replica)[0])
-        if op is not None and op.window is not None:
-            periods.append(op.window.period)
-    at = switch_time(now, delay, periods)
+    at = switch_time(now, delay, _periods(app, {split_replica(a.replica)[0] for a, _ in moved}))
     fresh = tuple(Handover(a.replica, old.site, a.site, at, old.since) for a, old in moved)
     return dataclasses.replace(plan, handovers=kept + fresh)
+
+
+def _periods(app: App, operators: Collection[str]) -> list[float]:
+    """The periods of the windows among ``operators`` and downstream of them.
+
+    A window downstream of a moved replica is computed on both sides of the
+    switch while the hub runs the two queries of a handover; with T on its
+    period too, none of its tumbling windows mixes records of both sides.
+    """
+    graph = app.graph()
+    names = {n for n in operators if n in graph}
+    for name in list(names):
+        names |= graph.descendants(name)
+    specs = (graph.op(n).window for n in sorted(names))
+    return [spec.period for spec in specs if spec is not None]
+
+
+def hub_moves(plan: Plan) -> tuple[Handover, ...]:
+    """The handovers of ``plan`` with the hub at one end."""
+    return tuple(h for h in plan.handovers if plan.hub in (h.source, h.target))
+
+
+def before_placement(plan: Plan) -> tuple[Plan, float] | None:
+    """The placement the hub ran before the latest switch of ``plan``'s moves to or from the hub, and that switch.
+
+    The replicas that move at that switch sit at their old owners; the rest
+    is ``plan``'s (without handovers). ``None`` if nothing moves to or from
+    the hub. A plan that lists moves of several switch times (a replica moved
+    again before an earlier handover was dropped) splits at the latest.
+    """
+    moves = hub_moves(plan)
+    if not moves:
+        return None
+    at = max(h.switch_at for h in moves)
+    back = {h.replica: h.source for h in moves if h.switch_at == at}
+    assignments = tuple(
+        dataclasses.replace(a, site=back[a.replica]) if a.replica in back else a for a in plan.assignments
+    )
+    return dataclasses.replace(plan, assignments=assignments, handovers=()), at

@@ -17,18 +17,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
+from hub import cutoffs
 from hub import log as ingest_log
 from hub.checkpoints import check_distinct, checkpoint_name, is_checkpoint_of, retire
 from hub.compile import Compiler
+from hub.handover import before_placement
 from hub.queries import Deployed, Query, await_first_batch, operator_rates
 from hub.replicas import Replicas
 from hub.restarts import RestartBook
 from hub.sinks import BatchSink, MemoryStore
 from spanedge.errors import InvalidDataflow, InvalidPlan
 from spanedge.operators import Kind
-from spanedge.plan import Assignment, Plan
+from spanedge.plan import Assignment, Plan, split_replica
 from spanedge.sites import Sites
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from hub.late import LateRecords
     from hub.operator_counts import ObservedCounts
     from spanedge.app import App
+    from spanedge.dag import OperatorGraph
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,10 @@ SINK_KINDS = ("mqtt", "file", "console", "memory")
 """The sink kinds a hub query can write to."""
 
 _Built = dict[str, tuple[Query, "DataFrame"]]
-"""New queries by sink replica, with the DataFrame each will run."""
+"""New queries by slot (the sink replica, or :func:`before_slot`), with the DataFrame each will run."""
+
+Side = tuple[str, float]
+"""``("before" | "after", switch time)``: which share of a handover's results a query writes."""
 
 
 class Lifecycle:
@@ -96,29 +100,62 @@ class Lifecycle:
         """Start (or restart) the queries of the sinks ``plan`` puts at the hub; see :meth:`hub.engine.Engine.deploy`.
 
         Every new query is built before any running one stops, so a plan the
-        compiler rejects leaves the app as it was.
+        compiler rejects leaves the app as it was. While ``plan`` moves
+        replicas to or from the hub, a sink whose query that changes also
+        keeps the query of the previous placement, and each writes its share
+        of the results (:mod:`hub.cutoffs`).
         """
-        replicas = Replicas(app, plan, _checked_graph(app, plan))
+        graph = _checked_graph(app, plan)
+        replicas = Replicas(app, plan, graph)
         _warn_flows_leaving_hub(app.name, plan)
         compiler = Compiler(self.spark, replicas)
         sinks = [a for a in plan.at(plan.hub) if replicas.op(a).kind is Kind.SINK]
         check_distinct((a.replica for a in sinks), app.name)
-        wanted = {a.replica: compiler.fingerprint(a.replica) for a in sinks}
+        wanted: dict[str, tuple[Assignment, Compiler, str]] = {
+            a.replica: (a, compiler, compiler.fingerprint(a.replica)) for a in sinks
+        }
+        sides = _split(self.spark, app, plan, graph, wanted)
         with self.lock:
             current = self.apps.get(app.name)
             old = current.queries if current else {}
-            keep = {r: q for r, q in old.items() if wanted.get(r) == q.fingerprint and q.running}
-            built: _Built = {
-                a.replica: self._build(compiler, a, wanted[a.replica]) for a in sinks if a.replica not in keep
+            running = {q.checkpoint.name: q for q in old.values() if q.running}
+            keep = {
+                slot: running[name]
+                for slot, (a, _, fp) in wanted.items()
+                if (name := checkpoint_name(a.replica, fp)) in running
+            }
+            built: _Built = {  # (while split, a sink's two queries are told apart by their fingerprint)
+                slot: self._build(compiler, a, fp, f"{a.replica} [{fp}]" if sides else slot)
+                for slot, (a, compiler, fp) in wanted.items()
+                if slot not in keep
             }
             self.log_dir(app.name).mkdir(parents=True, exist_ok=True)
             self._replace(app.name, old, keep, built)
             self._retire_earlier_runs(app.name, [*old.values(), *keep.values()], built)
+            self._share(app, graph, {**keep, **{slot: q for slot, (q, _) in built.items()}}, sides)
+            if sides:  # a query that starts now reads the log from now on: the switch is still ahead
+                log_dir = self.log_dir(app.name)
+                for q, _ in built.values():
+                    ingest_log.subscribe(log_dir, q.reader, ingest_log.sealed_tail(log_dir))
             deployed = Deployed(app, plan, dict(keep))
             self.apps[app.name] = deployed
             self._start(deployed, built)
 
-    def _build(self, compiler: Compiler, sink: Assignment, fingerprint: str) -> tuple[Query, DataFrame]:
+    def _share(self, app: App, graph: OperatorGraph, queries: dict[str, Query], sides: dict[str, Side]) -> None:
+        """Give each query's sink its share of a handover's results, kept in its checkpoint (none: everything)."""
+        for slot, q in queries.items():
+            side = sides.get(slot)
+            if side is None:
+                cutoffs.save(q.checkpoint, None)
+                q.sink.share = None
+                continue
+            name, at = side
+            intervals = (cutoffs.after if name == "after" else cutoffs.before)(cutoffs.load(q.checkpoint), at)
+            cutoffs.save(q.checkpoint, intervals)
+            q.sink.share = cutoffs.Share(intervals, cutoffs.lags(graph, split_replica(q.replica)[0]))
+            log.info("app %s: query %s writes the results of origin %s", app.name, slot, q.sink.share.describe())
+
+    def _build(self, compiler: Compiler, sink: Assignment, fingerprint: str, label: str) -> tuple[Query, DataFrame]:
         """The query ending at ``sink`` and its DataFrame, not started.
 
         Raises:
@@ -138,20 +175,29 @@ class Lifecycle:
             sink.replica, op.sink.kind, op.sink.target, checkpoint / "sink.json", self.memory, broker
         )
         df = compiler.frame(sink.replica, self.log_dir(app), name)
-        query = Query(sink.replica, batch_sink, checkpoint, name, fingerprint, counted=compiler.counted(sink.replica))
+        query = Query(
+            sink.replica, batch_sink, checkpoint, name, fingerprint, counted=compiler.counted(sink.replica), label=label
+        )
         return query, df
 
     def _replace(self, app: str, old: dict[str, Query], keep: dict[str, Query], built: _Built) -> None:
-        """Stop the old queries not kept; a changed one hands its unread log segments to its successor."""
-        for replica, q in old.items():
-            if replica in keep:
+        """Stop the old queries not kept; a changed one hands its unread log segments to its successor.
+
+        Only a sink's own query has a successor; the query of an old placement
+        kept for a handover is dropped with what it had not read (the query of
+        the new placement reads the same log).
+        """
+        kept = {id(q) for q in keep.values()}
+        again = {q.checkpoint for q, _ in built.values()}
+        for slot, q in old.items():
+            if id(q) in kept:
                 continue
             q.stop()
-            successor = built[replica][0] if replica in built else None
-            if successor is not None and successor.checkpoint == q.checkpoint:
+            if q.checkpoint in again:
                 continue  # the same query again (it had failed): it resumes from its checkpoint
+            successor = built[slot][0] if slot in built and slot == q.replica else None
             retire(self.log_dir(app), q.reader, q.checkpoint, successor.reader if successor else None)
-            log.info("app %s: query %s stopped (%s)", app, replica, "changed" if successor else "gone")
+            log.info("app %s: query %s stopped (%s)", app, slot, "changed" if successor else "gone")
 
     def _retire_earlier_runs(self, app: str, known: list[Query], built: _Built) -> None:
         """Retire the checkpoints of an earlier run of the hub that this deployment replaces."""
@@ -160,7 +206,10 @@ class Lifecycle:
         for path in sorted(root.iterdir()) if root.is_dir() else ():
             if path in in_use or not path.is_dir():
                 continue
-            successor = next((q for q, _ in built.values() if is_checkpoint_of(path.name, q.replica)), None)
+            successor = next(
+                (q for slot, (q, _) in built.items() if slot == q.replica and is_checkpoint_of(path.name, q.replica)),
+                None,
+            )
             retire(self.log_dir(app), path.name, path, successor.reader if successor else None)
             log.info("app %s: checkpoint %s of an earlier version retired", app, path.name)
 
@@ -182,10 +231,10 @@ class Lifecycle:
             deployed = self.apps.pop(name, None)
             if deployed is None:
                 return
-            for q in deployed.queries.values():
+            for slot, q in deployed.queries.items():
                 q.stop()
                 ingest_log.unsubscribe(self.log_dir(name), q.reader)
-                self.restarts.forget(name, q.replica)
+                self.restarts.forget(name, slot)
             shutil.rmtree(self.checkpoint_root(name), ignore_errors=True)
 
     def stop(self) -> None:
@@ -248,7 +297,39 @@ class Lifecycle:
         return restarted
 
 
-def _checked_graph(app: App, plan: Plan) -> nx.DiGraph:
+def before_slot(sink: str) -> str:
+    """The key, in :attr:`hub.queries.Deployed.queries`, of the query of ``sink`` under the old placement of a handover."""
+    return f"{sink} (before handover)"
+
+
+def _split(
+    spark: SparkSession,
+    app: App,
+    plan: Plan,
+    graph: OperatorGraph,
+    wanted: dict[str, tuple[Assignment, Compiler, str]],
+) -> dict[str, Side]:
+    """Add to ``wanted`` the queries of the old placement of ``plan``'s moves to or from the hub; return each side.
+
+    Only sinks whose query the move changes get a second query; a sink's own
+    query is then the ``after`` side, the added one the ``before`` side.
+    """
+    split = before_placement(plan)
+    if split is None:
+        return {}
+    old_plan, at = split
+    compiler = Compiler(spark, Replicas(app, old_plan, graph))
+    sides: dict[str, Side] = {}
+    for slot, (a, _, fp) in list(wanted.items()):
+        old_fp = compiler.fingerprint(a.replica)
+        if old_fp != fp:
+            wanted[before_slot(slot)] = (a, compiler, old_fp)
+            sides[slot] = ("after", at)
+            sides[before_slot(slot)] = ("before", at)
+    return sides
+
+
+def _checked_graph(app: App, plan: Plan) -> OperatorGraph:
     """``app``'s DAG, once ``plan`` is known to place this app's operators.
 
     Raises:

@@ -42,6 +42,8 @@ class Query:
     handle: StreamingQuery | None = None
     counted: dict[str, list[Counted]] = field(default_factory=dict)
     """What the counts the query observes stand for, by observation name (:meth:`hub.compile.Compiler.counted`)."""
+    label: str = ""
+    """The query's name in Spark (within its app), if not ``replica``: the handover's old-placement query has its own."""
 
     @property
     def running(self) -> bool:
@@ -57,7 +59,7 @@ class Query:
     def start(self, app: str, df: DataFrame, trigger: str) -> StreamingQuery:
         """Start writing ``df`` to the sink, every ``trigger`` (or ``availableNow``), from the checkpoint."""
         writer = (
-            df.writeStream.queryName(f"spanedge:{app}:{self.replica}")
+            df.writeStream.queryName(f"spanedge:{app}:{self.label or self.replica}")
             .foreachBatch(self.sink)
             .option("checkpointLocation", str(self.checkpoint))
         )
@@ -82,6 +84,8 @@ class Query:
         """Status, last batch id and duration, input rate, state rows, sink counts, restarts, late records."""
         entry: dict[str, Any] = {"active": False, "sink_batches": self.sink.batches, "sink_rows": self.sink.rows}
         entry["restarts"] = restarts
+        if self.sink.share is not None or self.sink.left_to_other:
+            entry["handover_left_to_other"] = self.sink.left_to_other
         handle = self.handle
         if handle is None:
             return entry

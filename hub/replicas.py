@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import networkx as nx
-
 from spanedge.app import App
+from spanedge.dag import OperatorGraph
 from spanedge.errors import InvalidPlan
 from spanedge.operators import Operator
 from spanedge.plan import Assignment, Plan
@@ -13,7 +12,7 @@ from spanedge.plan import Assignment, Plan
 class Replicas:
     """The replicas of one plan of ``app``, with the operator of each and the replicas feeding it."""
 
-    def __init__(self, app: App, plan: Plan, graph: nx.DiGraph) -> None:
+    def __init__(self, app: App, plan: Plan, graph: OperatorGraph) -> None:
         """Read ``plan``; ``graph`` is ``app.graph()``."""
         self.app = app
         self.plan = plan
@@ -23,7 +22,7 @@ class Replicas:
 
     def op(self, a: Assignment) -> Operator:
         """The operator ``a`` is a replica of."""
-        return self.graph.nodes[a.operator]["op"]  # type: ignore[no-any-return]
+        return self.graph.op(a.operator)
 
     def upstream(self, replica: str) -> list[Assignment]:
         """The replicas feeding ``replica``: from the plan's flows, else from the DAG.

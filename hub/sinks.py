@@ -7,6 +7,8 @@ Spark replays after a crash (the batch still runs, so window state commits). Fil
 replay of a half-written batch overwrites rather than duplicates; memory
 results are keyed by batch id. MQTT cannot take a message back: a crash in
 the middle of publishing a batch republishes that batch (at least once).
+While a handover to or from the hub runs, a sink writes only its query's
+share of the results (:mod:`hub.cutoffs`) and counts the rest.
 
 Dead letters of the query's Python operators (see
 :mod:`hub.python_operators`) are part of the batch: before running it, the
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from hub.cutoffs import Share
 from hub.metrics import DEAD_LETTERS
 from hub.python_operators import STAGING_PROPERTY
 from spanedge import topics
@@ -127,6 +130,9 @@ class BatchSink:
         self.rows = 0
         self._client: Any = None
         self._last = self._load_last()
+        self.share: Share | None = None
+        """The part of the results this query writes while a handover to or from the hub runs (:mod:`hub.cutoffs`)."""
+        self.left_to_other = 0
 
     def _load_last(self) -> int:
         try:
@@ -164,6 +170,18 @@ class BatchSink:
 
     def _write_batch(self, df: DataFrame, batch_id: int, staging: Path) -> None:
         table = df.toArrow()
+        share = self.share
+        if share is not None and table.num_rows:
+            table, left = share.select(table)
+            if left:
+                self.left_to_other += left
+                log.info(
+                    "sink %s: batch %d: %d results outside this query's share of a handover (%s) left to the other query",
+                    self.name,
+                    batch_id,
+                    left,
+                    share.describe(),
+                )
         letters = staged_letters(staging)
         if table.num_rows:
             getattr(self, f"_write_{self.kind}")(table, batch_id)

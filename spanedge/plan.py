@@ -39,7 +39,7 @@ class Assignment:
 
 @dataclass(frozen=True)
 class Handover:
-    """A replica that moves between two edge sites in this plan version, split at an event time.
+    """A replica that moves between two sites in this plan version, split at an event time.
 
     Each window belongs to the owner of its start: the old owner (``source``)
     keeps the replica, adding records only to windows that start before
@@ -49,6 +49,14 @@ class Handover:
     session window by the time of each record (a session open across
     ``switch_at`` comes out as two). ``epoch`` is the old owner's epoch
     (its ``since``), which its records to the hub keep carrying.
+
+    Either end may be the hub (``Plan.hub``). The hub cannot seed or split
+    Spark's window state, so it runs the query of the previous placement and
+    the query of the new one side by side and each writes only the results
+    whose origin (window start or record event time) is on its side of
+    ``switch_at`` (:mod:`hub.cutoffs`). When the hub is the old owner, the
+    replica's source sites keep sending it the replica's input until a little
+    past the switch, for its windows to complete and close.
     """
 
     replica: str

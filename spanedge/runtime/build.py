@@ -26,6 +26,8 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
     ``to_hub``. A replica this site hands over in ``plan`` runs here too, for
     the windows starting before the switch time, unless it is in ``retired``
     (its part is done); the new owner of one runs it for the later windows.
+    A source here keeps feeding a replica the hub hands over for as long as
+    the hub needs (:func:`hub_feeds`).
     """
     placed = {a.replica: a for a in plan.assignments}
     owned = plan.handed_over(site)
@@ -64,16 +66,45 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
             node.owns = (start_from, start_before)
             if node.window is not None:
                 node.window.own(start_from, start_before)
+    feeds = hub_feeds(app, plan)
     for replica in order:
         node = nodes[replica]
+        at_hub = replica in placed and placed[replica].site == plan.hub
+        until = -math.inf  # records (by origin) before this go to the hub
         for flow in plan.outputs(replica):
+            dst = placed.get(flow.dst)
             if flow.dst in nodes:
                 node.children.append(nodes[flow.dst])
-            elif placed.get(flow.dst) is not None and placed[flow.dst].site == plan.hub:
-                node.to_hub = True
+            if dst is not None and dst.site == plan.hub and not (at_hub and flow.dst in nodes):
+                until = math.inf  # (the old owner of a chain moving to the hub sends only the chain's end)
+            elif flow.dst in feeds and replica not in feeds:
+                until = max(until, feeds[flow.dst])
+        if until > -math.inf:
+            node.to_hub = True
+            node.hub_before = until
     # a source here with nothing to feed (its consumers were offloaded elsewhere) is not subscribed
     kept = [n for n in nodes.values() if n.op.kind is not Kind.SOURCE or n.children or n.to_hub]
     return Pipeline(app, site, kept, **options)
+
+
+def hub_feeds(app: App, plan: Plan) -> dict[str, float]:
+    """Replicas the hub hands over to a spoke in ``plan``, with the event time their input goes to the hub before.
+
+    As the old owner, the hub finishes the windows starting before the switch
+    T. They need the records up to T plus the window's size, and its
+    watermark must pass their ends plus the allowed lateness, which in Spark
+    only records newer still do: their sources send records before T + 2 x
+    size (or gap) + allowed lateness of the largest window moved at T. A
+    record-level replica needs its input before T.
+    """
+    moving = [h for h in plan.handovers if h.source == plan.hub]
+    margin: dict[float, float] = {}
+    for h in moving:
+        op = app.operators.get(split_replica(h.replica)[0])
+        spec = op.window if op is not None else None
+        span = 0.0 if spec is None else 2 * (spec.size or spec.gap or 0.0) + spec.allowed_lateness
+        margin[h.switch_at] = max(margin.get(h.switch_at, 0.0), span)
+    return {h.replica: h.switch_at + margin[h.switch_at] for h in moving}
 
 
 def edge_part(app: App, site: str, **options: Any) -> Pipeline:
@@ -82,14 +113,10 @@ def edge_part(app: App, site: str, **options: Any) -> Pipeline:
     Operators that are not hub-only and read only from such operators run
     here; their outputs read by the rest cross to the hub.
     """
-    import networkx as nx  # only here: plans (the agent's path) need no graph
-
-    ops = app.operators
     graph = app.graph()
-
     edge: dict[str, Node] = {}
-    for name in nx.topological_sort(graph):
-        op = ops[name]
+    for name in graph.order:
+        op = graph.op(name)
         if op.hub_only or any(u not in edge for u in op.inputs):
             continue
         replica = f"{name}@{site}"

@@ -42,6 +42,7 @@ class Node:
     window: WindowState | None = None
     epoch: int = 0
     owns: tuple[float, float] | None = None  # one side of a handover: the origin times it emits for
+    hub_before: float = math.inf  # records go to the hub only with an origin before this (feeding a hub handover)
     n_in: int = 0
     n_out: int = 0
 
@@ -181,7 +182,7 @@ class Pipeline:
     def _emit(self, node: Node, value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
         # origin: the event time of the source record, or the start of the window that produced this one
         owns = node.owns
-        if node.to_hub and (owns is None or owns[0] <= origin < owns[1]):
+        if node.to_hub and (owns is None or owns[0] <= origin < owns[1]) and origin < node.hub_before:
             try:
                 encoded = orjson.dumps(value)
             except TypeError as exc:

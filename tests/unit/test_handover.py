@@ -175,15 +175,15 @@ def test_a_replan_hands_over_what_moves_between_spokes_and_nothing_else() -> Non
     app = make_app(5.0)
     before = make_plan("big1", 3, 2)
     after = make_plan("big2", 4, 4)
-    stamped = stamp_handovers(after, before, app, T0 + 1.0, {"cloud"}, delay=5.0)
+    stamped = stamp_handovers(after, before, app, T0 + 1.0, delay=5.0)
     assert stamped.handovers == (
         Handover("double@tiny", "big1", "big2", T0 + 10.0, 2),
         Handover("win@tiny", "big1", "big2", T0 + 10.0, 2),
     )
-    assert stamp_handovers(after, None, app, T0, {"cloud"}) == after  # a first deploy hands nothing over
-    to_hub = make_plan("cloud", 4, 4)
-    assert stamp_handovers(to_hub, before, app, T0, {"cloud"}).handovers == ()  # not built: the hub's windows
+    assert stamp_handovers(after, None, app, T0) == after  # a first deploy hands nothing over
+    to_hub = make_plan("cloud", 4, 4)  # to the hub too (tests/unit/test_hub_handover.py)
+    assert {h.target for h in stamp_handovers(to_hub, before, app, T0).handovers} == {"cloud"}
     # a later version that moves nothing keeps the handover while its old owner may still be finishing
     again = dataclasses.replace(make_plan("big2", 5, 4))
-    assert stamp_handovers(again, stamped, app, T0 + 100.0, {"cloud"}).handovers == stamped.handovers
-    assert stamp_handovers(again, stamped, app, T0 + 1000.0, {"cloud"}).handovers == ()
+    assert stamp_handovers(again, stamped, app, T0 + 100.0).handovers == stamped.handovers
+    assert stamp_handovers(again, stamped, app, T0 + 1000.0).handovers == ()

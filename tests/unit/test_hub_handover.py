@@ -1,0 +1,199 @@
+"""Moves between a spoke and the hub: the stamped switch, the spoke's part, and the share each hub query writes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from hub import cutoffs
+from hub.handover import before_placement, hub_moves, stamp_handovers
+from spanedge import App, agg, sinks
+from spanedge.plan import Assignment, Flow, Handover, Plan, SolverInfo, Totals
+from spanedge.runtime import from_plan
+
+T0 = 1_700_000_000.0
+
+
+def make_app(downstream: float | None = None) -> App:
+    app = App("farm")
+    readings = app.source("readings", time_field="ts").map(lambda r: {**r, "x2": r["x"] * 2}, name="double")
+    win = readings.window(name="win", key="k", size=10.0, aggs={"n": agg.count(), "s": agg.sum("x2")})
+    if downstream is not None:
+        win = win.window(name="wide", key="k", size=downstream, aggs={"n": agg.count()}, scope="global")
+    win.sink(sinks.console(), name="out")
+    return app
+
+
+def make_plan(site: str, version: int, since: int, handovers: tuple[Handover, ...] = (), chain: bool = False) -> Plan:
+    """``win@tiny`` (and ``double@tiny`` with ``chain``) at ``site``; the rest at its source site or the hub."""
+    return Plan(
+        app="farm",
+        version=version,
+        hub="cloud",
+        assignments=(
+            Assignment("readings@tiny", "readings", "tiny", "tiny", "source"),
+            Assignment("double@tiny", "double", "tiny", site if chain else "tiny", "", since if chain else 0),
+            Assignment("win@tiny", "win", "tiny", site, "", since),
+            Assignment("out", "out", None, "cloud", "@global_"),
+        ),
+        flows=(
+            Flow("readings@tiny", "double@tiny", 10.0, 1000.0),
+            Flow("double@tiny", "win@tiny", 10.0, 1000.0),
+            Flow("win@tiny", "out", 1.0, 100.0),
+        ),
+        totals=Totals(100.0, 5.0, 5.0, 1.0),
+        solver=SolverInfo("test", "optimal", 0.0),
+        handovers=handovers,
+    )
+
+
+def readings(start: float, end: float, step: float = 0.5) -> list[bytes]:
+    n = round((end - start) / step)
+    return [orjson.dumps({"k": f"p{i % 2}", "x": i, "ts": start + i * step}) for i in range(n)]
+
+
+# -- stamping ------------------------------------------------------------------------------
+
+
+def test_moves_to_and_from_the_hub_are_stamped_on_the_window_period_after_the_delay() -> None:
+    app = make_app()
+    at_spoke = make_plan("tiny", 1, 0)
+    to_hub = stamp_handovers(make_plan("cloud", 2, 2), at_spoke, app, T0 + 23.0, delay=5.0)
+    assert to_hub.handovers == (Handover("win@tiny", "tiny", "cloud", T0 + 30.0, 0),)
+    assert hub_moves(to_hub) == to_hub.handovers
+    back = stamp_handovers(make_plan("tiny", 3, 3), to_hub, app, T0 + 52.0, delay=5.0)
+    assert back.handovers == (Handover("win@tiny", "cloud", "tiny", T0 + 60.0, 2),)  # the hub's epoch
+    # the switch is on the period of a window downstream of the moved replica too (10 s and 15 s: 30 s)
+    wide = make_app(downstream=15.0)
+    switch = stamp_handovers(make_plan("cloud", 2, 2), at_spoke, wide, T0 + 11.0).handovers[0].switch_at
+    assert switch == T0 + 40.0  # T0 + 20 is a multiple of 10, T0 + 40 the first one of 30 past T0 + 16
+    assert switch % 30 == 0
+
+
+def test_the_old_placement_puts_the_replicas_of_the_latest_hub_switch_back_at_their_old_owner() -> None:
+    assert before_placement(make_plan("tiny", 1, 0)) is None
+    spoke_to_spoke = make_plan("big", 2, 2, (Handover("win@tiny", "tiny", "big", T0 + 30.0, 0),))
+    assert before_placement(spoke_to_spoke) is None  # the hub's queries do not change
+    to_hub = make_plan("cloud", 2, 2, (Handover("win@tiny", "tiny", "cloud", T0 + 30.0, 0),))
+    split = before_placement(to_hub)
+    assert split is not None
+    old, at = split
+    assert at == T0 + 30.0
+    assert old.site_of("win@tiny") == "tiny"
+    assert old.handovers == ()
+    back = make_plan("tiny", 3, 3, (Handover("win@tiny", "cloud", "tiny", T0 + 60.0, 2),))
+    split = before_placement(back)
+    assert split is not None
+    assert split[0].site_of("win@tiny") == "cloud"
+
+
+# -- the spoke's part ------------------------------------------------------------------------
+
+
+def test_a_spoke_handing_a_window_to_the_hub_sends_the_input_and_only_the_windows_before_the_switch() -> None:
+    switch = T0 + 30.0
+    plan = make_plan("cloud", 2, 2, (Handover("win@tiny", "tiny", "cloud", switch, 0),))
+    pipeline = from_plan(make_app(), plan, "tiny")
+    for payload in readings(T0, T0 + 60.0):
+        pipeline.process("readings@tiny", payload)
+    pipeline.flush()
+    sent = pipeline.take().to_hub
+    inputs = [r for r in sent if r.stream == "double"]  # the window's input, computed here
+    windows = [r for r in sent if r.stream == "win"]
+    assert len(inputs) == 120  # the hub computes the window from the switch on: it gets every record now
+    assert [r.value["window_start"] for r in windows if r.key == "p0"] == [T0, T0 + 10.0, T0 + 20.0]
+    assert {r.epoch for r in windows} == {0}  # the old owner's epoch
+    assert not [r for r in sent if r.stream == "readings"]
+    assert pipeline.drained() == ["win@tiny"]
+
+
+def test_a_chain_moving_to_the_hub_sends_only_its_input_and_its_end() -> None:
+    switch = T0 + 30.0
+    moves = tuple(Handover(r, "tiny", "cloud", switch, 0) for r in ("double@tiny", "win@tiny"))
+    pipeline = from_plan(make_app(), make_plan("cloud", 2, 2, moves, chain=True), "tiny")
+    for payload in readings(T0, T0 + 40.0):
+        pipeline.process("readings@tiny", payload)
+    assert {r.stream for r in pipeline.take().to_hub} == {"readings", "win"}
+
+
+def test_a_spoke_taking_a_window_from_the_hub_keeps_feeding_the_hub_until_its_windows_close() -> None:
+    switch = T0 + 60.0
+    plan = make_plan("tiny", 3, 3, (Handover("win@tiny", "cloud", "tiny", switch, 2),))
+    pipeline = from_plan(make_app(), plan, "tiny")
+    for payload in readings(T0 + 40.0, T0 + 100.0):
+        pipeline.process("readings@tiny", payload)
+    pipeline.flush()
+    sent = pipeline.take().to_hub
+    raw_times = [r.event_time for r in sent if r.stream == "double"]  # the window's input
+    # the hub's windows before the switch need their records, and its watermark needs records past
+    # their ends plus the allowed lateness: 2 window lengths past the switch
+    assert min(raw_times) == T0 + 40.0
+    assert max(raw_times) < switch + 20.0 <= max(raw_times) + 0.5
+    windows = [r for r in sent if r.stream == "win"]
+    assert min(r.value["window_start"] for r in windows) == switch
+    assert {r.epoch for r in windows} == {3}  # the new owner's epoch
+
+
+def test_a_source_feeding_a_replica_the_hub_hands_to_another_spoke_still_feeds_the_hub() -> None:
+    switch = T0 + 60.0
+    plan = make_plan("big", 3, 3, (Handover("win@tiny", "cloud", "big", switch, 2),))
+    pipeline = from_plan(make_app(), plan, "tiny")
+    for payload in readings(T0 + 50.0, T0 + 90.0):
+        pipeline.process("readings@tiny", payload)
+    sent = pipeline.take().to_hub
+    assert {r.stream for r in sent} == {"double"}
+    times = [r.event_time for r in sent]
+    assert min(times) == T0 + 50.0
+    assert max(times) < switch + 20.0
+
+
+# -- the share each hub query writes -----------------------------------------------------------
+
+
+def test_shares_accumulate_over_a_move_to_the_hub_and_back() -> None:
+    t2, t3 = T0 + 30.0, T0 + 60.0
+    crossing = cutoffs.before(None, t2)  # the query reading the spoke's results, before the move to the hub
+    computing = cutoffs.after(None, t2)  # the query computing the window at the hub
+    assert crossing == ((-math.inf, t2),)
+    assert computing == ((t2, math.inf),)
+    # moving back: the computing query is the old side, the reading one the new side
+    assert cutoffs.before(computing, t3) == ((t2, t3),)
+    assert cutoffs.after(crossing, t3) == ((-math.inf, t2), (t3, math.inf))
+    assert cutoffs.after(computing, t2) == computing  # deploying the same plan again changes nothing
+
+
+def test_a_share_cuts_window_results_by_their_start_and_records_by_their_time() -> None:
+    switch = T0 + 30.0
+    lags = cutoffs.lags(make_app().graph(), "out")
+    assert lags == {"win": pytest.approx(9.999)}
+    share = cutoffs.Share(cutoffs.after(None, switch), lags)
+    assert not share.owns("win", switch - 0.001)  # the window [T-10, T)
+    assert share.owns("win", switch + 10.0 - 0.001)  # the window [T, T+10)
+    assert share.owns("other", switch)
+    assert not share.owns("other", switch - 0.001)
+    table = pa.table(
+        {
+            "stream": ["win", "win", "other"],
+            "event_time": [switch - 0.001, switch + 9.999, switch - 1.0],
+            "value": ["a", "b", "c"],
+        }
+    )
+    kept, left = share.select(table)
+    assert kept.column("value").to_pylist() == ["b"]
+    assert left == 2
+
+
+def test_a_share_survives_a_restart_in_the_checkpoint(tmp_path: Path) -> None:
+    assert cutoffs.load(tmp_path) is None
+    intervals = ((-math.inf, T0), (T0 + 30.0, math.inf))
+    cutoffs.save(tmp_path, intervals)
+    assert cutoffs.load(tmp_path) == intervals
+    cutoffs.save(tmp_path, None)
+    assert cutoffs.load(tmp_path) is None
+    (tmp_path / cutoffs.SHARE_FILE).write_text("{}")
+    with pytest.raises(ValueError, match="not a handover share"):
+        cutoffs.load(tmp_path)
