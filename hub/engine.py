@@ -56,6 +56,7 @@ class Engine:
         """
         from hub.late import LateRecords
         from hub.operator_counts import ObservedCounts
+        from hub.spark_listeners import ProgressFanout
         from hub.spark_session import build_session
 
         self.state_dir = Path(state_dir)
@@ -72,9 +73,9 @@ class Engine:
             self._own_spark = False
         self.spark = spark
         self._late = LateRecords()
-        self.spark.streams.addListener(self._late)
         self._counts = ObservedCounts()
-        self.spark.streams.addListener(self._counts)
+        self._listener = ProgressFanout([self._late, self._counts])
+        self.spark.streams.addListener(self._listener)
         self._memory = MemoryStore()
         self._queries = Lifecycle(self.spark, self.state_dir, sites, self._memory, self._late, trigger, self._counts)
         self._apps: dict[str, Deployed] = self._queries.apps  # the same dict, for inspection
@@ -143,8 +144,6 @@ class Engine:
         """Stop every query, and the SparkSession if the engine built it."""
         self._queries.stop()
         with contextlib.suppress(Exception):  # the session may already be gone
-            self.spark.streams.removeListener(self._late)
-        with contextlib.suppress(Exception):
-            self.spark.streams.removeListener(self._counts)
+            self.spark.streams.removeListener(self._listener)
         if self._own_spark:
             self.spark.stop()

@@ -6,10 +6,13 @@ the ingest log must be readable by every executor, so ``--state-dir`` moves
 to storage every executor mounts at the same path (NFS; the log relies on
 hard links and file locks, so not S3), or the MQTT ingest is replaced by an
 MQTT-to-Kafka bridge and Spark's Kafka source (:mod:`hub.spark_source`);
-checkpoints may go to HDFS or S3 then. The executors need this package and
-pyarrow installed only for apps with Python operators at the hub;
-``spark.sql.shuffle.partitions`` should grow with the cluster (pass it in
-``extra``).
+checkpoints may go to HDFS or S3 then, with Spark's default checkpoint
+writer back (:data:`DEFAULTS` writes them for a local or NFS path; pass
+``spark.sql.streaming.checkpointFileManagerClass`` =
+``...checkpointing.FileContextBasedCheckpointFileManager`` in ``extra``).
+The executors need this package and pyarrow installed only for apps with
+Python operators at the hub; ``spark.sql.shuffle.partitions`` should grow
+with the cluster (pass it in ``extra``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ log = logging.getLogger(__name__)
 LOCAL_TASK_ATTEMPTS = 4
 """Attempts of a task in local mode (Spark's default there is 1: any task failure fails the query)."""
 
+CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+"""Spark's checkpoint writer over Hadoop's FileSystem API (atomic rename on a local or NFS path)."""
+
 #: Settings applied to every hub session (``extra`` overrides them).
 DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -45,6 +51,14 @@ DEFAULTS: dict[str, str] = {
     "spark.driver.extraJavaOptions": "-Xss16m",
     "spark.executor.extraJavaOptions": "-Xss16m",
     "spark.driver.memory": "1g",
+    # Checkpoints live under --state-dir (a local or NFS path, ``file:``): written without Hadoop's
+    # checksum files, through the FileSystem API. Hadoop's default FileContext path started a
+    # `readlink` or `chmod` child process of the JVM for every temporary file, checksum file and
+    # rename (about six per checkpoint file, thirty per micro-batch), 40-95 ms of every log write on
+    # two busy cores. Each file is still written under a temporary name and renamed into place.
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+    "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
 }
 
 
