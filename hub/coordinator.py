@@ -177,6 +177,7 @@ class Coordinator:
             InvalidDataflow, InvalidSites, InfeasiblePlacement: the app cannot be
                 deployed; the message is the one the CLI prints.
         """
+        started = time.perf_counter()
         app = load_app(source, filename, app_name)
         with self._lock:
             old = self._records.get(app.name)
@@ -188,7 +189,9 @@ class Coordinator:
             request["weights"] = dict(weights) if weights else None
             record = plan_history.deployed_record(app, plan, old, entry, basis(self.registry, app), **request)
             status = self._install(app, record, owners, changed=True)
-        log.info("app %r %s: plan v%d", app.name, reason, plan.version)
+        log.info(
+            "app %r %s: plan v%d (%.0f ms)", app.name, reason, plan.version, 1000 * (time.perf_counter() - started)
+        )
         return record, status
 
     def delete(self, name: str) -> dict[str, str]:
@@ -366,6 +369,7 @@ class Coordinator:
         baselines, and the replicas that moved; only a changed placement becomes
         a new plan version.
         """
+        started = time.perf_counter()
         with self._lock:
             self._attempts[name] = self._clock()
             old, app = self._records[name], self._apps[name]
@@ -373,7 +377,8 @@ class Coordinator:
             plan = self._plan(app, old.plan, previous=old.plan, **request)
             record, changed = plan_history.replanned(old, plan, self._clock(), reason, basis(self.registry, app))
             self._install(app, record, old.plan if changed else None, changed=changed)
-        log.info("app %r re-planned (%s): v%d", name, record.history[-1].reason, record.plan.version)
+        took = 1000 * (time.perf_counter() - started)
+        log.info("app %r re-planned (%s): v%d (%.0f ms)", name, record.history[-1].reason, record.plan.version, took)
         return record
 
 

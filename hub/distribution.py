@@ -9,15 +9,23 @@ once. The payload is signed with the hub's Ed25519 key (:mod:`spanedge.signing`)
 
 Versions are ``max(time_ns, last + 1)`` and the last one per site is persisted,
 so they keep increasing across hub restarts and clock steps backwards.
+
+A site whose part of the plans did not change since the message the broker
+acknowledged last (:func:`site_view`: what its agent builds its pipelines
+from) gets no new message: its retained one is still what it needs, and its
+agent is spared a rebuild. An unchanged redeploy or re-plan thus publishes
+nothing; the first publish of a hub process sends every site's message.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
@@ -66,6 +74,52 @@ def sites_of(plan: Plan) -> set[str]:
     return {a.site for a in plan.assignments} | {h.source for h in plan.handovers}
 
 
+@dataclass
+class _Index:
+    """The flows of one plan by their ends, to cut each site's view without scanning every flow per site."""
+
+    into: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
+    out_of: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
+
+    @classmethod
+    def of(cls, plan: Plan) -> _Index:
+        index = cls()
+        for f in plan.flows:
+            index.into[f.dst].append((f.src, f.dst))
+            index.out_of[f.src].append((f.src, f.dst))
+        return index
+
+
+def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, ...]:
+    """The part of ``plan`` the agent of ``site`` acts on, as comparable data.
+
+    That is what :func:`spanedge.runtime.build.from_plan` and the agent's
+    handover bookkeeping (``edge_agent.apps``) read: the hub, the replicas the
+    site runs or hands over, the flows into them and out of them and of the
+    sources feeding them, where each end of those flows runs and since when,
+    and the handovers of those replicas. Estimated rates, totals, the
+    solver's figures, the reasons and the plan version are left out: the
+    agent does nothing with them.
+    """
+    index = index or _Index.of(plan)
+    local = {a.replica for a in plan.assignments if a.site == site}
+    local |= {h.replica for h in plan.handovers if site in (h.source, h.target)}
+    feeders = {src for r in local for src, _ in index.into.get(r, ())}
+    flows = {f for r in local for f in index.into.get(r, ())}
+    flows |= {f for r in local | feeders for f in index.out_of.get(r, ())}
+    ends = local | {end for f in flows for end in f}
+    placed = tuple((a.replica, a.operator, a.group, a.site, a.since) for a in plan.assignments if a.replica in ends)
+    # the handovers of those replicas, and every move from the hub at their switch times (they set how long
+    # a source keeps feeding the hub: spanedge.runtime.build.hub_feeds)
+    switches = {h.switch_at for h in plan.handovers if h.replica in ends and h.source == plan.hub}
+    handovers = tuple(
+        (h.replica, h.source, h.target, h.switch_at, h.epoch)
+        for h in plan.handovers
+        if h.replica in ends or (h.source == plan.hub and h.switch_at in switches)
+    )
+    return (plan.app, plan.hub, plan.app_file, placed, tuple(sorted(flows)), handovers)
+
+
 class PlanDistributor:
     """Builds, signs and publishes per-site plan messages."""
 
@@ -83,6 +137,8 @@ class PlanDistributor:
         self._clock_ns = clock_ns
         self._lock = threading.Lock()
         self._versions: dict[str, int] = store.load_versions() if store is not None else {}
+        # per site, the digest of the views in the last message the broker acknowledged
+        self._delivered: dict[str, str] = {}
 
     @property
     def versions(self) -> dict[str, int]:
@@ -109,32 +165,55 @@ class PlanDistributor:
         return sign_plan(payload, self._key)
 
     def publish(self, apps: Mapping[str, SiteApp], sites: Iterable[str]) -> dict[str, str]:
-        """Publish the message of every site in ``sites`` from the full set of deployed ``apps``.
+        """Publish the message of every site in ``sites`` whose part changed, from the full set of deployed ``apps``.
 
         A site's message holds every app with a replica there; a site with none
-        gets a message with an empty ``apps`` list, so its agent stops them.
+        gets a message with an empty ``apps`` list, so its agent stops them. A
+        site whose :func:`site_view` of every app is what the broker last
+        acknowledged for it is left out (``"unchanged"``): its retained
+        message already carries it.
 
         Returns:
-            ``{site: "published" | "pending"}``; pending messages are queued by
-            the MQTT client and sent when the broker is reachable again.
+            ``{site: "published" | "pending" | "unchanged"}``; pending messages are
+            queued by the MQTT client and sent when the broker is reachable again
+            (and sent anew by the next publish that concerns the site).
         """
         result: dict[str, str] = {}
         with self._lock:
-            messages, described = [], []
-            # each app's entry and sites once, not once per site
-            entries = [(sites_of(a.plan), a.to_dict()) for a in apps.values()]
+            # each app's entry, sites, source hash and flow index once, not once per site
+            prepared = [(sites_of(a.plan), a, _Index.of(a.plan), source_hash(a.source)) for a in apps.values()]
+            entries: dict[str, dict[str, Any]] = {}
+            todo = []
             for site in sorted(set(sites)):
-                mine = [entry for where, entry in entries if site in where]
+                mine = [(a, index, sha) for where, a, index, sha in prepared if site in where]
+                views = [(a.plan.app, sha, site_view(a.plan, site, index)) for a, index, sha in mine]
+                digest = hashlib.sha256(repr(sorted(views)).encode()).hexdigest()
+                if self._delivered.get(site) == digest:
+                    result[site] = "unchanged"
+                    continue
+                for a, _, _ in mine:
+                    if a.plan.app not in entries:
+                        entries[a.plan.app] = a.to_dict()
+                todo.append((site, digest, [entries[a.plan.app] for a, _, _ in mine]))
+            messages, described = [], []
+            for site, digest, mine_entries in todo:
                 version = self._next_version(site)
-                messages.append((topics.control(site, "plan"), self._signed(site, mine, version)))
-                described.append((site, version, ", ".join(str(e["app"]) for e in mine) or "no apps"))
-            if self._store is not None:
+                messages.append((topics.control(site, "plan"), self._signed(site, mine_entries, version)))
+                names = ", ".join(str(e["app"]) for e in mine_entries) or "no apps"
+                described.append((site, digest, version, names))
+            if self._store is not None and messages:
                 self._store.save_versions(self._versions)  # before any message leaves
             # one round of acknowledgements for all sites, not one round trip per site
-            acked = self._publisher.publish_all(messages)
-            for (site, version, names), ok in zip(described, acked, strict=True):
+            acked = self._publisher.publish_all(messages) if messages else []
+            for (site, digest, version, names), ok in zip(described, acked, strict=True):
                 result[site] = "published" if ok else "pending"
+                if ok:
+                    self._delivered[site] = digest
+                else:
+                    self._delivered.pop(site, None)
                 log.info("plan message %d for site %s (%s): %s", version, site, names, result[site])
+            if len(result) > len(messages):
+                log.info("plan messages of %d sites unchanged: not sent again", len(result) - len(messages))
         return result
 
 

@@ -83,6 +83,7 @@ class Lifecycle:
         self.counts = counts
         self.trigger = trigger
         self.apps: dict[str, Deployed] = {}
+        self._sides: dict[str, dict[str, Side]] = {}  # per app, the handover shares of its last deployment
         self.restarts = RestartBook()
         self.lock = threading.RLock()
 
@@ -117,6 +118,11 @@ class Lifecycle:
         sides = _split(self.spark, app, plan, graph, wanted)
         with self.lock:
             current = self.apps.get(app.name)
+            names = {slot: checkpoint_name(a.replica, fp) for slot, (a, _, fp) in wanted.items()}
+            if current is not None and unchanged(current.queries, names, sides, self._sides.get(app.name)):
+                self.apps[app.name] = Deployed(app, plan, current.queries)
+                log.info("app %s: hub part unchanged in plan v%d; its queries keep running", app.name, plan.version)
+                return
             old = current.queries if current else {}
             running = {q.checkpoint.name: q for q in old.values() if q.running}
             keep = {
@@ -139,6 +145,7 @@ class Lifecycle:
                     ingest_log.subscribe(log_dir, q.reader, ingest_log.sealed_tail(log_dir))
             deployed = Deployed(app, plan, dict(keep))
             self.apps[app.name] = deployed
+            self._sides[app.name] = sides
             self._start(deployed, built)
 
     def _share(self, app: App, graph: OperatorGraph, queries: dict[str, Query], sides: dict[str, Side]) -> None:
@@ -229,6 +236,7 @@ class Lifecycle:
         """Stop an app's queries and drop its hub state (checkpoints and log readers)."""
         with self.lock:
             deployed = self.apps.pop(name, None)
+            self._sides.pop(name, None)
             if deployed is None:
                 return
             for slot, q in deployed.queries.items():
@@ -244,6 +252,7 @@ class Lifecycle:
                 for q in deployed.queries.values():
                     q.stop()
             self.apps.clear()
+            self._sides.clear()
 
     # -- monitoring ----------------------------------------------------------
 
@@ -295,6 +304,27 @@ class Lifecycle:
                     self.restarts.restarted(name, replica, now)
                     restarted.append(f"{name}/{replica}")
         return restarted
+
+
+def unchanged(
+    queries: dict[str, Query], wanted: dict[str, str], sides: dict[str, Side], deployed_sides: dict[str, Side] | None
+) -> bool:
+    """Whether a deployment changes nothing at the hub, so it need neither build, stop nor start a query.
+
+    Args:
+        queries: the app's queries by slot (:attr:`hub.queries.Deployed.queries`).
+        wanted: the checkpoint name (sink and fingerprint) of each query the new plan needs, by slot.
+        sides: the handover share of each query the new plan gives (:func:`_split`).
+        deployed_sides: the shares the app's last deployment gave (None: not known, as after a restart).
+
+    True when the new plan wants exactly the queries that run, each with the
+    fingerprint it runs with, and the same shares of a handover (a share
+    that changes is written to the query's checkpoint); a plan version,
+    totals or replica owners that differ elsewhere are no change here.
+    """
+    if deployed_sides is None or sides != deployed_sides or set(queries) != set(wanted):
+        return False
+    return all(q.checkpoint.name == wanted[slot] and q.running for slot, q in queries.items())
 
 
 def before_slot(sink: str) -> str:

@@ -167,6 +167,14 @@ def test_cold_chain_windows_at_the_hub_match_reference(
         after = {r: id(q.handle) for r, q in engine._apps["cold-chain"].queries.items()}
         assert before == after
         assert engine.metrics()["cold-chain"]["version"] == 2
+        # So does the same app loaded anew from its source, as the hub does for each POST /apps:
+        # the same StreamingQuery objects, the same runs
+        runs = {r: (id(q.handle), str(q.handle.runId)) for r, q in engine._apps["cold-chain"].queries.items()}
+        reloaded = load_app(EXAMPLES / "cold_chain" / "app.py")
+        engine.deploy(reloaded, make_plan(reloaded, sites, hub_ops, {"anomaly", "fleet_alerts"}, version=3))
+        assert {r: (id(q.handle), str(q.handle.runId)) for r, q in engine._apps["cold-chain"].queries.items()} == runs
+        assert all(q.handle.isActive for q in engine._apps["cold-chain"].queries.values())
+        assert engine.metrics()["cold-chain"]["version"] == 3
     finally:
         publisher.close()
         collector.close()

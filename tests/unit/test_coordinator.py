@@ -11,13 +11,14 @@ import orjson
 import pytest
 
 from hub.coordinator import Coordinator
-from hub.distribution import PlanDistributor, read_plan_message
+from hub.distribution import PlanDistributor, SiteApp, read_plan_message, site_view
+from hub.planning import load_app
 from hub.registry import SiteRegistry
 from hub.state import StateStore
 from spanedge.app import App
 from spanedge.errors import InvalidPlan
 from spanedge.operators import Kind
-from spanedge.plan import Assignment, Plan, SolverInfo, Totals
+from spanedge.plan import Assignment, Flow, Handover, Plan, SolverInfo, Totals
 from spanedge.signing import TrustedKeys, sign_plan
 from spanedge.sites import Sites, parse_sites
 from tests.keys import KEY, ROGUE, TRUSTED
@@ -94,13 +95,20 @@ def fake_planner(
     )
 
 
+NO_OPTIONS: dict[str, Any] = {"latency_rows": [], "weights": None, "slo_ms": None, "version": 1}
+
+
 class FakePublisher:
     def __init__(self) -> None:
         self.messages: list[tuple[str, bytes]] = []
+        self.unreachable: set[str] = set()  # sites whose messages the broker does not acknowledge
 
     def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
         self.messages.extend(messages)
-        return [True] * len(messages)
+        return [topic.split("/")[3] not in self.unreachable for topic, _ in messages]
+
+    def sites(self) -> list[str]:
+        return [topic.split("/")[3] for topic, _ in self.messages]
 
     def last(self, site: str) -> dict[str, Any]:
         topic = f"spanedge/v1/control/{site}/plan"
@@ -364,7 +372,8 @@ def test_plan_versions_increase_per_site_across_restarts_and_clock_steps(tmp_pat
     now = [5_000]
     first = PlanDistributor(publisher, KEY, store, clock_ns=lambda: now[0])
     first.publish({}, ["a"])
-    first.publish({}, ["a"])
+    demo = fake_planner(load_app(APP, "app.py"), parse_sites(SITES), **NO_OPTIONS)
+    first.publish({"demo": SiteApp(demo, APP)}, ["a"])  # a's part changed: sent
     now[0] = 10  # the clock stepped backwards
     second = PlanDistributor(publisher, KEY, StateStore(tmp_path), clock_ns=lambda: now[0])
     second.publish({}, ["a"])
@@ -457,3 +466,93 @@ def test_replans_wait_while_a_spoke_of_the_app_is_silent(
     coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
     assert coordinator.check_drift() == ["demo"]
     assert coordinator.record("demo").plan.version == 2
+
+
+def test_an_unchanged_redeploy_sends_nothing_and_a_move_only_the_sites_it_concerns(
+    sites: Sites, clock: Clock, tmp_path: Path
+) -> None:
+    coordinator, publisher, _ = make(sites, clock, tmp_path)
+    _, status = coordinator.deploy(APP, "app.py")
+    assert status == {"a": "published", "b": "published", "cloud": "published"}
+    sent = len(publisher.messages)
+
+    record, status = coordinator.deploy(APP, "app.py")  # a new plan version; no site's part changed
+    assert record.plan.version == 2
+    assert status == {"a": "unchanged", "b": "unchanged", "cloud": "unchanged"}
+    assert len(publisher.messages) == sent
+    assert StateStore(tmp_path).load_apps()[0].plan.version == 2  # the record is still stored
+
+    clock.now += 31  # a's link slows: 'double' and 'out' move from the hub to a
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.check_drift() == ["demo"]
+    assert publisher.sites()[sent:] == ["a", "cloud"]  # b runs only its source, fed by nobody: unchanged
+    plan = publisher.last("a")["apps"][0]["plan"]
+    assert (plan["version"], [h["replica"] for h in plan["handovers"]]) == (3, ["double", "out"])
+
+
+def test_a_message_the_broker_did_not_acknowledge_is_sent_again(sites: Sites, clock: Clock) -> None:
+    coordinator, publisher, _ = make(sites, clock)
+    publisher.unreachable = {"b"}
+    _, status = coordinator.deploy(APP, "app.py")
+    assert status == {"a": "published", "b": "pending", "cloud": "published"}
+    publisher.unreachable = set()
+    _, status = coordinator.deploy(APP, "app.py")
+    assert status == {"a": "unchanged", "b": "published", "cloud": "unchanged"}
+    assert publisher.last("b")["apps"][0]["plan"]["version"] == 2
+
+
+def test_a_site_view_holds_what_its_agent_builds_from_and_nothing_that_only_describes() -> None:
+    def plan(version: int, why: str, rate: float, far: str, handovers: tuple[Handover, ...] = ()) -> Plan:
+        return Plan(
+            app="demo",
+            version=version,
+            hub="cloud",
+            assignments=(
+                Assignment("readings@a", "readings", "a", "a", why),
+                Assignment("readings@b", "readings", "b", "b", why),
+                Assignment("double@a", "double", "a", "a", why),
+                Assignment("double@b", "double", "b", far, why),
+                Assignment("out", "out", None, "cloud", why),
+            ),
+            flows=(
+                Flow("readings@a", "double@a", rate, rate),
+                Flow("readings@b", "double@b", rate, rate),
+                Flow("double@a", "out", rate, rate),
+                Flow("double@b", "out", rate, rate),
+            ),
+            totals=Totals(rate, rate, rate, rate),
+            solver=SolverInfo("fake", "optimal", rate),
+            handovers=handovers,
+        )
+
+    first = plan(1, "cheapest", 10.0, "b")
+    # a new version, other reasons, rates and totals: no site's view changes
+    for site in ("a", "b", "cloud"):
+        assert site_view(plan(2, "ties", 12.5, "b"), site) == site_view(first, site)
+    # double@b moves to the hub: b (its source feeds it) and the hub see it, a does not
+    moved = plan(3, "cheapest", 10.0, "cloud", (Handover("double@b", "b", "cloud", 30.0, 0),))
+    assert site_view(moved, "a") == site_view(first, "a")
+    assert site_view(moved, "b") != site_view(first, "b")
+    assert site_view(moved, "cloud") != site_view(first, "cloud")
+
+
+def test_the_pair_latencies_of_a_record_are_stored_packed_and_load_back(tmp_path: Path) -> None:
+    import json
+
+    from hub.state import AppRecord, pack_latency
+
+    names = ["cloud", *(f"s{i:02d}" for i in range(30))]
+    latency = {f"{a}|{b}": 40.0 for i, a in enumerate(names) for b in names[i + 1 :]}
+    latency |= {"cloud|s03": 61.25, "s01|s02": 12.5, "s07|s08": float("inf")}
+    demo = fake_planner(load_app(APP, "app.py"), parse_sites(SITES), **NO_OPTIONS)
+    record = AppRecord("demo", APP, "app.py", demo, basis={"latency": latency, "rates": {"readings@a": 10.0}})
+    StateStore(tmp_path).save_app(record)
+    stored = json.loads((tmp_path / "apps" / "demo.json").read_text())["basis"]
+    assert set(stored) == {"latency_packed", "rates"}
+    assert len(stored["latency_packed"]["other_ms"]) == 3
+    (loaded,) = StateStore(tmp_path).load_apps()
+    assert loaded.basis == record.basis
+    assert pack_latency({"a|b": 1.0, "b|c": 2.0}) is None  # not every pair: stored as it is
+    plain = AppRecord("plain", APP, "app.py", demo, basis={"latency": {"a|b": 1.0, "b|c": 2.0}, "rates": {}})
+    StateStore(tmp_path).save_app(plain)
+    assert StateStore(tmp_path).load_apps()[1].basis == plain.basis

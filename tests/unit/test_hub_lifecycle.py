@@ -1,0 +1,75 @@
+"""The lifecycle's decision whether a deployment changes anything at the hub (no Spark needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from hub.checkpoints import checkpoint_name
+from hub.fingerprint import fingerprint
+from hub.lifecycle import unchanged
+from hub.replicas import Replicas
+from spanedge.loader import load_app_source
+from spanedge.plan import Assignment, Plan, SolverInfo, Totals
+
+SOURCE = """
+from spanedge import App, global_, sinks
+
+
+@global_
+def archive_row(reading: dict) -> dict:
+    return reading
+
+
+app = App("fleet")
+app.source("readings", time_field="ts").map(archive_row).sink(sinks.file("/tmp/out"), name="archive")
+"""
+
+
+def plan(version: int, objective: float, since: int = 0) -> Plan:
+    sources = [Assignment(f"readings@s{i}", "readings", f"s{i}", f"s{i}", f"source {objective}") for i in range(3)]
+    return Plan(
+        app="fleet",
+        version=version,
+        hub="cloud",
+        assignments=(
+            *sources,
+            Assignment("archive_row", "archive_row", None, "cloud", "global", since),
+            Assignment("archive", "archive", None, "cloud", "sink", since),
+        ),
+        flows=(),
+        totals=Totals(objective, objective, objective, objective),
+        solver=SolverInfo("fake", "optimal", objective),
+    )
+
+
+def wanted(source: str, p: Plan) -> dict[str, str]:
+    """What the lifecycle computes for a deployment: the checkpoint name of each sink's query."""
+    app = load_app_source(source, "/srv/apps/fleet.py")  # loaded anew, as the hub does on each POST /apps
+    return {"archive": checkpoint_name("archive", fingerprint(Replicas(app, p, app.graph()), "archive"))}
+
+
+def running(names: dict[str, str], active: bool = True) -> dict[str, Any]:
+    return {
+        slot: SimpleNamespace(checkpoint=Path("/state/checkpoints/fleet") / n, running=active)
+        for slot, n in names.items()
+    }
+
+
+def test_a_redeploy_of_the_same_app_changes_nothing_at_the_hub() -> None:
+    queries = running(wanted(SOURCE, plan(1, 1.0)))
+    # a new version with other totals and reasons, the app's code loaded again from the same source
+    assert unchanged(queries, wanted(SOURCE, plan(2, 7.5)), {}, {})
+    assert unchanged(queries, wanted(SOURCE, plan(3, 7.5, since=3)), {}, {})  # the hub replicas' epoch is no change
+
+
+def test_a_changed_branch_a_failed_query_a_new_share_or_a_restart_rebuilds() -> None:
+    queries = running(wanted(SOURCE, plan(1, 1.0)))
+    changed = SOURCE.replace("return reading", "return {**reading, 'seen': True}")
+    assert not unchanged(queries, wanted(changed, plan(2, 1.0)), {}, {})
+    assert not unchanged(running(wanted(SOURCE, plan(1, 1.0)), active=False), wanted(SOURCE, plan(2, 1.0)), {}, {})
+    split = {"archive": ("after", 30.0)}
+    assert not unchanged(queries, wanted(SOURCE, plan(2, 1.0)), split, {})
+    assert unchanged(queries, wanted(SOURCE, plan(2, 1.0)), split, dict(split))
+    assert not unchanged(queries, wanted(SOURCE, plan(2, 1.0)), {}, None)  # shares unknown: rewritten once
