@@ -7,8 +7,8 @@ starting before T, the new owner computes those starting at or after it. T
 is a few seconds of event time after the re-plan, so the plan reaches every
 site (and the new owner subscribes to the replica's sources) before any
 record of T's windows exists, and it is a multiple of the period of every
-moved window and of every window downstream of a moved replica, so no
-tumbling window straddles it.
+moved window (and, when the hub is at one end of a move, of every window
+downstream of a moved replica), so no tumbling window straddles it.
 
 At the hub a move changes the Spark query of the sinks downstream of the
 moved replica; :func:`before_placement` gives the placement the query of the
@@ -73,21 +73,25 @@ def stamp_handovers(
     )
     if not moved:
         return plan if kept == plan.handovers else dataclasses.replace(plan, handovers=kept)
-    at = switch_time(now, delay, _periods(app, {split_replica(a.replica)[0] for a, _ in moved}))
+    via_hub = any(plan.hub in (a.site, old.site) for a, old in moved)
+    at = switch_time(now, delay, _periods(app, {split_replica(a.replica)[0] for a, _ in moved}, downstream=via_hub))
     fresh = tuple(Handover(a.replica, old.site, a.site, at, old.since) for a, old in moved)
     return dataclasses.replace(plan, handovers=kept + fresh)
 
 
-def _periods(app: App, operators: Collection[str]) -> list[float]:
-    """The periods of the windows among ``operators`` and downstream of them.
+def _periods(app: App, operators: Collection[str], *, downstream: bool) -> list[float]:
+    """The periods of the windows among ``operators`` and, with ``downstream``, of those downstream of them.
 
-    A window downstream of a moved replica is computed on both sides of the
-    switch while the hub runs the two queries of a handover; with T on its
-    period too, none of its tumbling windows mixes records of both sides.
+    A window downstream of a move to or from the hub is computed on both
+    sides of the switch while the hub runs the two queries of a handover;
+    with T on its period too, none of its tumbling windows mixes records of
+    both sides. Moves between spokes leave T off those periods: a hub window
+    ending exactly at T would close on the new owner's records while the old
+    owner's last ones may still be on their way.
     """
     graph = app.graph()
     names = {n for n in operators if n in graph}
-    for name in list(names):
+    for name in list(names) if downstream else ():
         names |= graph.descendants(name)
     specs = (graph.op(n).window for n in sorted(names))
     return [spec.period for spec in specs if spec is not None]

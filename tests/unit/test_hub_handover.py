@@ -74,6 +74,14 @@ def test_moves_to_and_from_the_hub_are_stamped_on_the_window_period_after_the_de
     assert switch % 30 == 0
 
 
+def test_a_move_between_spokes_switches_on_the_moved_window_only() -> None:
+    # a hub window ending exactly at T would close on the new owner's records before the old owner's last ones
+    wide = make_app(downstream=15.0)
+    at_tiny, at_big = make_plan("tiny", 1, 0), make_plan("big", 2, 2)
+    switch = stamp_handovers(at_big, at_tiny, wide, T0 + 11.0).handovers[0].switch_at
+    assert switch == T0 + 20.0
+
+
 def test_the_old_placement_puts_the_replicas_of_the_latest_hub_switch_back_at_their_old_owner() -> None:
     assert before_placement(make_plan("tiny", 1, 0)) is None
     spoke_to_spoke = make_plan("big", 2, 2, (Handover("win@tiny", "tiny", "big", T0 + 30.0, 0),))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
 
-from simulate.fault_schedule import FaultSchedule
+from simulate.fault_schedule import FaultSchedule, first_move
 from simulate.faults import parse_faults
 
 pytestmark = pytest.mark.timeout(10)
@@ -92,3 +94,66 @@ async def test_a_fault_without_a_site_concerns_the_hub() -> None:
 async def test_no_faults_return_at_once() -> None:
     schedule = FaultSchedule([], Recorder(), "cloud", print)
     await asyncio.wait_for(schedule.run(asyncio.get_running_loop().time()), timeout=1)
+
+
+def _placement(replan_at: float, switch_at: float) -> dict[str, Any]:
+    """A hub's placement answer after one re-plan moved a window from barn to shed."""
+    moved = [{"replica": "w@east", "from": "barn", "to": "shed"}]
+    return {
+        "history": [
+            {"version": 1, "at": replan_at - 30, "changed": True, "moved": []},
+            {"version": 2, "at": replan_at, "changed": True, "moved": moved},
+        ],
+        "handovers": [{"replica": "w@east", "source": "barn", "target": "shed", "switch_at": switch_at}],
+    }
+
+
+async def test_faults_after_the_first_move_hit_its_owners() -> None:
+    target, notes = Recorder(), []
+    now = time.time()
+    answers: list[Any] = [None, {"history": [{"version": 1, "at": now - 5, "changed": True}]}]
+
+    async def placement() -> Any:
+        return answers.pop(0) if answers else _placement(now + 0.1, now + 0.4)
+
+    faults = parse_faults(["kill-agent:new-owner@switch+100ms", "partition:old-owner:50ms@replan+50ms"])
+    schedule = FaultSchedule(
+        faults, target, "cloud", notes.append, restart_delay=0.01, placement=placement, poll_s=0.02
+    )
+    await asyncio.wait_for(schedule.run(asyncio.get_running_loop().time()), timeout=5)
+    assert target.calls == [("partition", "barn"), ("heal", "barn"), ("kill", "shed"), ("start", "shed")]
+    assert schedule.move is not None
+    assert (schedule.move.source, schedule.move.target) == ("barn", "shed")
+    kill = next(a for a in schedule.applied if a.fault.kind.value == "kill-agent")
+    assert kill.began >= now + 0.5  # the switch plus its offset
+    assert any(n.startswith("first move: re-plan at") and "barn -> shed" in n for n in notes)
+    assert not schedule.skipped
+
+
+async def test_faults_after_a_move_that_never_comes_are_skipped_and_said() -> None:
+    target, notes = Recorder(), []
+
+    async def placement() -> Any:
+        return None
+
+    schedule = FaultSchedule(
+        parse_faults(["kill-agent:barn@replan+1s"]), target, "cloud", notes.append, placement=placement, poll_s=0.01
+    )
+    loop = asyncio.get_running_loop()
+    await asyncio.wait_for(schedule.run(loop.time(), until=loop.time() + 0.1), timeout=5)
+    assert target.calls == []
+    assert schedule.skipped == [
+        "fault kill-agent:barn@replan+1s was not applied: no re-plan changed the placement before the sensors stopped"
+    ]
+
+
+def test_the_first_move_is_the_first_change_after_the_start() -> None:
+    answer = _placement(1000.0, 1010.0)
+    assert first_move(answer, 1001.0) is None
+    move = first_move(answer, 990.0)
+    assert move is not None
+    assert (move.replan_at, move.switch_at, move.source, move.target) == (1000.0, 1010.0, "barn", "shed")
+    answer["handovers"] = []  # a move to the hub: no switch, the owners from what moved
+    move = first_move(answer, 990.0)
+    assert move is not None
+    assert (move.switch_at, move.source, move.target) == (None, "barn", "shed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulate.faults import FaultKind, InvalidFault, parse_fault, parse_faults
+from simulate.faults import NEW_OWNER, OLD_OWNER, Anchor, FaultKind, InvalidFault, parse_fault, parse_faults
 from spanedge.sites import parse_sites
 
 SITES = parse_sites(
@@ -59,3 +59,34 @@ def test_errors_say_what_and_how(spec: str, fragment: str) -> None:
     assert fragment in str(info.value)
     assert "the forms are" in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_a_time_relative_to_the_first_move() -> None:
+    k = parse_fault("kill-agent:truck-7@replan+3s", SITES)
+    assert (k.kind, k.site, k.anchor, k.at) == (FaultKind.KILL_AGENT, "truck-7", Anchor.REPLAN, 3.0)
+    old = parse_fault("kill-agent:old-owner@switch-2s", SITES)
+    assert (old.site, old.anchor, old.at) == (OLD_OWNER, Anchor.SWITCH, -2.0)
+    p = parse_fault("partition:new-owner:8s@switch", SITES)
+    assert (p.site, p.anchor, p.at, p.duration) == (NEW_OWNER, Anchor.SWITCH, 0.0, 8.0)
+    assert parse_fault("restart-hub@switch+1500ms").at == 1.5
+    faults = parse_faults(["restart-hub@switch+1s", "latency:truck-7:300@20s", "kill-agent:truck-7@replan+9s"])
+    assert [f.describe() for f in faults] == [
+        "latency:truck-7:300@20s",
+        "kill-agent:truck-7@replan+9s",
+        "restart-hub@switch+1s",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("kill-agent:new-owner@20s", "stands for a site of the first handover: give a time like switch+2s"),
+        ("kill-agent:truck-7@switch+soon", "offset: expected a duration"),
+        ("kill-agent:truck-7@later+2s", "time: expected a duration"),
+    ],
+)
+def test_relative_time_errors_say_how(spec: str, fragment: str) -> None:
+    with pytest.raises(InvalidFault) as info:
+        parse_fault(spec, SITES)
+    assert fragment in str(info.value)
+    assert "replan+3s, switch-2s, switch+2s" in str(info.value)
