@@ -184,7 +184,9 @@ class Pipeline:
         owns = node.owns
         if node.to_hub and (owns is None or owns[0] <= origin < owns[1]) and origin < node.hub_before:
             try:
-                encoded = orjson.dumps(value)
+                # a right-sized copy: orjson leaves its output in a buffer of 4 KiB or more, and these
+                # records wait for the next commit (up to a checkpoint interval of window results)
+                encoded = bytes(memoryview(orjson.dumps(value)))
             except TypeError as exc:
                 self._dead(f"output of {node.op.name} cannot be sent to the hub as JSON: {exc}", node.op.name, raw)
             else:

@@ -208,3 +208,19 @@ def test_an_outbox_written_before_epochs_keeps_its_backlog_and_seqs(tmp_path: Pa
     box = Outbox(tmp_path / "o.db")
     box.commit({"app": [_owned("avg", 1, 0)]})
     assert [(r.seq, r.epoch) for b in box.batches(0, 100) for r in decode_batch(b.payload)[1]] == [(7, 0), (8, 0)]
+
+
+def test_ack_takes_any_number_of_ids(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", i) for i in range(40_000)]})
+    (batch,) = box.batches(0, 40_000, batch_size=40_000)
+    ids = batch.ids
+    done = 0
+    for n in range(1, 40):  # acknowledgements of every size, some for records already removed
+        box.ack([*ids[done : done + n], *ids[:n]])
+        done += n
+    assert box.stats()["records"] == 40_000 - done
+    assert box.stats()["sent"] == done
+    box.ack(ids)  # all of them, in one call
+    assert box.stats() == {"records": 0, "bytes": 0, "dropped": 0, "sent": 40_000}
+    assert box.batches(0, 10) == []

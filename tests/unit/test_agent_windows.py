@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
+import orjson
 import pytest
 
 from spanedge import App, agg
@@ -222,3 +224,21 @@ def test_sliding_starts_do_not_drift() -> None:
     app = _app(size=0.3, slide=0.1, aggs={"n": agg.count()})
     _, out = _run(app, [{"k": "a", "t": 1000.25}])
     assert [round(r.value["window_start"], 9) for r in out.to_hub] == [1000.0, 1000.1, 1000.2]
+
+
+def test_hub_records_hold_right_sized_bytes() -> None:
+    """Results waiting for a commit keep only their JSON, not orjson's 4 KiB output buffer each."""
+    app = _app(size=1, aggs={"n": agg.count()})
+    pipe = edge_part(app, "a", clock=lambda: 1e9)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for t in range(1000):
+            pipe.process_value("s@a", {"k": "a", "t": t})
+        out = pipe.take()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(out.to_hub) == 999
+    assert all(r.encoded == orjson.dumps(r.value) for r in out.to_hub)
+    assert held < 999 * 1024  # records, values and encodings: about 430 bytes each
