@@ -89,6 +89,7 @@ def placement_view(record: AppRecord) -> dict[str, Any]:
         "slo_ms": plan.slo_ms,
         "warnings": list(plan.warnings),
         "handovers": [dataclasses.asdict(h) for h in plan.handovers],
+        "parts": [dataclasses.asdict(p) for p in plan.parts],
         "history": [dataclasses.asdict(h) for h in record.history],
     }
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from spanedge.keyrange import KEY_SPACE
+
 
 def _number(value: Any) -> float | None:
     return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
@@ -92,13 +94,30 @@ class AssignmentModel(BaseModel):
 
 
 class HandoverModel(BaseModel):
-    """A replica moved between spokes, split at an event time (:class:`spanedge.plan.Handover`)."""
+    """A replica moved between two sites, split at an event time (:class:`spanedge.plan.Handover`).
+
+    Spoke to spoke, spoke to hub or hub to spoke; the hub's side is its Spark
+    queries, the old placement's and the new one's side by side (:mod:`hub.cutoffs`).
+    """
 
     replica: str
     source: str = Field(description="the old owner: the windows starting before switch_at")
     target: str = Field(description="the new owner: the windows starting at or after switch_at")
     switch_at: float = Field(description="event time (epoch seconds)")
     epoch: int = Field(description="the old owner's epoch, which its records keep")
+    keys_from: int = Field(default=0, description="the first key hash that moves (a split or merge by key)")
+    keys_before: int = Field(default=KEY_SPACE, description="the end of the key hashes that move (exclusive)")
+
+
+class KeyPartModel(BaseModel):
+    """A share of a keyed replica's keys run at another site (:class:`spanedge.plan.KeyPart`)."""
+
+    replica: str
+    site: str
+    keys_from: int = Field(description="the first key hash the part owns")
+    keys_before: int = Field(description="the end of the key hashes it owns (exclusive), out of 2**32")
+    since: int = Field(default=0, description="the plan version at which this site took the part over")
+    reason: str = ""
 
 
 class FlowModel(BaseModel):
@@ -135,6 +154,7 @@ class PlanModel(BaseModel):
     app_file: str = ""
     app_source: str = ""
     handovers: list[HandoverModel] = Field(default_factory=list)
+    parts: list[KeyPartModel] = Field(default_factory=list, description="replicas split by key (absent if none)")
 
 
 class MoveModel(BaseModel):
@@ -147,6 +167,13 @@ class MoveModel(BaseModel):
     to_site: str = Field(alias="to", description="its site in this version")
 
 
+class KeyMoveModel(MoveModel):
+    """A key range of a replica split by key whose site changed with a plan version."""
+
+    keys: str = Field(description="the key range that moved, e.g. 'keys [50%, 100%)'")
+    change: str = Field(description="split, merge, or keys (the ranges moved otherwise)")
+
+
 class HistoryModel(BaseModel):
     """One plan version of an app: why it was made, what moved, its cost against the baselines."""
 
@@ -155,7 +182,7 @@ class HistoryModel(BaseModel):
     reason: str
     totals: TotalsModel
     changed: bool = Field(description="false for a re-plan that kept the placement (same version)")
-    moved: list[MoveModel] = Field(default_factory=list, description="replicas whose site changed")
+    moved: list[KeyMoveModel | MoveModel] = Field(default_factory=list, description="replicas whose site changed")
     baselines: dict[str, TotalsModel] = Field(default_factory=dict, description="the baselines' totals then")
 
 
@@ -203,7 +230,10 @@ class PlacementView(BaseModel):
     baselines: dict[str, BaselineModel]
     slo_ms: float | None
     warnings: list[str]
-    handovers: list[HandoverModel] = Field(default_factory=list, description="moves between spokes still listed")
+    handovers: list[HandoverModel] = Field(
+        default_factory=list, description="moves between sites (spokes or the hub) still listed"
+    )
+    parts: list[KeyPartModel] = Field(default_factory=list, description="replicas split by key across sites")
     history: list[HistoryModel] = Field(description="oldest first")
 
 
@@ -278,7 +308,9 @@ class LinkModel(BaseModel):
     cost: float
     source: str = Field(description="measured, declared, path or default")
     age_s: float | None
-    samples: int
+    samples: int = Field(description="the probes behind the last report")
+    spread_ms: float | None = Field(default=None, description="its noise (interquartile range); null if declared")
+    reports: int = Field(default=0, description="reports in the window the estimate is made of")
     measured_at: str | None = Field(default=None, description="ISO time of the measurement")
 
 
@@ -286,7 +318,7 @@ class LatencyResponse(BaseModel):
     """``GET /latency``."""
 
     generated_at: float = Field(description="epoch seconds")
-    alpha: float = Field(description="smoothing factor of the measurements")
+    window_s: float = Field(description="a measured link's estimate is a trimmed mean of this many seconds of reports")
     stale_after_s: float = Field(description="a measurement older than this gives way to the declared value")
     links: list[LinkModel]
 

@@ -71,7 +71,7 @@ class SiteApp:
 
 def sites_of(plan: Plan) -> set[str]:
     """Sites where ``plan`` puts at least one replica, or that finish a replica handed over."""
-    return {a.site for a in plan.assignments} | {h.source for h in plan.handovers}
+    return {a.site for a in plan.assignments} | {h.source for h in plan.handovers} | {p.site for p in plan.parts}
 
 
 @dataclass
@@ -104,6 +104,11 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
     index = index or _Index.of(plan)
     local = {a.replica for a in plan.assignments if a.site == site}
     local |= {h.replica for h in plan.handovers if site in (h.source, h.target)}
+    for replica in {p.replica for p in plan.parts if p.site == site} | {
+        h.replica for h in plan.handovers if h.keyed and h.source == site
+    }:
+        local.add(replica)
+        local.update(*plan.part_chain(replica))  # a part's chain runs here too
     feeders = {src for r in local for src, _ in index.into.get(r, ())}
     flows = {f for r in local for f in index.into.get(r, ())}
     flows |= {f for r in local | feeders for f in index.out_of.get(r, ())}
@@ -117,7 +122,12 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
         for h in plan.handovers
         if h.replica in ends or (h.source == plan.hub and h.switch_at in switches)
     )
-    return (plan.app, plan.hub, plan.app_file, placed, tuple(sorted(flows)), handovers)
+    view = (plan.app, plan.hub, plan.app_file, placed, tuple(sorted(flows)), handovers)
+    if not plan.parts and not any(h.keyed for h in plan.handovers):
+        return view
+    parts = tuple((p.replica, p.site, p.keys_from, p.keys_before, p.since) for p in plan.parts if p.replica in ends)
+    keys = tuple((h.replica, h.keys_from, h.keys_before) for h in plan.handovers if h.replica in ends)
+    return (*view, parts, keys)
 
 
 class PlanDistributor:

@@ -10,6 +10,11 @@ record of T's windows exists, and it is a multiple of the period of every
 moved window (and, when the hub is at one end of a move, of every window
 downstream of a moved replica), so no tumbling window straddles it.
 
+A keyed replica split in parts by key range (:class:`spanedge.plan.KeyPart`),
+or merged back, hands over only the keys that change site, at the same
+switch time and with the same rule: each window belongs to the owner of
+its key and its start.
+
 At the hub a move changes the Spark query of the sinks downstream of the
 moved replica; :func:`before_placement` gives the placement the query of the
 old side is compiled from while both run (see :mod:`hub.cutoffs`).
@@ -18,6 +23,7 @@ old side is compiled from while both run (see :mod:`hub.cutoffs`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Collection, Iterable
 
@@ -61,22 +67,79 @@ def stamp_handovers(
     """
     if previous is None:
         return plan
+    plan = carry_parts(plan, previous)
     before = {a.replica: a for a in previous.assignments}
+    divided = {p.replica for p in (*plan.parts, *previous.parts)}
     moved = [
-        (a, before[a.replica]) for a in plan.assignments if a.replica in before and before[a.replica].site != a.site
+        (a, before[a.replica])
+        for a in plan.assignments
+        if a.replica in before and a.replica not in divided and before[a.replica].site != a.site
     ]
-    moved_now = {a.replica for a, _ in moved}
+    keyed = [
+        m
+        for r in sorted(divided)
+        if r in before and plan.site_of_or_none(r) is not None
+        for m in key_moves(previous, plan, r)
+    ]
+    moved_now = {a.replica for a, _ in moved} | {r for r, *_ in keyed}
     kept = tuple(
         h
         for h in previous.handovers
-        if h.replica not in moved_now and plan.site_of_or_none(h.replica) == h.target and h.switch_at > now - keep
+        if h.replica not in moved_now and _owner(plan, h.replica, h.keys_from) == h.target and h.switch_at > now - keep
     )
-    if not moved:
+    if not moved and not keyed:
         return plan if kept == plan.handovers else dataclasses.replace(plan, handovers=kept)
     via_hub = any(plan.hub in (a.site, old.site) for a, old in moved)
-    at = switch_time(now, delay, _periods(app, {split_replica(a.replica)[0] for a, _ in moved}, downstream=via_hub))
+    operators = {split_replica(r)[0] for r in moved_now}
+    at = switch_time(now, delay, _periods(app, operators, downstream=via_hub))
     fresh = tuple(Handover(a.replica, old.site, a.site, at, old.since) for a, old in moved)
+    fresh += tuple(Handover(r, source, target, at, epoch, lo, hi) for r, source, target, epoch, lo, hi in keyed)
     return dataclasses.replace(plan, handovers=kept + fresh)
+
+
+def carry_parts(plan: Plan, previous: Plan) -> Plan:
+    """Stamp each key part of ``plan`` with the version its site took it over at.
+
+    A part at the site (and with the keys) ``previous`` ran it keeps its
+    ``since``; a new one gets ``plan.version``, so its records to the hub
+    are numbered in an epoch of their own.
+    """
+    if not plan.parts:
+        return plan
+    earlier = {(p.replica, p.site, p.keys_from, p.keys_before): p.since for p in previous.parts}
+    parts = tuple(
+        dataclasses.replace(p, since=earlier.get((p.replica, p.site, p.keys_from, p.keys_before), plan.version))
+        for p in plan.parts
+    )
+    return plan if parts == plan.parts else dataclasses.replace(plan, parts=parts)
+
+
+def key_moves(previous: Plan, plan: Plan, replica: str) -> list[tuple[str, str, str, int, int, int]]:
+    """The key ranges of ``replica`` whose site changes: ``(replica, source, target, epoch, from, before)``.
+
+    Adjacent ranges moving between the same two sites in the same epoch are one.
+    """
+    old, new = previous.owners(replica), plan.owners(replica)
+    cuts = sorted({k for lo, hi, *_ in (*old, *new) for k in (lo, hi)})
+    moves: list[tuple[str, str, str, int, int, int]] = []
+    for lo, hi in itertools.pairwise(cuts):
+        source, epoch = next((site, e) for a, b, site, e in old if a <= lo < b)
+        target = next(site for a, b, site, _ in new if a <= lo < b)
+        if source == target:
+            continue
+        last = moves[-1] if moves else None
+        if last is not None and last[1:4] == (source, target, epoch) and last[5] == lo:
+            moves[-1] = (*last[:5], hi)
+        else:
+            moves.append((replica, source, target, epoch, lo, hi))
+    return moves
+
+
+def _owner(plan: Plan, replica: str, key: int) -> str | None:
+    """The site that owns ``key`` of ``replica`` in ``plan`` (``None`` if the plan has no such replica)."""
+    if plan.site_of_or_none(replica) is None:
+        return None
+    return next((site for lo, hi, site, _ in plan.owners(replica) if lo <= key < hi), None)
 
 
 def _periods(app: App, operators: Collection[str], *, downstream: bool) -> list[float]:

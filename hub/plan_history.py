@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hub.handover import key_moves
 from hub.state import AppRecord, HistoryEntry
 from spanedge.app import App
+from spanedge.keyrange import describe
 from spanedge.plan import Plan
 
 #: History entries kept per app.
@@ -60,11 +62,14 @@ def last_planned(record: AppRecord) -> float:
 
 
 def history_entry(plan: Plan, at: float, reason: str, previous: Plan | None) -> HistoryEntry:
-    """The history entry of ``plan``: its totals and baselines, and what moved since ``previous``."""
+    """The history entry of ``plan``: its totals and baselines, and what moved since ``previous``.
+
+    A replica split by key or merged back adds why to the reason.
+    """
     return HistoryEntry(
         plan.version,
         at,
-        reason,
+        reason + (_key_changes(previous, plan) if previous is not None else ""),
         dataclasses.asdict(plan.totals),
         moved=moves(previous, plan) if previous is not None else [],
         baselines={name: dataclasses.asdict(t) for name, t in plan.baselines.items()},
@@ -72,15 +77,53 @@ def history_entry(plan: Plan, at: float, reason: str, previous: Plan | None) -> 
 
 
 def moves(old: Plan, new: Plan) -> list[dict[str, str]]:
-    """The replicas of both plans whose site differs, as ``{"replica", "from", "to"}`` in ``new``'s order."""
+    """The replicas of both plans whose site differs, as ``{"replica", "from", "to"}`` in ``new``'s order.
+
+    For a replica split by key in either plan, each key range that changes
+    site is one move, with ``"keys"`` (the range) and ``"change"`` (``split``,
+    ``merge`` or ``keys``).
+    """
     before = {a.replica: a.site for a in old.assignments}
+    divided = {p.replica for p in (*old.parts, *new.parts)}
+    out = []
+    for a in new.assignments:
+        if a.replica not in before:
+            continue
+        if a.replica in divided:
+            out += _key_moves(old, new, a.replica)
+        elif before[a.replica] != a.site:
+            out.append({"replica": a.replica, "from": before[a.replica], "to": a.site})
+    return out
+
+
+def _key_moves(old: Plan, new: Plan, replica: str) -> list[dict[str, str]]:
+    was = any(p.replica == replica for p in old.parts)
+    now = any(p.replica == replica for p in new.parts)
+    change = "split" if now and not was else "merge" if was and not now else "keys"
     return [
-        {"replica": a.replica, "from": before[a.replica], "to": a.site}
-        for a in new.assignments
-        if a.replica in before and before[a.replica] != a.site
+        {"replica": replica, "from": source, "to": target, "keys": describe(lo, hi), "change": change}
+        for _, source, target, _, lo, hi in key_moves(old, new, replica)
     ]
 
 
-def placement(plan: Plan) -> set[tuple[str, str]]:
-    """Where each replica of ``plan`` runs."""
-    return {(a.replica, a.site) for a in plan.assignments}
+def _key_changes(old: Plan, new: Plan) -> str:
+    """Why replicas were split or merged back with ``new``, as a suffix of a history reason."""
+    parts_before = {p.replica: p for p in old.parts}
+    notes = [
+        f"; {p.replica} split by key: {p.reason}" if p.reason else f"; {p.replica} split by key"
+        for p in new.parts
+        if p.replica not in parts_before or parts_before[p.replica].site != p.site
+    ]
+    now = {p.replica for p in new.parts}
+    notes += [
+        f"; {r} merged back into {new.site_of_or_none(r)}: one site carries it again"
+        for r in sorted(parts_before)
+        if r not in now and new.site_of_or_none(r) is not None
+    ]
+    return "".join(notes)
+
+
+def placement(plan: Plan) -> set[tuple[str, ...]]:
+    """Where each replica of ``plan`` runs, and which keys of a split replica each part owns."""
+    where: set[tuple[str, ...]] = {(a.replica, a.site) for a in plan.assignments}
+    return where | {(p.replica, p.site, str(p.keys_from), str(p.keys_before)) for p in plan.parts}

@@ -8,7 +8,8 @@ write), with ``site`` = A in the envelope. The hub ingest accepts such a
 batch only when a plan in force assigns the replica ``<stream>@A`` to B, or
 names B as its old or new owner in a handover, or the plan version it
 replaced assigned it to B (the old owner's outbox may still hold what it
-computed then). Anything else is refused as before, so a spoke can neither
+computed then), or runs a part of it split by key (the replica, or one of
+the record-level replicas after it that run with the part). Anything else is refused as before, so a spoke can neither
 inject nor suppress (by sequence number) the data of a site it was not
 assigned.
 """
@@ -45,6 +46,11 @@ def assigned(plans: Iterable[Plan], publisher: str, group: str, stream: str) -> 
                 return True
         for h in plan.handovers:
             if h.replica == replica and publisher in (h.source, h.target):
+                return True
+        # a part of a replica split by key, or one handed over by key, sends its results and its chain's
+        ends = [(p.replica, p.site) for p in plan.parts] + [(h.replica, h.source) for h in plan.handovers if h.keyed]
+        for split, site in ends:
+            if site == publisher and (split == replica or replica in plan.part_chain(split)[1]):
                 return True
     return False
 

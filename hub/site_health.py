@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 from spanedge.app import App
+from spanedge.keyrange import KEY_SPACE
 from spanedge.plan import Plan, split_replica
 from spanedge.sites import Sites, Tier
 
@@ -273,19 +274,41 @@ def planned_load(plans: Iterable[tuple[Plan, App]]) -> dict[str, float]:
     """
     load: dict[str, float] = {}
     for plan, app in plans:
-        rates: dict[str, float] = {}
-        for flow in plan.flows:
-            rates[flow.dst] = rates.get(flow.dst, 0.0) + flow.rate
-        for a in plan.assignments:
-            op = app.operators.get(a.operator) or app.operators.get(split_replica(a.replica)[0])
-            if op is not None:
-                load[a.site] = load.get(a.site, 0.0) + op.cost * rates.get(a.replica, 0.0)
+        _add_plan_load(plan, app, load)
     return load
 
 
+def _add_plan_load(plan: Plan, app: App, load: dict[str, float]) -> None:
+    """Add the cores ``plan`` puts at each site to ``load``.
+
+    A part of a replica split by key uses its keys' share of the window and
+    runs the record-level replicas of its chain (:meth:`Plan.part_chain`) too.
+    """
+    rates: dict[str, float] = {}
+    for flow in plan.flows:
+        rates[flow.dst] = rates.get(flow.dst, 0.0) + flow.rate
+
+    def cost(replica: str) -> float:
+        op = app.operators.get(split_replica(replica)[0])
+        return op.cost * rates.get(replica, 0.0) if op is not None else 0.0
+
+    kept = {p.replica: 1.0 for p in plan.parts}
+    for p in plan.parts:
+        share = (p.keys_before - p.keys_from) / KEY_SPACE
+        kept[p.replica] -= share
+        before, after = plan.part_chain(p.replica)
+        load[p.site] = load.get(p.site, 0.0) + share * cost(p.replica) + sum(cost(r) for r in (*before, *after))
+    for a in plan.assignments:
+        load[a.site] = load.get(a.site, 0.0) + kept.get(a.replica, 1.0) * cost(a.replica)
+
+
 def with_capacity(plan: Plan, site: str) -> bool:
-    """True if ``plan`` runs a replica at ``site`` or hands one over from it."""
-    return any(a.site == site for a in plan.assignments) or any(h.source == site for h in plan.handovers)
+    """True if ``plan`` runs a replica (or a part of one) at ``site`` or hands one over from it."""
+    return (
+        any(a.site == site for a in plan.assignments)
+        or any(h.source == site for h in plan.handovers)
+        or any(p.site == site for p in plan.parts)
+    )
 
 
 def _add(run: _Run, cores: float, budget: float) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from placement import split
 from placement.baselines import BASELINES, RULES
 from placement.constraints import diagnose, explain_infeasible, violations
 from placement.cost import Weights, evaluate, migration, moves, objective
@@ -15,10 +16,12 @@ from placement.greedy import greedy
 from placement.ilp import solve_ilp
 from placement.latency import LatencyMatrix
 from placement.problem import Previous, Problem, build_problem
+from placement.split import Split
 from spanedge.app import App
-from spanedge.errors import SpanEdgeError
+from spanedge.errors import InfeasiblePlacement, SpanEdgeError
+from spanedge.keyrange import describe
 from spanedge.loader import load_app
-from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals
+from spanedge.plan import Assignment, Flow, KeyPart, Plan, SolverInfo, Totals
 from spanedge.sites import Sites, load_sites
 
 METHODS = ("ilp", "greedy", *BASELINES)
@@ -63,22 +66,33 @@ def solve(
     sites.check_app_streams(streams, app.name)
     matrix = latency or LatencyMatrix.from_sites(sites)
     problem = build_problem(app, sites, matrix, previous.placement if previous is not None else None)
+    unsplit = problem
+    parts: tuple[KeyPart, ...] = ()
     if method in RULES:
         placement, hub = RULES[method](problem, weights)
         info = SolverInfo(method, "baseline", time.perf_counter() - start, None)
+        totals = evaluate(problem, weights, placement)
     else:
-        diagnose(problem)
-        placement, hub, info = _optimise(problem, weights, method, time_limit, start, previous)
-        if previous is not None:
-            placement, hub, info = _hysteresis(problem, weights, previous, placement, hub, info)
-    totals = evaluate(problem, weights, placement)
+
+        def place(p: Problem) -> tuple[dict[str, str], str, SolverInfo]:
+            return _place(p, weights, method, time_limit, start, previous)
+
+        found = _placed(app, sites, matrix, weights, problem, place, previous)
+        if isinstance(found, Split):
+            problem, placement, hub, info, parts = found.problem, found.placement, found.hub, found.info, (found.part,)
+            totals = _with_part(evaluate(problem, weights, placement), found)
+        else:
+            placement, hub, info = found
+            totals = evaluate(problem, weights, placement)
     why = reasons(problem, weights, placement, hub, method)
+    for part in parts:
+        why[part.replica] += f"; split by key: {describe(0, part.keys_from)} here, the others at {part.site}"
     assignments = tuple(
         Assignment(rid, problem.replicas[rid].op.name, problem.replicas[rid].group, placement[rid], why[rid])
         for rid in problem.order
     )
     flows = tuple(Flow(e.src, e.dst, e.rate, e.bytes_per_s) for e in problem.edges)
-    compared = {name: _baseline(problem, weights, name) for name in baselines}
+    compared = {name: _baseline(unsplit, weights, name) for name in baselines}
     warnings = _warnings(problem, placement, hub, totals.worst_latency_ms, slo_ms)
     return Plan(
         app=app.name,
@@ -91,6 +105,87 @@ def solve(
         baselines=compared,
         slo_ms=slo_ms,
         warnings=tuple(warnings),
+        parts=parts,
+    )
+
+
+def _place(
+    problem: Problem, weights: Weights, method: str, time_limit: float, start: float, previous: Previous | None
+) -> tuple[dict[str, str], str, SolverInfo]:
+    """Place ``problem`` (the ILP or greedy, then the hysteresis in a re-plan); raise InfeasiblePlacement."""
+    diagnose(problem)
+    placement, hub, info = _optimise(problem, weights, method, time_limit, start, previous)
+    if previous is not None:
+        placement, hub, info = _hysteresis(problem, weights, previous, placement, hub, info)
+    return placement, hub, info
+
+
+def _placed(
+    app: App,
+    sites: Sites,
+    matrix: LatencyMatrix,
+    weights: Weights,
+    problem: Problem,
+    place: split.Place,
+    previous: Previous | None,
+) -> tuple[dict[str, str], str, SolverInfo] | Split:
+    """Place ``problem``; if nothing fits, split a keyed window in two by key (:mod:`placement.split`).
+
+    A re-plan of a split placement merges the replica back once one site
+    carries it, unless keeping the split is within the hysteresis.
+    """
+    try:
+        placement, hub, info = place(problem)
+    except InfeasiblePlacement:
+        found = split.search(app, sites, matrix, weights, problem, place, previous)
+        if found is None:
+            raise
+        status = f"{found.info.status}; split {found.part.replica} by key across {found.placement[found.part.replica]} and {found.part.site}"
+        return replace(found, info=replace(found.info, status=status))
+    if previous is None or not previous.parts:
+        return placement, hub, info
+    kept = _kept_split(app, sites, matrix, weights, previous, place)
+    after = _with_migration(problem, weights, previous, placement)
+    if kept is not None and kept.score > 0 and (kept.score - after) / kept.score <= previous.hysteresis:
+        gain = (kept.score - after) / kept.score
+        status = (
+            f"{info.status}; split of {kept.part.replica} kept (merging gains {gain:.1%} <= {previous.hysteresis:.1%})"
+        )
+        return replace(kept, info=replace(kept.info, status=status))
+    merged = ", ".join(p.replica for p in previous.parts)
+    return placement, hub, replace(info, status=f"{info.status}; {merged} merged back (one site carries it)")
+
+
+def _kept_split(
+    app: App, sites: Sites, matrix: LatencyMatrix, weights: Weights, previous: Previous, place: split.Place
+) -> Split | None:
+    """The previous plan's split placement, if it still fits."""
+    part = previous.parts[0]
+    unsplit = build_problem(app, sites, matrix, previous.placement)
+    if part.replica not in unsplit.replicas or part.replica not in split.splittable(unsplit):
+        return None
+    need = split.part_load(unsplit, part.replica)
+    left = sites.sites[part.site].cpu - need if part.site in sites.sites else 0.0
+    if left <= 0:
+        return None
+    problem = build_problem(
+        app, split.capped(sites, part.site, left), matrix, previous.placement, shares={part.replica: split.SHARE}
+    )
+    kept = kept_placement(problem, previous)
+    if kept is None or kept[0][part.replica] == part.site:
+        return None
+    cost, wan = split.part_traffic(problem, weights, kept[0], part.replica, part.site)
+    score = objective(problem, weights, kept[0]) + cost
+    info = SolverInfo("ilp", "previous plan kept", 0.0, None)
+    return Split(problem, kept[0], kept[1], info, part, cost, wan, score)
+
+
+def _with_part(totals: Totals, found: Split) -> Totals:
+    """``totals`` with the traffic of a split's part."""
+    return replace(
+        totals,
+        wan_bytes_per_s=totals.wan_bytes_per_s + found.extra_wan,
+        objective=totals.objective + found.extra_objective,
     )
 
 

@@ -29,7 +29,7 @@ from placement.latency import LatencyMatrix, nearest
 from spanedge.app import App
 from spanedge.errors import InfeasiblePlacement, InvalidSites
 from spanedge.operators import Kind, Operator
-from spanedge.plan import Plan, replica_id
+from spanedge.plan import KeyPart, Plan, replica_id
 from spanedge.scope import Scope
 from spanedge.sites import Sites, Tier
 
@@ -51,13 +51,15 @@ class Previous:
     the hub they used; ``state_bytes`` is the state each replica holds (what
     a move ships; replicas not listed hold none). A new plan replaces this
     one only if its objective, migration included, is lower by more than
-    ``hysteresis`` (relative).
+    ``hysteresis`` (relative). ``parts`` are the key parts of the replicas
+    the previous plan split (:mod:`placement.split`).
     """
 
     placement: Mapping[str, str]
     hub: str | None = None
     state_bytes: Mapping[str, float] = field(default_factory=dict)
     hysteresis: float = HYSTERESIS
+    parts: tuple[KeyPart, ...] = ()
 
     def __post_init__(self) -> None:
         """Reject a negative hysteresis or state size."""
@@ -73,7 +75,7 @@ class Previous:
     def of(cls, plan: Plan, state_bytes: Mapping[str, float] | None = None, hysteresis: float = HYSTERESIS) -> Previous:
         """The previous placement of ``plan``."""
         placement = {a.replica: a.site for a in plan.assignments}
-        return cls(placement, plan.hub, dict(state_bytes or {}), hysteresis)
+        return cls(placement, plan.hub, dict(state_bytes or {}), hysteresis, plan.parts)
 
     def state(self, rid: str) -> float:
         """Bytes of state replica ``rid`` holds."""
@@ -195,10 +197,19 @@ class Problem:
         return full
 
 
-def build_problem(app: App, sites: Sites, latency: LatencyMatrix, previous: Mapping[str, str] | None = None) -> Problem:
+def build_problem(
+    app: App,
+    sites: Sites,
+    latency: LatencyMatrix,
+    previous: Mapping[str, str] | None = None,
+    shares: Mapping[str, float] | None = None,
+) -> Problem:
     """Expand the app's DAG into replicas over ``sites`` and compute rates, loads, candidates and edges.
 
     ``previous`` maps replica ids to the sites a previous plan ran them at.
+    ``shares`` gives the share of its keys a replica split by key keeps
+    (:mod:`placement.split`): its rates and load, and so those of the
+    replicas after it, scale by that share (keys are assumed uniform).
     """
     missing = [s for s in sites.sites if s not in latency.sites]
     if missing:
@@ -216,6 +227,10 @@ def build_problem(app: App, sites: Sites, latency: LatencyMatrix, previous: Mapp
     for name in graph.order:
         op: Operator = graph.op(name)
         made = _expand(op, sites, replicas, of_op)
+        for r in made:
+            share = (shares or {}).get(r.id)
+            if share is not None:
+                r.rate_in, r.rate_out, r.load = r.rate_in * share, r.rate_out * share, r.load * share
         of_op[name] = [r.id for r in made]
         for r in made:
             replicas[r.id] = r

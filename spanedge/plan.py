@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from spanedge.errors import InvalidPlan
+from spanedge.keyrange import KEY_SPACE, Share, complement, part_epoch
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ class Handover:
     ``switch_at`` (:mod:`hub.cutoffs`). When the hub is the old owner, the
     replica's source sites keep sending it the replica's input until a little
     past the switch, for its windows to complete and close.
+
+    When a keyed replica is split or merged (see :class:`KeyPart`), only the
+    keys in ``[keys_from, keys_before)`` move; the others stay where they
+    were. A move of the whole replica covers every key.
     """
 
     replica: str
@@ -64,6 +70,39 @@ class Handover:
     target: str
     switch_at: float
     epoch: int = 0
+    keys_from: int = 0
+    keys_before: int = KEY_SPACE
+
+    @property
+    def keyed(self) -> bool:
+        """True if only part of the replica's keys move."""
+        return self.keys_from != 0 or self.keys_before != KEY_SPACE
+
+
+@dataclass(frozen=True)
+class KeyPart:
+    """A share of a keyed replica's keys that runs at another site than its assignment.
+
+    The part at ``site`` owns the window keys whose stable hash
+    (:func:`spanedge.keyrange.key_hash`) is in ``[keys_from, keys_before)``;
+    the assignment's site owns the rest. ``site`` also runs the record-level
+    replicas of the same source site before the part (only to feed it) and
+    after it (for its results): see :meth:`Plan.part_chain`. ``since`` is the
+    plan version at which ``site`` took the part over; its records to the hub
+    carry :func:`spanedge.keyrange.part_epoch` of it.
+    """
+
+    replica: str
+    site: str
+    keys_from: int
+    keys_before: int
+    since: int = 0
+    reason: str = ""
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the records this part sends to the hub."""
+        return part_epoch(self.since)
 
 
 @dataclass(frozen=True)
@@ -125,6 +164,7 @@ class Plan:
     app_file: str = ""
     app_source: str = ""
     handovers: tuple[Handover, ...] = ()
+    parts: tuple[KeyPart, ...] = ()
 
     def site_of(self, replica: str) -> str:
         """Return the site where ``replica`` runs."""
@@ -154,12 +194,85 @@ class Plan:
         after it (with the epoch of its assignment).
         """
         owned: dict[str, tuple[float, float, int]] = {}
+        keyed = self.keyed()
         for h in self.handovers:
+            if h.replica in keyed:
+                continue  # see shares()
             if h.source == site:
                 owned[h.replica] = (-math.inf, h.switch_at, h.epoch)
             elif h.target == site:
                 owned[h.replica] = (h.switch_at, math.inf, self.assignment(h.replica).since)
         return owned
+
+    def keyed(self) -> set[str]:
+        """Replicas whose keys are divided between sites: split in parts, or split or merged by a handover."""
+        return {p.replica for p in self.parts} | {h.replica for h in self.handovers if h.keyed}
+
+    def owners(self, replica: str) -> list[tuple[int, int, str, int]]:
+        """Who owns the keys of ``replica`` now: ``(keys_from, keys_before, site, epoch)`` ranges in key order.
+
+        The assignment's site owns the keys no part owns (one range of the
+        whole key space for a replica that is not split).
+        """
+        a = self.assignment(replica)
+        parts = [(p.keys_from, p.keys_before, p.site, p.epoch) for p in self.parts if p.replica == replica]
+        own = [(lo, hi, a.site, a.since) for lo, hi in complement((p[0], p[1]) for p in parts)]
+        return sorted(parts + own)
+
+    def shares(self, site: str, retired: Collection[str] = ()) -> dict[str, tuple[Share, ...]]:
+        """What ``site`` owns of each keyed replica (:meth:`keyed`) it runs: ``{replica: shares}``.
+
+        The assignment's site owns the keys no part owns, with the
+        assignment's epoch; a part's site its range, with the part's epoch.
+        Keys a handover brings to ``site`` are its own from the switch time
+        on; keys it hands over stay its own before the switch, with the
+        handover's epoch, unless the replica is in ``retired`` (that part is
+        done).
+        """
+        out: dict[str, tuple[Share, ...]] = {}
+        for replica in sorted(self.keyed()):
+            now = [(lo, hi, epoch) for lo, hi, owner, epoch in self.owners(replica) if owner == site]
+            moves = [h for h in self.handovers if h.replica == replica]
+            owned: list[Share] = []
+            for lo, hi, epoch in now:
+                for start, (k0, k1) in _cut(lo, hi, [h for h in moves if h.target == site]):
+                    owned.append(Share(k0, k1, start, math.inf, epoch))
+            if replica not in retired:
+                owned += [
+                    Share(h.keys_from, h.keys_before, -math.inf, h.switch_at, h.epoch)
+                    for h in moves
+                    if h.source == site
+                ]
+            if owned:
+                out[replica] = tuple(owned)
+        return out
+
+    def part_chain(self, replica: str) -> tuple[list[str], list[str]]:
+        """The replicas a part of ``replica`` runs with it, besides its sources: ``(before, after)``.
+
+        ``before`` are the replicas of the same source site that feed it
+        (directly or not), ``after`` those it feeds, in plan order; replicas
+        at the hub are in neither. A part runs ``before`` only to feed itself
+        and ``after`` on its own results.
+        """
+        group = self.assignment(replica).group
+        where = {b.replica: b for b in self.assignments}
+
+        def walk(edges: Callable[[str], list[Flow]], end: Callable[[Flow], str]) -> set[str]:
+            found: set[str] = set()
+            todo = [replica]
+            while todo:
+                for f in edges(todo.pop()):
+                    b = where.get(end(f))
+                    if b is not None and b.replica not in found and b.group == group and b.site != self.hub:
+                        found.add(b.replica)
+                        todo.append(b.replica)
+            return found
+
+        ups = walk(self.inputs, lambda f: f.src)
+        downs = walk(self.outputs, lambda f: f.dst)
+        order = [b.replica for b in self.assignments]
+        return [r for r in order if r in ups], [r for r in order if r in downs]
 
     def at(self, site: str) -> list[Assignment]:
         """Replicas that run at ``site``, in plan (topological) order."""
@@ -179,8 +292,14 @@ class Plan:
         return [f for f in self.flows if site[f.src] != site[f.dst]]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary."""
-        return dataclasses.asdict(self)
+        """A JSON-ready dictionary; a plan without key parts has no ``parts`` and its handovers no key range."""
+        data = dataclasses.asdict(self)
+        if not self.parts:
+            del data["parts"]
+        for h in data["handovers"]:
+            if h["keys_from"] == 0 and h["keys_before"] == KEY_SPACE:
+                del h["keys_from"], h["keys_before"]
+        return data
 
     def to_json(self) -> str:
         """The plan as indented JSON."""
@@ -204,6 +323,7 @@ class Plan:
                 app_file=str(data.get("app_file", "")),
                 app_source=str(data.get("app_source", "")),
                 handovers=tuple(Handover(**h) for h in data.get("handovers", ())),
+                parts=tuple(KeyPart(**p) for p in data.get("parts", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             msg = f"malformed plan: {exc!r}; regenerate it with spanedge deploy --dry-run --output plan.json"
@@ -222,6 +342,23 @@ class Plan:
 def replica_id(operator: str, group: str | None) -> str:
     """Return the replica id of ``operator`` for source site ``group`` (or the singleton)."""
     return f"{operator}@{group}" if group else operator
+
+
+def _cut(lo: int, hi: int, moves: list[Handover]) -> list[tuple[float, tuple[int, int]]]:
+    """Divide keys ``[lo, hi)`` by the handovers bringing some of them: ``(owned from, range)`` pieces."""
+    pieces: list[tuple[float, tuple[int, int]]] = []
+    at = lo
+    for h in sorted(moves, key=lambda h: h.keys_from):
+        k0, k1 = max(lo, h.keys_from), min(hi, h.keys_before)
+        if k0 >= k1:
+            continue
+        if k0 > at:
+            pieces.append((-math.inf, (at, k0)))
+        pieces.append((h.switch_at, (k0, k1)))
+        at = k1
+    if at < hi:
+        pieces.append((-math.inf, (at, hi)))
+    return pieces
 
 
 def split_replica(replica: str) -> tuple[str, str | None]:

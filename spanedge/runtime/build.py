@@ -7,6 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from spanedge.app import App
+from spanedge.errors import InvalidPlan
 from spanedge.operators import Kind
 from spanedge.plan import Plan, split_replica
 from spanedge.runtime.pipeline import Node, Pipeline
@@ -27,37 +28,40 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
     the windows starting before the switch time, unless it is in ``retired``
     (its part is done); the new owner of one runs it for the later windows.
     A source here keeps feeding a replica the hub hands over for as long as
-    the hub needs (:func:`hub_feeds`).
+    the hub needs (:func:`hub_feeds`). A window whose keys are divided
+    between sites (:meth:`Plan.shares`) keeps only the keys and windows of
+    this site's shares; where it runs as a part, the record-level replicas
+    before it run too, only to feed it, and those after it on its results.
+
+    Raises:
+        InvalidPlan: a replica that is not a window is divided by key.
     """
     placed = {a.replica: a for a in plan.assignments}
     owned = plan.handed_over(site)
-    local = [
+    keyed = plan.shares(site, retired)
+    divided = plan.keyed()
+    wanted = {
         a.replica
         for a in plan.assignments
-        if a.site == site or (a.replica in owned and owned[a.replica][1] < math.inf and a.replica not in retired)
-    ]
-    local_set = set(local)
+        if a.replica in keyed
+        or (a.replica not in divided and a.site == site)
+        or (a.replica in owned and owned[a.replica][1] < math.inf and a.replica not in retired)
+    }
+    shadow = _part_chains(plan, site, keyed, wanted)
+    local = [a.replica for a in plan.assignments if a.replica in wanted]
     nodes: dict[str, Node] = {}
 
     def group_of(replica: str) -> str:
         a = placed.get(replica)
         return (a.group if a is not None else split_replica(replica)[1]) or site
 
-    def needed_source(flow_src: str) -> bool:
-        op = app.operators.get(split_replica(flow_src)[0])
-        return op is not None and op.kind is Kind.SOURCE
-
-    order: list[str] = []
-    for replica in local:
-        for flow in plan.inputs(replica):
-            if flow.src not in local_set and needed_source(flow.src) and flow.src not in order:
-                order.append(flow.src)
-    for replica in local:
-        if replica not in order:
-            order.append(replica)
+    own_sources = _sources(app, plan, [r for r in local if r not in shadow], wanted)
+    part_sources = [s for s in _sources(app, plan, [r for r in local if r in shadow], wanted) if s not in own_sources]
+    shadow.update(part_sources)  # subscribed only to feed a part
+    order = own_sources + part_sources + local
     for replica in order:
-        nodes[replica] = _make_node(app, replica, group_of(replica))
-        node = nodes[replica]
+        nodes[replica] = node = _make_node(app, replica, group_of(replica))
+        node.shadow = replica in shadow
         here = placed.get(replica)
         if here is not None and here.site == site:
             node.epoch = here.since
@@ -66,9 +70,66 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
             node.owns = (start_from, start_before)
             if node.window is not None:
                 node.window.own(start_from, start_before)
-    feeds = hub_feeds(app, plan)
-    for replica in order:
+    _own_keys(plan, site, keyed, nodes)
+    _wire(app, plan, nodes)
+    # a source here with nothing to feed (its consumers were offloaded elsewhere) is not subscribed
+    kept = [n for n in nodes.values() if n.op.kind is not Kind.SOURCE or n.children or n.to_hub]
+    return Pipeline(app, site, kept, **options)
+
+
+def _sources(app: App, plan: Plan, replicas: list[str], local: set[str]) -> list[str]:
+    """The source replicas feeding ``replicas`` that do not run here otherwise, in order."""
+    order: list[str] = []
+    for replica in replicas:
+        for flow in plan.inputs(replica):
+            op = app.operators.get(split_replica(flow.src)[0])
+            if flow.src not in local and op is not None and op.kind is Kind.SOURCE and flow.src not in order:
+                order.append(flow.src)
+    return order
+
+
+def _part_chains(plan: Plan, site: str, keyed: dict[str, Any], wanted: set[str]) -> set[str]:
+    """Add to ``wanted`` the replicas the parts at ``site`` run with them; return those that only feed a part.
+
+    A part runs where its replica's assignment does not; the replicas of its
+    source site before it run here only to feed it (their results go nowhere
+    else, and their dead letters are the assignment's site's), those after it
+    on its own results.
+    """
+    shadow: set[str] = set()
+    for replica in keyed:
+        if plan.assignment(replica).site == site:
+            continue
+        before, after = plan.part_chain(replica)
+        shadow.add(replica)
+        shadow.update(r for r in before if r not in wanted)
+        wanted.update(before + after)
+    return shadow
+
+
+def _own_keys(plan: Plan, site: str, keyed: dict[str, Any], nodes: dict[str, Node]) -> None:
+    """Give the windows divided by key their shares, and the replicas after a part the part's epoch."""
+    for replica, shares in keyed.items():
         node = nodes[replica]
+        if node.window is None:
+            msg = (
+                f"plan of app '{plan.app}' divides replica {replica} by key, but only windows have keys; "
+                "regenerate the plan with spanedge deploy"
+            )
+            raise InvalidPlan(msg)
+        node.window.own_shares(shares)
+        node.epoch = shares[0].epoch
+        if plan.assignment(replica).site != site:
+            for after in plan.part_chain(replica)[1]:
+                if nodes[after].owns is None and plan.site_of(after) != site:  # here only for the part
+                    nodes[after].epoch = node.epoch
+
+
+def _wire(app: App, plan: Plan, nodes: dict[str, Node]) -> None:
+    """Connect each node to its successors here and mark those whose records go to the hub."""
+    placed = {a.replica: a for a in plan.assignments}
+    feeds = hub_feeds(app, plan)
+    for replica, node in nodes.items():
         at_hub = replica in placed and placed[replica].site == plan.hub
         until = -math.inf  # records (by origin) before this go to the hub
         for flow in plan.outputs(replica):
@@ -79,12 +140,10 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
                 until = math.inf  # (the old owner of a chain moving to the hub sends only the chain's end)
             elif flow.dst in feeds and replica not in feeds:
                 until = max(until, feeds[flow.dst])
-        if until > -math.inf:
+        # a record-level replica or source that only feeds a part here sends nothing (a part's window does)
+        if until > -math.inf and not (node.shadow and node.window is None):
             node.to_hub = True
             node.hub_before = until
-    # a source here with nothing to feed (its consumers were offloaded elsewhere) is not subscribed
-    kept = [n for n in nodes.values() if n.op.kind is not Kind.SOURCE or n.children or n.to_hub]
-    return Pipeline(app, site, kept, **options)
 
 
 def hub_feeds(app: App, plan: Plan) -> dict[str, float]:

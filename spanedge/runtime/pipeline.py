@@ -43,6 +43,7 @@ class Node:
     epoch: int = 0
     owns: tuple[float, float] | None = None  # one side of a handover: the origin times it emits for
     hub_before: float = math.inf  # records go to the hub only with an origin before this (feeding a hub handover)
+    shadow: bool = False  # runs here for a replica's part (key range): its dead letters are the replica's own site's
     n_in: int = 0
     n_out: int = 0
 
@@ -115,7 +116,7 @@ class Pipeline:
         try:
             value = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
-            self._dead(f"not valid JSON: {exc}", node.op.name, payload)
+            self._dead(f"not valid JSON: {exc}", node.op.name, payload, node.shadow)
             return
         field = node.op.time_field
         if field is not None and type(value) is dict:
@@ -149,7 +150,9 @@ class Pipeline:
             t = now if arrival is None else arrival
         else:
             if not isinstance(value, dict):
-                self._dead(f"expected a JSON object with event-time field '{op.time_field}'", op.name, original)
+                self._dead(
+                    f"expected a JSON object with event-time field '{op.time_field}'", op.name, original, node.shadow
+                )
                 return
             stamp = value.get(op.time_field)
             if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
@@ -158,6 +161,7 @@ class Pipeline:
                     f"event-time field '{op.time_field}' is {what}; it must hold seconds since the epoch",
                     op.name,
                     original,
+                    node.shadow,
                 )
                 return
             t = float(stamp)
@@ -168,6 +172,7 @@ class Pipeline:
                     f"{self.max_future_skew}s); check the device clock",
                     op.name,
                     original,
+                    node.shadow,
                 )
                 return
         node.n_out += 1
@@ -179,8 +184,11 @@ class Pipeline:
 
     # -- pushing ----------------------------------------------------------
 
-    def _emit(self, node: Node, value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
-        # origin: the event time of the source record, or the start of the window that produced this one
+    def _emit(
+        self, node: Node, value: Any, t: float, key: str | None, raw: bytes | str, origin: float, epoch: int = -1
+    ) -> None:
+        # origin: the event time of the source record, or the start of the window that produced this one;
+        # epoch: the share's of a window whose keys are divided between sites (else the node's)
         owns = node.owns
         if node.to_hub and (owns is None or owns[0] <= origin < owns[1]) and origin < node.hub_before:
             try:
@@ -190,7 +198,8 @@ class Pipeline:
             except TypeError as exc:
                 self._dead(f"output of {node.op.name} cannot be sent to the hub as JSON: {exc}", node.op.name, raw)
             else:
-                self.out.to_hub.append(HubRecord(node.op.name, node.group, t, key, value, encoded, node.epoch))
+                epoch = node.epoch if epoch < 0 else epoch
+                self.out.to_hub.append(HubRecord(node.op.name, node.group, t, key, value, encoded, epoch))
         for child in node.children:
             self._push(child, value, t, key, raw, origin)
 
@@ -202,7 +211,7 @@ class Pipeline:
             try:
                 results = apply(op, value)
             except Exception as exc:
-                self._dead(failure(op, exc), op.name, raw)
+                self._dead(failure(op, exc), op.name, raw, node.shadow)
                 return
             if kind is Kind.FILTER:
                 if results:
@@ -216,10 +225,12 @@ class Pipeline:
             try:
                 accepted = node.window.add(value, t, self.watermark)
             except FieldError as exc:
-                self._dead(f"window {op.name}: {exc}", op.name, raw)
+                self._dead(f"window {op.name}: {exc}", op.name, raw, node.shadow)
                 return
             except Exception as exc:  # a custom aggregation's add() failed on this record
-                self._dead(f"window {op.name}: aggregation raised {type(exc).__name__}: {exc}", op.name, raw)
+                self._dead(
+                    f"window {op.name}: aggregation raised {type(exc).__name__}: {exc}", op.name, raw, node.shadow
+                )
                 return
             if not accepted:
                 self.late_count += 1
@@ -283,23 +294,28 @@ class Pipeline:
 
     def _fire(self, watermark: float) -> None:
         for node in self.windows:
-            assert node.window is not None
-            for key, start, end, results in node.window.advance(watermark):
+            window = node.window
+            assert window is not None
+            for key, start, end, results in window.advance(watermark):
                 if not results:  # the aggregation failed; reported below
                     continue
-                value = {node.window.spec.key: key, "window_start": start, "window_end": end, **results}
+                value = {window.spec.key: key, "window_start": start, "window_end": end, **results}
                 node.n_out += 1
                 raw = orjson.dumps(value, default=str)
-                self._emit(node, value, end - WINDOW_TIME_OFFSET, str(key), raw, start)
-            while node.window.errors:
-                self._dead(node.window.errors.pop(0), node.op.name, "")
+                share_epoch = window.epoch_of(key, start)
+                epoch = -1 if share_epoch is None else share_epoch
+                self._emit(node, value, end - WINDOW_TIME_OFFSET, str(key), raw, start, epoch)
+            while window.errors:
+                self._dead(window.errors.pop(0), node.op.name, "")
 
     def flush(self) -> None:
         """Fire every open window, as if event time had ended."""
         self.watermark = math.inf
         self._fire(math.inf)
 
-    def _dead(self, reason: str, operator: str, payload: bytes | str) -> None:
+    def _dead(self, reason: str, operator: str, payload: bytes | str, shadow: bool = False) -> None:
+        if shadow:
+            return  # the site that runs the replica itself reports it
         self.dlq_count += 1
         # a bounded excerpt of the original, with its size and hash: a 2 MB input never makes a 2 MB dead letter
         self.out.dlq.append(DeadLetter.of(reason, operator, payload, self.site, self.clock()))
@@ -381,12 +397,25 @@ class Pipeline:
         record-level ones feed its windows) until then, and drops them together
         (see :class:`spanedge.plan.Handover`). Empty while any is still needed.
         """
-        leaving = [n for n in self.nodes if n.owns is not None and n.owns[1] < math.inf]
-        if not leaving:
+        leaving = {n.replica: _leaves(n) for n in self.nodes}
+        ends = {replica: end for replica, end in leaving.items() if end is not None}
+        if not ends:
             return []
-        horizon = max(n.owns[1] + (n.window.horizon() if n.window is not None else 0.0) for n in leaving if n.owns)
-        return [n.replica for n in leaving] if self.watermark >= horizon else []
+        return list(ends) if self.watermark >= max(ends.values()) else []
 
     def metrics(self) -> dict[str, dict[str, int]]:
         """Records in and out per replica."""
         return {n.replica: {"in": n.n_in, "out": n.n_out} for n in self.nodes}
+
+
+def _leaves(node: Node) -> float | None:
+    """Where the watermark must be for ``node``'s part of a handover to be done; ``None`` if it stays."""
+    window = node.window
+    horizon = window.horizon() if window is not None else 0.0
+    if window is not None and window.shares is not None:
+        if not all(s.ends for s in window.shares):
+            return None
+        return max(s.start_before for s in window.shares) + horizon
+    if node.owns is not None and node.owns[1] < math.inf:
+        return node.owns[1] + horizon
+    return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanedge.aggregations import Agg
+from spanedge.keyrange import Share, key_hash
 from spanedge.operators import WindowKind, WindowSpec
 
 
@@ -166,6 +167,7 @@ class WindowState:
         # the windows this replica owns, by start (a session: by record time); see own()
         self.owns_from = -math.inf
         self.owns_before = math.inf
+        self.shares: tuple[Share, ...] | None = None  # by key too; see own_shares()
         self._split = False
 
     def own(self, start_from: float, start_before: float) -> None:
@@ -177,8 +179,29 @@ class WindowState:
         self.owns_from, self.owns_before = start_from, start_before
         self._split = start_from > -math.inf or start_before < math.inf
 
-    def _mine(self, start: float) -> bool:
-        return self.owns_from <= start < self.owns_before
+    def own_shares(self, shares: tuple[Share, ...]) -> None:
+        """Keep only the windows of ``shares``: by key hash and start (a session: by record time).
+
+        The replica's keys are divided between sites (a split, or a split or
+        merge handed over at a switch time); records of keys or windows no
+        share holds are another site's (ignored, not late).
+        """
+        self.shares = shares
+        self._split = True
+
+    def _mine(self, key: Any, start: float) -> bool:
+        shares = self.shares
+        if shares is None:
+            return self.owns_from <= start < self.owns_before
+        hashed = key_hash(key)
+        return any(s.holds(hashed, start) for s in shares)
+
+    def epoch_of(self, key: Any, start: float) -> int | None:
+        """The epoch of the share holding ``key``'s window starting at ``start`` (``None`` without shares)."""
+        if self.shares is None:
+            return None
+        hashed = key_hash(key)
+        return next((s.epoch for s in self.shares if s.holds(hashed, start)), None)
 
     def key_of(self, record: Any) -> Any:
         """Return the window key of ``record`` or raise :class:`FieldError`."""
@@ -216,14 +239,14 @@ class WindowState:
             size = self._size
             starts: Iterable[float] = ((t // size) * size,)
         elif self.spec.kind is WindowKind.SESSION:
-            if self._split and not self._mine(t):
+            if self._split and not self._mine(key, t):
                 return True
             return self._add_session(key, t, values, watermark)
         else:
             size = self.spec.size or 1.0
             starts = self._starts(t)
         if self._split:
-            starts = [start for start in starts if self._mine(start)]
+            starts = [start for start in starts if self._mine(key, start)]
             if not starts:
                 return True  # windows of the other owner of a handover
         accepted = False
@@ -342,7 +365,7 @@ class WindowState:
         self._session_min_end = math.inf
         if self.spec.kind is WindowKind.SESSION:
             for key, session in data.get("sessions", []):
-                if self._split and not self._mine(session[0]):
+                if self._split and not self._mine(key, session[0]):
                     continue
                 self._sessions.setdefault(key, []).append(session)
                 self._session_min_end = min(self._session_min_end, session[1] + (self.spec.gap or 1.0))
@@ -350,8 +373,8 @@ class WindowState:
         through = data.get("fired_through")
         self.fired_through = -math.inf if through is None else float(through)
         for key, start, end, accs in data.get("open", []):
-            if self._split and not self._mine(start):
-                continue  # a window of the other owner of a handover
+            if self._split and not self._mine(key, start):
+                continue  # a window of another owner (a handover, or a part's keys)
             bucket = self._open.get(start)
             if bucket is None:
                 bucket = self._open[start] = {}

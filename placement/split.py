@@ -1,0 +1,210 @@
+"""Scale-out by key: a keyed window split in two across two spokes when no single site can carry it.
+
+When no placement fits, the planner tries splitting one keyed window
+replica that only spokes may run (a ``@local`` window of one source site)
+into two halves of its key hash space (:mod:`spanedge.keyrange`). The
+replica's own site keeps the keys in ``[0, KEY_SPACE/2)`` and runs as
+placed by the integer program, with half the window's load and half that
+of the record-level replicas after it; a *part* at another spoke owns the
+other half. The part runs the window over its keys, the record-level
+replicas after it over its results, and the record-level replicas of the
+same source site before it again, only to feed itself: its load is theirs
+plus half of the rest, reserved from its spoke's CPU before the program is
+solved. Keys are assumed uniform (each half gets half the records): the
+placement has no per-key rates, only the window's ``keys`` hint. The part
+reads the source site's stream over the link to its spoke, and its results
+leave from there; the objective counts both like any crossing.
+
+The search tries the heaviest splittable windows, each at every spoke it
+may run at (the previous part's spoke first), and keeps the cheapest split
+that fits. A merge back is the planner's ordinary plan once one site can
+carry the replica again (see :func:`placement.planner.solve`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from placement.cost import Weights, edge_cost, objective
+from placement.latency import LatencyMatrix
+from placement.problem import Previous, Problem, build_problem
+from spanedge.app import App
+from spanedge.errors import InfeasiblePlacement
+from spanedge.keyrange import KEY_SPACE, describe
+from spanedge.operators import Kind
+from spanedge.plan import KeyPart, SolverInfo
+from spanedge.sites import Sites
+
+#: The share of its keys (and, keys being assumed uniform, of its records) the replica's own site keeps.
+SHARE = 0.5
+#: The first key of the part's range.
+SPLIT_AT = KEY_SPACE // 2
+#: How many splittable windows the search tries, heaviest first.
+MAX_TRIED = 2
+
+#: Places a problem: its complete placement, hub and solver info; raises InfeasiblePlacement.
+Place = Callable[[Problem], tuple[dict[str, str], str, SolverInfo]]
+
+
+@dataclass(frozen=True)
+class Split:
+    """A placement with one replica split by key: the problem it was solved on, its placement and the part."""
+
+    problem: Problem
+    placement: dict[str, str]
+    hub: str
+    info: SolverInfo
+    part: KeyPart
+    extra_objective: float
+    extra_wan: float
+    score: float  # the objective of the placement, the part's traffic included
+
+
+def chain(problem: Problem, rid: str) -> tuple[list[str], list[str]] | None:
+    """The replicas a part of ``rid`` runs with it: ``(before, after)``, or ``None`` if it cannot be split.
+
+    ``before``: the replicas of its source site feeding it, which must be
+    record-level (or unions); ``after``: those it feeds at a spoke, which
+    must be record-level or sinks. A replica after it that may run at a
+    spoke but is not its source site's (a singleton) cannot take a part's
+    results, and neither can a window: then the replica is not split.
+    """
+    group = problem.replicas[rid].group
+    before: list[str] = []
+    todo = [rid]
+    while todo:
+        for e in problem.in_edges.get(todo.pop(), ()):
+            u = problem.replicas[e.src]
+            if u.is_source or u.id in before:
+                continue
+            if u.group != group or not (u.op.record_level or u.op.kind is Kind.UNION):
+                return None
+            before.append(u.id)
+            todo.append(u.id)
+    after: list[str] = []
+    todo = [rid]
+    while todo:
+        for e in problem.out_edges.get(todo.pop(), ()):
+            d = problem.replicas[e.dst]
+            if d.id in after or all(problem.is_hub(c) for c in d.candidates):
+                continue
+            if d.group != group or not (d.op.record_level or d.op.kind is Kind.SINK):
+                return None
+            after.append(d.id)
+            todo.append(d.id)
+    order = {r: i for i, r in enumerate(problem.order)}
+    return sorted(before, key=order.__getitem__), sorted(after, key=order.__getitem__)
+
+
+def splittable(problem: Problem) -> list[str]:
+    """Keyed windows of one source site that only spokes may run and that can be split, heaviest first."""
+    found = [
+        r.id
+        for r in problem.decisions()
+        if r.op.window is not None
+        and r.group is not None
+        and len(r.candidates) > 1
+        and not any(problem.is_hub(c) for c in r.candidates)
+        and chain(problem, r.id) is not None
+    ]
+    return sorted(found, key=lambda rid: -problem.load(rid))
+
+
+def part_load(problem: Problem, rid: str) -> float:
+    """Cores a part of ``rid`` uses: the replicas before it whole, itself and those after it for its keys."""
+    links = chain(problem, rid)
+    assert links is not None
+    before, after = links
+    own = problem.replicas[rid].load + sum(problem.replicas[d].load for d in after)
+    return sum(problem.replicas[u].load for u in before) + (1 - SHARE) * own
+
+
+def part_traffic(
+    problem: Problem, weights: Weights, placement: dict[str, str], rid: str, site: str
+) -> tuple[float, float]:
+    """The objective and WAN bytes/s a part at ``site`` adds to a placement of ``problem`` (solved with shares).
+
+    The part reads its sources' streams whole and sends what leaves its
+    chain, the other share of what the replica's own site sends.
+    """
+    links = chain(problem, rid)
+    assert links is not None
+    before, after = links
+    here = {rid, *before, *(d for d in after if placement[d] == placement[rid])}
+    scale = (1 - SHARE) / SHARE
+    cost = wan = 0.0
+    for member in here:
+        for e in problem.in_edges.get(member, ()):
+            if problem.replicas[e.src].is_source and placement[e.src] != site:
+                cost += edge_cost(problem, weights, e, placement[e.src], site)
+                wan += e.bytes_per_s
+        for e in problem.out_edges.get(member, ()):
+            if e.dst not in here and placement[e.dst] != site:
+                cost += scale * edge_cost(problem, weights, e, site, placement[e.dst])
+                wan += scale * e.bytes_per_s
+    return cost, wan
+
+
+def capped(sites: Sites, site: str, cpu: float) -> Sites:
+    """``sites`` with ``site``'s CPU set to ``cpu`` (what is left once a part's load is reserved)."""
+    updated = {**sites.sites, site: msgspec.structs.replace(sites.sites[site], cpu=cpu)}
+    return msgspec.structs.replace(sites, sites=updated)
+
+
+def search(
+    app: App,
+    sites: Sites,
+    matrix: LatencyMatrix,
+    weights: Weights,
+    problem: Problem,
+    place: Place,
+    previous: Previous | None = None,
+) -> Split | None:
+    """The cheapest placement with one keyed window split in two by key that fits, or ``None``.
+
+    ``problem`` is the unsplit problem (found infeasible); ``place`` solves a
+    problem. With ``previous``, the spoke of its part of a replica is tried
+    first and kept unless another split is better by more than the hysteresis.
+    """
+    before = previous.placement if previous is not None else None
+    earlier = {p.replica: p.site for p in previous.parts} if previous is not None else {}
+    options: list[Split] = []
+    for rid in splittable(problem)[:MAX_TRIED]:
+        need = part_load(problem, rid)
+        replica = problem.replicas[rid]
+        spokes = sorted(replica.candidates, key=lambda s: (s != earlier.get(rid), replica.candidates.index(s)))
+        for site in spokes:
+            left = sites.sites[site].cpu - need
+            if left <= 0:
+                continue
+            split = build_problem(app, capped(sites, site, left), matrix, before, shares={rid: SHARE})
+            try:
+                placement, hub, info = place(split)
+            except InfeasiblePlacement:
+                continue
+            if placement[rid] == site:
+                continue  # both halves at one site: that is no split
+            cost, wan = part_traffic(split, weights, placement, rid, site)
+            score = objective(split, weights, placement) + cost
+            reason = (
+                f"split by key: no spoke within reach carries '{replica.op.name}' of {replica.home} "
+                f"({problem.load(rid):.3g} cores) with the rest of its site's operators; "
+                f"{describe(SPLIT_AT, KEY_SPACE)} here ({need:.3g} cores), the others at {placement[rid]}"
+            )
+            part = KeyPart(rid, site, SPLIT_AT, KEY_SPACE, reason=reason)
+            options.append(Split(split, placement, hub, info, part, cost, wan, score))
+        if options:
+            break
+    if not options:
+        return None
+    # ties go to a split that leaves the replica's own site where it was (or at its source site)
+    stay = {rid: (before or {}).get(rid, problem.replicas[rid].home) for rid in {s.part.replica for s in options}}
+    best = min(options, key=lambda s: (round(s.score, 9), s.placement[s.part.replica] != stay[s.part.replica]))
+    if previous is not None:
+        kept = [s for s in options if earlier.get(s.part.replica) == s.part.site]
+        if kept and kept[0].score <= best.score * (1 + previous.hysteresis):
+            return kept[0]
+    return best
