@@ -80,7 +80,7 @@ def sites_router(coordinator: Coordinator) -> APIRouter:
         registry = coordinator.registry
         return {
             "generated_at": time.time(),
-            "alpha": registry.alpha,
+            "window_s": registry.latency_window_s,
             "stale_after_s": registry.stale_after_s,
             "links": registry.matrix(),
         }

@@ -1,14 +1,20 @@
 """Link latencies between sites: declared in ``sites.yaml``, measured by the agents' probes.
 
-An agent reports the round trip to each peer; a link's one-way estimate is
-half of it, smoothed (EWMA) and kept per unordered site pair. A
-measurement older than ``stale_after_s`` gives way to the declared value.
+An agent reports the round trip to each peer in every heartbeat; a link's
+one-way estimate is half of it, kept per unordered site pair as the trimmed
+mean of the reports of the last ``window_s`` seconds (:class:`LinkWindow`),
+so a jittering link moves its estimate far less than one report does. A level
+shift, :data:`SHIFT_REPORTS` reports in a row all far outside what the
+window saw before, restarts the window from them, so a lasting change
+shows in full within a few heartbeats. A measurement older than
+``stale_after_s`` gives way to the declared value.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import statistics
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,35 +25,130 @@ from spanedge.sites import Sites
 
 log = logging.getLogger(__name__)
 
+#: Seconds of reports a link's estimate is made of.
+WINDOW_S = 60.0
+#: A link's estimate leaves out this fraction of its window's reports at each end (slow probes, lucky ones).
+TRIM = 0.1
+#: At most this many reports are kept per link, however often sites report.
+MAX_REPORTS = 256
+#: A level shift takes this many reports in a row, all above or all below what the window saw before...
+SHIFT_REPORTS = 3
+#: ...by a factor of more than 1 + this, where what it saw spans its range and this many
+#: relative interquartile ranges (the link's noise) either side of its median...
+SHIFT_RELATIVE = 0.5
+SHIFT_SPREADS = 3.0
+#: ...and by more than this many milliseconds.
+SHIFT_FLOOR_MS = 1.0
+
 
 def pair(a: str, b: str) -> str:
     """The key of the link between ``a`` and ``b`` in either direction."""
     return "|".join(sorted((a, b)))
 
 
-@dataclass
-class Smoothed:
-    """An exponentially weighted moving average with the time of its last update."""
+@dataclass(frozen=True)
+class Estimate:
+    """A link's estimate from its window's one-way reports, their spread and the time of the last one.
+
+    Attributes:
+        p50_ms: trimmed mean of the reported one-way p50s.
+        p95_ms: trimmed mean of the reported one-way p95s.
+        spread_ms: the link's noise: the interquartile range of the reported p50s, or, if larger,
+            the relative one the window had when it last spanned half its length, times ``p50_ms``.
+        reports: how many reports the window holds.
+        samples: the probe count of the last report.
+        updated_at: when the last report came (seconds).
+    """
 
     p50_ms: float
     p95_ms: float
+    spread_ms: float
+    reports: int
     samples: int
     updated_at: float
 
-    def update(self, p50_ms: float, p95_ms: float, samples: int, now: float, alpha: float) -> None:
-        """Blend in a new measurement with weight ``alpha``."""
-        self.p50_ms = alpha * p50_ms + (1 - alpha) * self.p50_ms
-        self.p95_ms = alpha * p95_ms + (1 - alpha) * self.p95_ms
-        self.samples = samples
-        self.updated_at = now
+
+def _spread(values: list[float]) -> float:
+    """The interquartile range of ``values``; 0 for fewer than two."""
+    if len(values) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q3 - q1
+
+
+def _trimmed_mean(values: list[float]) -> float:
+    """The mean of ``values`` without the lowest and the highest :data:`TRIM` of them."""
+    ordered = sorted(values)
+    cut = int(len(ordered) * TRIM)
+    return statistics.fmean(ordered[cut : len(ordered) - cut])
+
+
+class LinkWindow:
+    """The one-way reports of one link over the last ``window_s`` seconds, and the estimate they give."""
+
+    def __init__(self, window_s: float) -> None:
+        """Keep the reports of the last ``window_s`` seconds."""
+        self.window_s = window_s
+        self._reports: deque[tuple[float, float, float]] = deque(maxlen=MAX_REPORTS)  # (at, p50, p95)
+        self._noise: float | None = None  # the window's relative spread when it last spanned half its length
+        self.estimate: Estimate | None = None
+
+    def add(self, p50_ms: float, p95_ms: float, samples: int, now: float) -> bool:
+        """Take a report made at ``now``; True if it completed a level shift (the window restarted)."""
+        self._reports.append((now, p50_ms, p95_ms))
+        while self._reports[0][0] < now - self.window_s:
+            self._reports.popleft()
+        shifted = self._shift()
+        p50s = [r[1] for r in self._reports]
+        mean = _trimmed_mean(p50s)
+        self.estimate = Estimate(
+            p50_ms=mean,
+            p95_ms=_trimmed_mean([r[2] for r in self._reports]),
+            spread_ms=max(_spread(p50s), (self._noise or 0.0) * mean),
+            reports=len(p50s),
+            samples=samples,
+            updated_at=now,
+        )
+        return shifted
+
+    def _shift(self) -> bool:
+        """Drop the reports before the last :data:`SHIFT_REPORTS` if those all lie far outside them.
+
+        Far is beyond the range of the reports before them, widened to
+        :data:`SHIFT_SPREADS` times the link's noise on each side of their
+        median, by a factor of 1 + :data:`SHIFT_RELATIVE`, up or down. The
+        noise is the relative interquartile range the window had when it
+        last spanned half its length, so a window restarted by a shift does
+        not take the next swing of the noise for another shift; until a
+        window first spans half its length the link's noise is unknown and
+        nothing counts as a shift.
+        """
+        reports = self._reports
+        if reports[-1][0] - reports[0][0] >= self.window_s / 2:
+            p50s = [r[1] for r in reports]
+            median = statistics.median(p50s)
+            self._noise = _spread(p50s) / median if median > 0 else 0.0
+        if self._noise is None or len(reports) <= SHIFT_REPORTS:
+            return False
+        before = [r[1] for r in list(reports)[:-SHIFT_REPORTS]]
+        recent = [r[1] for r in list(reports)[-SHIFT_REPORTS:]]
+        median = statistics.median(before)
+        usual = 1 + SHIFT_SPREADS * max(self._noise, _spread(before) / median if median > 0 else 0.0)
+        high = max(max(before), median * usual) * (1 + SHIFT_RELATIVE) + SHIFT_FLOOR_MS
+        low = min(min(before), median / usual) / (1 + SHIFT_RELATIVE) - SHIFT_FLOOR_MS
+        if all(v > high for v in recent) or all(v < low for v in recent):
+            for _ in before:
+                reports.popleft()
+            return True
+        return False
 
 
 class Links:
-    """The declared links of ``sites`` and the smoothed measurements (not thread-safe: the registry locks)."""
+    """The declared links of ``sites`` and the measured estimates (not thread-safe: the registry locks)."""
 
-    def __init__(self, sites: Sites, alpha: float, stale_after_s: float) -> None:
-        """Smooth with weight ``alpha``; forget a measurement after ``stale_after_s`` seconds."""
-        self.alpha = alpha
+    def __init__(self, sites: Sites, stale_after_s: float, window_s: float = WINDOW_S) -> None:
+        """Estimate each link over ``window_s`` seconds of reports; forget one after ``stale_after_s`` seconds."""
+        self.window_s = window_s
         self.stale_after_s = stale_after_s
         self._declared = LatencyMatrix.from_sites(sites)
         self._peers: dict[str, set[str]] = {}
@@ -55,7 +156,7 @@ class Links:
             a, b = link.between
             self._peers.setdefault(a, set()).add(b)
             self._peers.setdefault(b, set()).add(a)
-        self._measured: dict[str, Smoothed] = {}
+        self._measured: dict[str, LinkWindow] = {}
 
     def peers(self, site: str) -> set[str]:
         """The sites ``site`` has a declared link to or a measurement of (fresh or not)."""
@@ -77,23 +178,23 @@ class Links:
         key = pair(site, peer)
         self._peers.setdefault(site, set()).add(peer)
         self._peers.setdefault(peer, set()).add(site)
-        current = self._measured.get(key)
-        if current is None or now - current.updated_at > self.stale_after_s:
-            self._measured[key] = Smoothed(rtt / 2, p95 / 2, samples, now)
-        else:
-            current.update(rtt / 2, p95 / 2, samples, now, self.alpha)
+        window = self._measured.get(key)
+        if window is None or window.estimate is None or now - window.estimate.updated_at > self.stale_after_s:
+            window = self._measured[key] = LinkWindow(self.window_s)
+        if window.add(rtt / 2, p95 / 2, samples, now):
+            log.info("link %s: a level shift to %.1f ms; its estimate restarts from it", key.replace("|", "–"), rtt / 2)
 
-    def measured(self, a: str, b: str) -> Smoothed | None:
-        """A copy of the measurement of the link between ``a`` and ``b``, fresh or not."""
-        m = self._measured.get(pair(a, b))
-        return dataclasses.replace(m) if m is not None else None
+    def measured(self, a: str, b: str) -> Estimate | None:
+        """The estimate of the link between ``a`` and ``b``, fresh or not."""
+        window = self._measured.get(pair(a, b))
+        return window.estimate if window is not None else None
 
     def declared(self, a: str, b: str) -> tuple[float, float, float, str]:
         """``(latency_ms, bandwidth_mbps, cost, origin)`` that sites.yaml gives from ``a`` to ``b``."""
         info = self._declared.info(a, b)
         return info.latency_ms, info.bandwidth_mbps, info.cost, info.origin
 
-    def row(self, a: str, b: str, m: Smoothed | None, now: float) -> dict[str, Any]:
+    def row(self, a: str, b: str, m: Estimate | None, now: float) -> dict[str, Any]:
         """The estimate of the link from ``a`` to ``b``: the measurement ``m`` if fresh, else declared."""
         latency, bandwidth, cost, origin = self.declared(a, b)
         row: dict[str, Any] = {
@@ -107,6 +208,8 @@ class Links:
             "source": origin,
             "age_s": None,
             "samples": 0,
+            "spread_ms": None,
+            "reports": 0,
         }
         if m is not None and now - m.updated_at <= self.stale_after_s:
             row.update(
@@ -115,6 +218,8 @@ class Links:
                 source="measured",
                 age_s=round(now - m.updated_at, 3),
                 samples=m.samples,
+                spread_ms=round(m.spread_ms, 3),
+                reports=m.reports,
                 measured_at=datetime.fromtimestamp(m.updated_at, UTC).isoformat(),
             )
         return row

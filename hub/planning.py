@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import traceback
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from hub.registry import SiteRegistry
+from placement.problem import HYSTERESIS
 from spanedge.app import App
 from spanedge.errors import InvalidDataflow, SpanEdgeError
 from spanedge.loader import load_app_source
@@ -36,6 +38,27 @@ class Planner(Protocol):
         ...
 
 
+#: A re-plan moves replicas only if it gains more than this many times the measured links' relative spread.
+NOISE_MARGIN = 0.5
+
+
+def noise_hysteresis(latency_rows: list[dict[str, Any]], hysteresis: float, margin: float) -> float:
+    """The least relative gain a re-plan must bring to move anything: ``hysteresis``, or more on noisy links.
+
+    The noise is the median, over the measured links in ``latency_rows``, of
+    each one's interquartile range over its estimate (``latency_spread_ms``
+    over ``latency_p50_ms``, :mod:`hub.links`); a re-plan must gain ``margin``
+    times it, so a placement that only looks better because the noise swung
+    the estimates does not replace the plan in force.
+    """
+    spreads = [
+        float(r["latency_spread_ms"]) / float(r["latency_p50_ms"])
+        for r in latency_rows
+        if r.get("latency_spread_ms") is not None and float(r["latency_p50_ms"]) > 0
+    ]
+    return max(hysteresis, margin * statistics.median(spreads)) if spreads else hysteresis
+
+
 def default_planner(
     app: App,
     sites: Sites,
@@ -45,24 +68,37 @@ def default_planner(
     slo_ms: float | None,
     version: int,
     previous: Plan | None = None,
+    hysteresis: float = HYSTERESIS,
+    noise_margin: float = NOISE_MARGIN,
+    migration_weight: float | None = None,
 ) -> Plan:
     """Solve the placement ILP over the declared links overlaid with the measured ones.
 
     ``weights`` holds the objective weights by name (``traffic``, ``latency``,
-    ``migration``). The plan carries the totals of the central and
-    local-first baselines. A re-plan of ``previous`` keeps its placement
-    unless the new one is better by more than the hysteresis, and ties go to
-    the sites it used (see :func:`placement.solve`).
+    ``migration``); ``migration_weight``, if given, replaces the last. The
+    plan carries the totals of the central and local-first baselines. A
+    re-plan of ``previous`` keeps its placement unless the new one is better
+    by more than the hysteresis: ``hysteresis``, or ``noise_margin`` times
+    the measured links' relative spread if that is more
+    (:func:`noise_hysteresis`); ties go to the sites it used (see
+    :func:`placement.solve`). The hub plans with the defaults; a planner
+    without hysteresis or migration cost is
+    ``functools.partial(default_planner, hysteresis=0, noise_margin=0, migration_weight=0)``.
     """
     import placement
 
     matrix = placement.LatencyMatrix.from_sites(sites).with_measurements(latency_rows, where="heartbeat latencies")
+    named = dict(weights or {})
+    if migration_weight is not None:
+        named["migration"] = migration_weight
     try:
-        w = placement.Weights(**dict(weights)) if weights else placement.Weights()
+        w = placement.Weights(**named)
     except TypeError:
         msg = f"unknown placement weights {sorted(weights or {})}; the weights are 'traffic', 'latency' and 'migration'"
         raise ValueError(msg) from None
-    before = placement.Previous.of(previous) if previous is not None else None
+    before = None
+    if previous is not None:
+        before = placement.Previous.of(previous, hysteresis=noise_hysteresis(latency_rows, hysteresis, noise_margin))
     return placement.solve(
         app, sites, latency=matrix, weights=w, slo_ms=slo_ms, version=version, baselines=BASELINES, previous=before
     )

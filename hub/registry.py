@@ -1,10 +1,11 @@
 """The site registry: which sites are alive, what they report, and the links between them.
 
 Heartbeats from the agents feed a :class:`SiteRegistry`: their counters,
-the smoothed one-way latency to their peers (:mod:`hub.links`) and the
-measured rate of every stream they source. The coordinator places apps with
-those measurements (declared ``sites.yaml`` values where nothing fresh was
-measured); ``GET /sites`` and ``GET /latency`` show them.
+the one-way latency to their peers (a trimmed mean over a window of
+reports, :mod:`hub.links`) and the smoothed rate of every stream they
+source. The coordinator places apps with those measurements (declared
+``sites.yaml`` values where nothing fresh was measured); ``GET /sites`` and
+``GET /latency`` show them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from hub.links import Links, pair
+from hub.links import WINDOW_S, Links, pair
 from placement.latency import LatencyMatrix
 from spanedge.sites import Sites
 
@@ -46,6 +47,7 @@ class SiteRegistry:
         down_after_s: float = 15.0,
         alpha: float = 0.3,
         stale_after_s: float = 300.0,
+        latency_window_s: float = WINDOW_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Track ``sites``.
@@ -53,21 +55,27 @@ class SiteRegistry:
         Args:
             sites: the declared sites.
             down_after_s: a site is down after this many seconds without a heartbeat.
-            alpha: EWMA weight of a new latency or rate measurement (0 < alpha <= 1).
+            alpha: EWMA weight of a new stream rate measurement (0 < alpha <= 1).
             stale_after_s: measurements older than this fall back to declared values.
+            latency_window_s: a link's latency is a trimmed mean of the reports of this many seconds
+                (:class:`hub.links.LinkWindow`).
             clock: the time source (seconds).
         """
         if not 0 < alpha <= 1:
-            msg = f"latency smoothing alpha must be in (0, 1], got {alpha}"
+            msg = f"rate smoothing alpha must be in (0, 1], got {alpha}"
+            raise ValueError(msg)
+        if not latency_window_s > 0:
+            msg = f"latency window must be a positive number of seconds, got {latency_window_s!r}"
             raise ValueError(msg)
         self.sites = sites
         self.down_after_s = down_after_s
         self.alpha = alpha
         self.stale_after_s = stale_after_s
+        self.latency_window_s = latency_window_s
         self._clock = clock
         self._lock = threading.Lock()
         self._state: dict[str, _SiteState] = {name: _SiteState() for name in sites.sites}
-        self._links = Links(sites, alpha, stale_after_s)
+        self._links = Links(sites, stale_after_s, latency_window_s)
         self._rates: dict[tuple[str, str], float] = {}
         self._unknown: set[str] = set()
         self._rows: dict[str, tuple[int, dict[str, Any]]] = {}  # per site: revision, status row without live fields
@@ -182,7 +190,9 @@ class SiteRegistry:
     def latency_rows(self) -> list[dict[str, Any]]:
         """The fresh measurements, in the row format of ``LatencyMatrix.with_measurements``.
 
-        Only the pairs a site measured are visited, not the whole matrix.
+        Only the pairs a site measured are visited, not the whole matrix. Each
+        row also has ``latency_spread_ms``, the interquartile range of the
+        link's reports (:func:`hub.planning.noise_hysteresis` reads it).
         """
         order = {name: i for i, name in enumerate(self.sites.sites)}
         now = self._clock()
@@ -201,6 +211,7 @@ class SiteRegistry:
                         "dst": b,
                         "latency_p50_ms": r["latency_ms"],
                         "latency_p95_ms": r["p95_ms"],
+                        "latency_spread_ms": r["spread_ms"],
                         "measured_at": r["measured_at"],
                     }
                 )

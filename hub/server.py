@@ -47,7 +47,8 @@ class HubConfig:
     trigger: str = "500 milliseconds"
     hub_site: str | None = None
     down_after_s: float = 15.0
-    latency_alpha: float = 0.3
+    #: the weight of the newest report in the moving average of each stream's rate (link latencies: hub.links)
+    rate_alpha: float = 0.3
     drift_threshold: float = 0.5
     min_replan_interval_s: float = 60.0
     check_interval_s: float = 5.0
@@ -73,7 +74,7 @@ class Hub:
         self.broker = site.mqtt()
         self.state_dir = Path(config.state_dir)
         self.store = StateStore(self.state_dir)
-        self.registry = SiteRegistry(sites, down_after_s=config.down_after_s, alpha=config.latency_alpha)
+        self.registry = SiteRegistry(sites, down_after_s=config.down_after_s, alpha=config.rate_alpha)
         self.control = MqttControl(
             self.broker,
             client_id=f"spanedge-hub-control-{site.name}",

@@ -19,12 +19,13 @@ from hub.ingest import Ingest
 from hub.lifecycle import before_slot
 from spanedge import App, agg, sinks
 from spanedge.envelope import Record
-from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals
+from spanedge.plan import Plan
 from spanedge.runtime import Pipeline, from_plan
 from spanedge.runtime.outputs import HubRecord
 from spanedge.sites import parse_sites
 from tests.integration.hubkit import T0, Publisher, broker_of
 from tests.integration.test_hub_engine import caught_up
+from tests.plans import chain_plan
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.spark
@@ -50,19 +51,8 @@ def make_app() -> App:
 
 
 def make_plan(site: str, version: int) -> Plan:
-    return Plan(
-        app="moving",
-        version=version,
-        hub="cloud",
-        assignments=(
-            Assignment("readings@tiny", "readings", "tiny", "tiny", "source"),
-            Assignment("stats@tiny", "stats", "tiny", site, "test", version if version > 1 else 0),
-            Assignment("out", "out", None, "cloud", "test"),
-        ),
-        flows=(Flow("readings@tiny", "stats@tiny", 10.0, 1000.0), Flow("stats@tiny", "out", 1.0, 100.0)),
-        totals=Totals(0.0, 0.0, 0.0, 0.0),
-        solver=SolverInfo("test", "ok", 0.0),
-    )
+    """Tiny's ``stats`` replica at ``site`` since ``version`` (0 for the first), the sink at the hub."""
+    return chain_plan("moving", version, {"tiny": [("stats", site, version if version > 1 else 0)]})
 
 
 class Spoke:

@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from spanedge import App, agg, sinks
-from spanedge.plan import Assignment, Flow, Handover, Plan, SolverInfo, Totals
+from spanedge.plan import Handover, Plan
 from spanedge.runtime import Pipeline, from_plan
+from tests.plans import chain_plan
 
 T0 = 1_700_000_000.0
 SWITCH = T0 + 60.0  # a multiple of 10 s and of the 5 s slide
@@ -32,25 +33,8 @@ def make_app(slide: float | None, gap: float | None = None) -> App:
 
 
 def make_plan(site: str, version: int, since: int, handovers: tuple[Handover, ...] = ()) -> Plan:
-    return Plan(
-        app="farm",
-        version=version,
-        hub="cloud",
-        assignments=(
-            Assignment("readings@tiny", "readings", "tiny", "tiny", "source"),
-            Assignment("double@tiny", "double", "tiny", site, "offloaded", since),
-            Assignment("win@tiny", "win", "tiny", site, "offloaded", since),
-            Assignment("out", "out", None, "cloud", "@global_"),
-        ),
-        flows=(
-            Flow("readings@tiny", "double@tiny", 10.0, 1000.0),
-            Flow("double@tiny", "win@tiny", 10.0, 1000.0),
-            Flow("win@tiny", "out", 1.0, 100.0),
-        ),
-        totals=Totals(100.0, 5.0, 5.0, 1.0),
-        solver=SolverInfo("test", "optimal", 0.0),
-        handovers=handovers,
-    )
+    """Tiny's ``double`` and ``win`` replicas offloaded to ``site``, the sink at the hub."""
+    return chain_plan("farm", version, {"tiny": [("double", site, since), ("win", site, since)]}, handovers=handovers)
 
 
 def moved_plan() -> Plan:

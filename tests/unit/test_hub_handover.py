@@ -12,8 +12,9 @@ import pytest
 from hub import cutoffs
 from hub.handover import before_placement, hub_moves, stamp_handovers
 from spanedge import App, agg, sinks
-from spanedge.plan import Assignment, Flow, Handover, Plan, SolverInfo, Totals
+from spanedge.plan import Handover, Plan
 from spanedge.runtime import from_plan
+from tests.plans import chain_plan
 
 T0 = 1_700_000_000.0
 
@@ -30,25 +31,8 @@ def make_app(downstream: float | None = None) -> App:
 
 def make_plan(site: str, version: int, since: int, handovers: tuple[Handover, ...] = (), chain: bool = False) -> Plan:
     """``win@tiny`` (and ``double@tiny`` with ``chain``) at ``site``; the rest at its source site or the hub."""
-    return Plan(
-        app="farm",
-        version=version,
-        hub="cloud",
-        assignments=(
-            Assignment("readings@tiny", "readings", "tiny", "tiny", "source"),
-            Assignment("double@tiny", "double", "tiny", site if chain else "tiny", "", since if chain else 0),
-            Assignment("win@tiny", "win", "tiny", site, "", since),
-            Assignment("out", "out", None, "cloud", "@global_"),
-        ),
-        flows=(
-            Flow("readings@tiny", "double@tiny", 10.0, 1000.0),
-            Flow("double@tiny", "win@tiny", 10.0, 1000.0),
-            Flow("win@tiny", "out", 1.0, 100.0),
-        ),
-        totals=Totals(100.0, 5.0, 5.0, 1.0),
-        solver=SolverInfo("test", "optimal", 0.0),
-        handovers=handovers,
-    )
+    double = ("double", site, since) if chain else ("double", "tiny", 0)
+    return chain_plan("farm", version, {"tiny": [double, ("win", site, since)]}, handovers=handovers)
 
 
 def readings(start: float, end: float, step: float = 0.5) -> list[bytes]:

@@ -20,6 +20,7 @@ from spanedge.envelope import Record, encode_batch
 from spanedge.operators import Kind
 from spanedge.plan import Assignment, Flow, Handover, Plan, SolverInfo, Totals
 from spanedge.sites import Broker, Sites, parse_sites
+from tests.plans import chain_plan
 from tests.unit.fakes import FakeIngestClient, message
 
 APP = "farm"
@@ -27,22 +28,8 @@ APP = "farm"
 
 def make_plan(version: int, means_at: str, handovers: tuple[Handover, ...] = ()) -> Plan:
     """Field-east's source at field-east, its window ``means`` offloaded to ``means_at``, the sink at the hub."""
-    return Plan(
-        app=APP,
-        version=version,
-        hub="cloud",
-        assignments=(
-            Assignment("probes@field-east", "probes", "field-east", "field-east", "source"),
-            Assignment("means@field-east", "means", "field-east", means_at, "offloaded", version),
-            Assignment("probes@barn", "probes", "barn", "barn", "source"),
-            Assignment("means@barn", "means", "barn", "barn", "@local"),
-            Assignment("out", "out", None, "cloud", "@global_"),
-        ),
-        flows=(Flow("means@field-east", "out", 1.0, 100.0), Flow("means@barn", "out", 1.0, 100.0)),
-        totals=Totals(100.0, 5.0, 5.0, 1.0),
-        solver=SolverInfo("test", "optimal", 0.0),
-        handovers=handovers,
-    )
+    chains = {"field-east": [("means", means_at, version)], "barn": [("means", "barn", 0)]}
+    return chain_plan(APP, version, chains, source="probes", handovers=handovers)
 
 
 def test_a_site_may_publish_the_streams_of_the_replicas_a_plan_runs_there() -> None:

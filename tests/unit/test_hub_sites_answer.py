@@ -56,7 +56,7 @@ def test_pair_latencies_and_latency_rows_match_the_whole_matrix() -> None:
         assert registry.pair_latencies() == whole
         measured = [
             {k: r[k2] for k, k2 in (("src", "src"), ("dst", "dst"), ("latency_p50_ms", "latency_ms"))}
-            | {"latency_p95_ms": r["p95_ms"], "measured_at": r["measured_at"]}
+            | {"latency_p95_ms": r["p95_ms"], "latency_spread_ms": r["spread_ms"], "measured_at": r["measured_at"]}
             for r in registry.matrix()
             if r["source"] == "measured"
         ]
