@@ -176,7 +176,8 @@ def apps(work: Path) -> list[Any]:
     ]
 
 
-def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> dict[str, float]:
+def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path, cpu: dict[str, float]) -> dict[str, float]:
+    """Records/s of each path, by label; ``cpu`` receives the CPU-seconds each path spent per 100k records."""
     from hub.engine import Engine
     from hub.ingest import Ingest
     from spanedge.sites import parse_sites
@@ -186,9 +187,10 @@ def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> di
     n = args.records
     # Baseline: the publisher against the broker alone (nobody subscribed).
     pub = Publisher(url, "bench-base")
-    start = time.monotonic()
-    pub.send(pub.batches(n, 1_700_000_000.0, 1e-4))
+    start, cpu0 = time.monotonic(), cpu_seconds()
+    pub.send(pub.batches(n, 1_700_000_000.0, 1e-4))  # encoding included, as an edge agent's outbox does it
     out["publish only (baseline)"] = n / (time.monotonic() - start)
+    cpu["publish only (baseline)"] = (cpu_seconds() - cpu0) / n * 1e5
     pub.close()
 
     pass_app, window_app = apps(work)
@@ -199,11 +201,13 @@ def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> di
     pubs = {a.name: Publisher(url, a.name) for a in (pass_app, window_app)}
     t0 = time.time() - 3600
     payloads = {name: p.batches(n, t0, 1e-4) for name, p in pubs.items()}
-    start = time.monotonic()
+    start, cpu0 = time.monotonic(), cpu_seconds()
     for name, p in pubs.items():
         p.send(payloads[name])
     done = wait(lambda: ingest.stats()["records"] >= 2 * n, 300, "the ingest")
     out["MQTT -> ingest log"] = 2 * n / (done - start)
+    # the publisher's sends are in it too (its batches were encoded before): a few hundredths
+    cpu["MQTT -> ingest log"] = (cpu_seconds() - cpu0) / (2 * n) * 1e5
     ingest.stop()
 
     # The backlog through each query alone, with an availableNow trigger; the second run is warm.
@@ -211,7 +215,7 @@ def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> di
     try:
         for app, label in ((pass_app, "log -> Spark, no Python op"), (window_app, "log -> Spark, 1 s window")):
             for attempt in ("cold", "warm"):
-                start = time.monotonic()
+                start, cpu0 = time.monotonic(), cpu_seconds()
                 batch_engine.deploy(app, plan_for(app))
                 handles = [q.handle for q in batch_engine._apps[app.name].queries.values()]
                 done = wait(lambda h=handles: not any(x.isActive for x in h), 300, label)
@@ -219,6 +223,7 @@ def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> di
                     if h.exception() is not None:
                         raise RuntimeError(str(h.exception()))
                 out[f"{label} ({attempt})"] = n / (done - start)
+                cpu[f"{label} ({attempt})"] = (cpu_seconds() - cpu0) / n * 1e5
                 progress = [p for h in handles for p in h.recentProgress if p.get("numInputRows")]
                 busy_ms = sum(p["durationMs"]["triggerExecution"] for p in progress)
                 if attempt == "warm" and busy_ms:
@@ -233,7 +238,7 @@ def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> di
         ("MQTT -> Spark live, 1 s window", [window_app]),
         ("MQTT -> Spark live, window + pass-through", [window_app, pass_app]),
     ):
-        out[label] = live(url, spark, state, sites, live_apps, pubs, n, t_live)
+        out[label], cpu[label] = live(url, spark, state, sites, live_apps, pubs, n, t_live)
         t_live += 20
     for p in pubs.values():
         p.close()
@@ -242,8 +247,11 @@ def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path) -> di
 
 def live(
     url: str, spark: Any, state: Path, sites: Any, live_apps: list[Any], pubs: dict[str, Any], n: int, t0: float
-) -> float:
-    """Records/s from the first publish until every query of ``live_apps`` committed the last record."""
+) -> tuple[float, float]:
+    """Records/s from the first publish until every query of ``live_apps`` committed the last record.
+
+    Also the CPU-seconds per 100k records of the whole run (publisher, ingest and Spark).
+    """
     from hub import log as ingest_log
     from hub.engine import Engine
     from hub.ingest import Ingest
@@ -260,7 +268,7 @@ def live(
             wait(lambda a=app, t=tail: all_caught_up(engine, a.name, t), 300, "the warm-up")
         payloads = {a.name: pubs[a.name].batches(n, t0, 1e-4) for a in live_apps}
         before = ingest.stats()["records"]
-        start = time.monotonic()
+        start, cpu0 = time.monotonic(), cpu_seconds()
         senders = [threading.Thread(target=pubs[name].send, args=(batch,)) for name, batch in payloads.items()]
         for thread in senders:
             thread.start()
@@ -271,7 +279,7 @@ def live(
         for app in live_apps:
             tail = ingest_log.tail(engine.log_dir(app.name))
             wait(lambda a=app, t=tail: all_caught_up(engine, a.name, t), 300, "the live run")
-        return total / (time.monotonic() - start)
+        return total / (time.monotonic() - start), (cpu_seconds() - cpu0) / total * 1e5
     finally:
         engine.stop()
         ingest.stop()
@@ -420,6 +428,22 @@ GOALS = {
 }
 
 
+def print_budget(cpu: dict[str, float]) -> None:
+    """What 100k records/s would take of the machine's cores: the ingest and the window query, from the figures above."""
+    import os
+
+    ingest = cpu.get("MQTT -> ingest log")
+    spark = cpu.get("log -> Spark, 1 s window (warm)")
+    if ingest is None or spark is None:
+        return
+    cores = os.cpu_count() or 1
+    print(
+        f"CPU budget at 100k records/s: ingest {ingest:.2f} + Spark window {spark:.2f} = {ingest + spark:.2f} cores "
+        f"of the {cores} (the publisher, standing in for the edge sites, comes on top: "
+        f"{cpu['publish only (baseline)']:.2f} with its encoding)"
+    )
+
+
 def machine_load() -> str:
     """The 1-minute load average against the cores, as printed next to the figures."""
     import os
@@ -450,16 +474,19 @@ def main() -> None:
         spark = build_session(args.spark_master, app_name="spanedge-bench-hub")
         try:
             idle = idle_cpu(args, broker.url, spark, work)
-            rates = throughput(args, broker.url, spark, work)
+            cpu: dict[str, float] = {}
+            rates = throughput(args, broker.url, spark, work, cpu)
             lat = {t: latency(args, broker.url, spark, work, t) for t in LATENCY_TRIGGERS}
         finally:
             spark.stop()
     print(f"\nhub data plane — pyspark {pyspark.__version__}, {args.spark_master}, {args.records} records of ~80 bytes")
     print(f"machine: {load_before} at the start, {machine_load()} at the end")
-    print(f"{'path':<46}{'records/s':>12}{'vs publish only':>18}   goal")
+    print(f"{'path':<46}{'records/s':>12}{'vs publish only':>18}{'CPU-s/100k':>12}   goal")
     base = rates["publish only (baseline)"]
     for label, value in rates.items():
-        print(f"{label:<46}{value:>12,.0f}{value / base:>17.2f}x   {GOALS.get(label, '')}")
+        spent = f"{cpu[label]:>12.2f}" if label in cpu else f"{'':>12}"
+        print(f"{label:<46}{value:>12,.0f}{value / base:>17.2f}x{spent}   {GOALS.get(label, '')}")
+    print_budget(cpu)
     print(f"\nlatency at {args.rate:.0f} records/s ({args.seconds:.0f} s measured per trigger)")
     print(f"{'trigger':<18}{'stateless p50':>14}{'p99':>9}{'window p50':>12}{'p99':>9}{'batch ms':>10}{'samples':>9}")
     for trigger, m in lat.items():

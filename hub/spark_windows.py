@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
     from spanedge.operators import WindowSpec
 
+_KEYED = "_keyed"
+"""The aggregate counting a window's records that have the key (0 only in the group of records without it)."""
+
 _NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "FLOAT", "DOUBLE", "LONG", "INTEGER", "DECIMAL")
 
 
@@ -51,11 +54,14 @@ def window_frame(op: Operator, df: DataFrame, fields: dict[str, str], site: str,
     parsed = parsed.withWatermark("_ts", f"{lateness_ms} milliseconds")
     win = _window_column(spec)
     aggs = _aggregations(op, spec)
-    parsed = parsed.where(F.col(f"_r.`{spec.key}`").isNotNull())  # records without the key join no window
     keys = [win.alias("_w"), F.col(f"_r.`{spec.key}`").alias("_k")]
     if per_site:
         keys.append(F.col("site").alias("_site"))
-    grouped = parsed.groupBy(*keys).agg(*aggs)
+    # Records without the key join no window. Dropping them before the aggregation would parse each
+    # value twice (Spark pushes a filter on a parsed field below the parse, where it parses again);
+    # their group is dropped after it instead: it is the one that counted no key.
+    keyed = F.count(F.col(f"_r.`{spec.key}`")).alias(_KEYED)
+    grouped = parsed.groupBy(*keys).agg(*aggs, keyed).where(F.col(_KEYED) > 0)
     start = F.unix_micros(F.col("_w.start")) / F.lit(1_000_000.0)
     end = F.unix_micros(F.col("_w.end")) / F.lit(1_000_000.0)
     site_column = F.col("_site") if per_site else F.lit(site)
