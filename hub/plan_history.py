@@ -110,7 +110,7 @@ def _key_changes(old: Plan, new: Plan) -> str:
     """Why replicas were split or merged back with ``new``, as a suffix of a history reason."""
     parts_before = {p.replica: p for p in old.parts}
     notes = [
-        f"; {p.replica} split by key: {p.reason}" if p.reason else f"; {p.replica} split by key"
+        f"; {p.replica} {p.reason}" if p.reason else f"; {p.replica} split by key"
         for p in new.parts
         if p.replica not in parts_before or parts_before[p.replica].site != p.site
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spanedge.keyrange import complement, describe
 from spanedge.plan import Plan, Totals
 
 
@@ -68,7 +69,17 @@ def plan_report(plan: Plan, baselines: Sequence[str] = ()) -> list[Block]:
     )
     if plan.solver.gap is not None:
         head += f", gap {plan.solver.gap:.2%}"
-    placed = Table(("replica", "site", "why"), tuple((a.replica, a.site, a.reason) for a in plan.assignments))
+    split = {p.replica: p for p in plan.parts}
+    rows_placed = []
+    for a in plan.assignments:
+        part = split.get(a.replica)
+        if part is None:
+            rows_placed.append((a.replica, a.site, a.reason))
+            continue
+        kept = ", ".join(describe(lo, hi) for lo, hi in complement([(part.keys_from, part.keys_before)]))
+        rows_placed.append((f"{a.replica} ({kept})", a.site, a.reason))
+        rows_placed.append((f"{a.replica} ({describe(part.keys_from, part.keys_before)})", part.site, part.reason))
+    placed = Table(("replica", "site", "why"), tuple(rows_placed))
     parts: list[Block] = [head, "", placed, ""]
     compared = [(name, plan.baselines[name]) for name in baselines if name in plan.baselines]
     rows = [_totals_row(plan.solver.method, plan.totals), *(_totals_row(n, t) for n, t in compared)]

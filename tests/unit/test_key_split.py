@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import re
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from spanedge import App, agg, global_, sinks
 from spanedge.errors import InfeasiblePlacement
 from spanedge.keyrange import KEY_SPACE, PART_EPOCH, complement, key_hash
 from spanedge.plan import Plan
+from spanedge.report import render_plan
 from spanedge.runtime import Pipeline, from_plan
 from spanedge.sites import Sites, parse_sites
 
@@ -126,6 +128,13 @@ def test_the_planner_splits_a_window_no_single_spoke_can_carry() -> None:
     assert load["tiny"] + load["barn"] == pytest.approx(0.01 + 1.5 + 0.01, rel=0.05)
 
 
+def test_the_placement_table_shows_each_site_s_keys_of_a_split_replica() -> None:
+    plan = placement.solve(make_app(), make_sites(1.0))
+    table = render_plan(plan)
+    assert re.search(r"stats@tiny \(keys \[0%, 50%\)\)\s+tiny", table), table
+    assert re.search(r"stats@tiny \(keys \[50%, 100%\)\)\s+barn\s+split by key: no spoke within reach", table), table
+
+
 def test_only_keyed_windows_with_stateless_chains_are_splittable() -> None:
     app = make_app()
     problem = build_problem(app, make_sites(1.0), placement.LatencyMatrix.from_sites(make_sites(1.0)))
@@ -191,7 +200,7 @@ def test_a_split_and_a_merge_hand_over_only_the_keys_that_move() -> None:
     entry = history_entry(v2, T0, "site tiny over its CPU budget", carry_ownership(v2, None))
     assert entry.reason == "site tiny over its CPU budget"  # nothing split since itself
     split_entry = history_entry(v2, T0, "site tiny over its CPU budget", plans(app)[0])
-    assert "stats@tiny split by key: split by key: no spoke within reach carries 'stats'" in split_entry.reason
+    assert "stats@tiny split by key: no spoke within reach carries 'stats'" in split_entry.reason
     assert split_entry.moved[0]["change"] == "split"
     assert "stats@tiny merged back into tiny" in history_entry(v3, T0, "restored", v2).reason
 
