@@ -16,6 +16,9 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
 * latency, for triggers of 100 ms, 250 ms and 1 s: publish -> memory sink of each
   record of a stateless query (p50/p99), and window end -> window result at
   the sink for the windowed query (p50/p99), at a steady ``--rate``;
+* the floor, for each trigger: the same pass-through and window queries in
+  bare Spark, fed files at the same rate without MQTT, ingest or SpanEdge
+  (:func:`spark_floor`), the baseline of the latency figures;
 * idle: the CPU share of one core used by this process and its children
   (Spark's JVM, Python workers; not the broker) over ``--idle-seconds``
   with both apps deployed and no records arriving.
@@ -382,16 +385,10 @@ def latency(args: argparse.Namespace, url: str, spark: Any, work: Path, trigger:
                 nxt += 0.02
                 time.sleep(max(0.0, nxt - time.monotonic()))
 
-        # Warm up until results flow, then measure a steady stretch.
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        wait(lambda: len(engine.memory("windows")) > 0 and len(engine.memory("passed")) > 0, 180, "warm-up")
-        begin = time.time() + 1.0
-        time.sleep(args.seconds + 1.0)
-        end_send = time.time()
-        stop.set()
-        thread.join()
-        time.sleep(3.0)
+        def warmed() -> bool:
+            return len(engine.memory("windows")) > 0 and len(engine.memory("passed")) > 0
+
+        begin, end_send = steady_stretch(run, stop, warmed, args.seconds)
         passed = [
             arrived - row["value"]["sent"]
             for arrived, row in engine._memory.timed("passed")
@@ -402,22 +399,137 @@ def latency(args: argparse.Namespace, url: str, spark: Any, work: Path, trigger:
             for arrived, row in engine._memory.timed("windows")
             if begin <= row["value"]["window_start"] and row["value"]["window_end"] <= end_send
         ]
-        return {
-            "stateless p50 ms": 1000 * percentile(passed, 0.5),
-            "stateless p99 ms": 1000 * percentile(passed, 0.99),
-            "window p50 ms": 1000 * percentile(windows, 0.5),
-            "window p99 ms": 1000 * percentile(windows, 0.99),
-            "samples": float(len(passed)),
-            "windows": float(len(windows)),
-            "mean batch ms": statistics.fmean(
-                [m.get("batch_ms") or 0 for a in engine.metrics().values() for m in a["queries"].values()]
-            ),
-        }
+        batch_ms = [m.get("batch_ms") or 0 for a in engine.metrics().values() for m in a["queries"].values()]
+        return latency_figures(passed, windows, statistics.fmean(batch_ms))
     finally:
         stop.set()
         engine.stop()
         pub.close()
         ingest.stop()
+
+
+def spark_floor(args: argparse.Namespace, spark: Any, work: Path, trigger: str) -> dict[str, float]:
+    """The same two queries in bare Spark: what Spark alone allows on this machine, the latency baseline.
+
+    A thread writes the records straight into a folder as JSON-lines files, one
+    every :data:`hub.log.SEAL_INTERVAL_S` like sealed segments, at the same rate
+    and tick as :func:`latency`; a pass-through query and a keyed 1 s window
+    (count, mean; from_json, watermark 0, append) read it with Spark's file
+    source and collect each batch as Arrow in ``foreachBatch``. No MQTT, no
+    ingest, no SpanEdge operator, counting or sink.
+    """
+    import orjson
+    from pyspark.sql import functions as F
+
+    from hub.log import SEAL_INTERVAL_S
+    from hub.spark_source import LINE_DDL
+
+    folder = work / f"floor-{trigger.split()[0]}"
+    inbox = folder / "inbox"
+    inbox.mkdir(parents=True)
+    stop = threading.Event()
+    per_tick = max(1, int(args.rate / 50))
+
+    def feed() -> None:
+        lines: list[bytes] = []
+        seq, n = 0, 0
+        nxt = sealed = time.monotonic()
+        while not stop.is_set():
+            now = time.time()
+            for _ in range(per_tick):
+                value = {"k": f"k{seq % KEYS}", "ts": now, "v": 1.0, "sent": now}
+                line = {"site": "edge", "stream": "readings", "seq": seq, "event_time": now, "key": value["k"]}
+                lines.append(orjson.dumps({**line, "value": orjson.dumps(value).decode()}))
+                seq += 1
+            if time.monotonic() - sealed >= SEAL_INTERVAL_S:
+                tmp = folder / f".{n:09d}.tmp"
+                tmp.write_bytes(b"\n".join(lines) + b"\n")
+                tmp.rename(inbox / f"{n:09d}.jsonl")
+                lines, n, sealed = [], n + 1, time.monotonic()
+            nxt += 0.02
+            time.sleep(max(0.0, nxt - time.monotonic()))
+
+    arrivals: dict[str, list[tuple[float, dict[str, Any]]]] = {"passed": [], "windows": []}
+
+    def collect(name: str) -> Any:
+        def sink(df: Any, _batch: int) -> None:
+            values = df.toArrow().column("value").to_pylist()
+            now = time.time()
+            arrivals[name].extend((now, orjson.loads(v)) for v in values)
+
+        return sink
+
+    lines = spark.readStream.schema(LINE_DDL).json(str(inbox))
+    parsed = lines.withColumn("_r", F.from_json("value", "k STRING, v DOUBLE")).withColumn(
+        "_ts", F.timestamp_seconds("event_time")
+    )
+    windows = (
+        parsed.withWatermark("_ts", "0 milliseconds")
+        .groupBy(F.window("_ts", "1 second").alias("_w"), F.col("_r.k").alias("k"))
+        .agg(F.count(F.lit(1)).alias("n"), F.avg("_r.v").alias("mean_v"))
+        .select(
+            F.to_json(
+                F.struct(
+                    "k",
+                    (F.unix_micros(F.col("_w.start")) / 1e6).alias("window_start"),
+                    (F.unix_micros(F.col("_w.end")) / 1e6).alias("window_end"),
+                    "n",
+                    "mean_v",
+                )
+            ).alias("value")
+        )
+    )
+    queries = [
+        frame.writeStream.foreachBatch(collect(name))
+        .option("checkpointLocation", str(folder / f"checkpoint-{name}"))
+        .trigger(processingTime=trigger)
+        .start()
+        for name, frame in (("passed", lines.select("value")), ("windows", windows))
+    ]
+    try:
+        begin, end_send = steady_stretch(feed, stop, lambda: all(arrivals.values()), args.seconds)
+        batches = [p["durationMs"]["triggerExecution"] for q in queries for p in q.recentProgress]
+    finally:
+        stop.set()
+        for query in queries:
+            query.stop()
+    passed = [at - v["sent"] for at, v in arrivals["passed"] if begin <= v["sent"] <= end_send]
+    closed = [
+        at - v["window_end"]
+        for at, v in arrivals["windows"]
+        if begin <= v["window_start"] and v["window_end"] <= end_send
+    ]
+    return latency_figures(passed, closed, statistics.median(batches) if batches else 0.0)
+
+
+def steady_stretch(send: Any, stop: threading.Event, warmed: Any, seconds: float) -> tuple[float, float]:
+    """Run ``send`` in a thread until results flow, then ``seconds`` more; the measured stretch (wall times).
+
+    ``stop`` ends the sending; the results of the stretch get 3 s more to arrive.
+    """
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    wait(warmed, 180, "the first results")
+    begin = time.time() + 1.0
+    time.sleep(seconds + 1.0)
+    end_send = time.time()
+    stop.set()
+    thread.join()
+    time.sleep(3.0)
+    return begin, end_send
+
+
+def latency_figures(passed: list[float], windows: list[float], batch_ms: float) -> dict[str, float]:
+    """The latency row of one run: stateless and window p50/p99 in ms, the samples, a typical batch's ms."""
+    return {
+        "stateless p50 ms": 1000 * percentile(passed, 0.5),
+        "stateless p99 ms": 1000 * percentile(passed, 0.99),
+        "window p50 ms": 1000 * percentile(windows, 0.5),
+        "window p99 ms": 1000 * percentile(windows, 0.99),
+        "samples": float(len(passed)),
+        "windows": float(len(windows)),
+        "mean batch ms": batch_ms,
+    }
 
 
 GOALS = {
@@ -477,6 +589,7 @@ def main() -> None:
             cpu: dict[str, float] = {}
             rates = throughput(args, broker.url, spark, work, cpu)
             lat = {t: latency(args, broker.url, spark, work, t) for t in LATENCY_TRIGGERS}
+            floor = {t: spark_floor(args, spark, work, t) for t in LATENCY_TRIGGERS}
         finally:
             spark.stop()
     print(f"\nhub data plane — pyspark {pyspark.__version__}, {args.spark_master}, {args.records} records of ~80 bytes")
@@ -489,11 +602,13 @@ def main() -> None:
     print_budget(cpu)
     print(f"\nlatency at {args.rate:.0f} records/s ({args.seconds:.0f} s measured per trigger)")
     print(f"{'trigger':<18}{'stateless p50':>14}{'p99':>9}{'window p50':>12}{'p99':>9}{'batch ms':>10}{'samples':>9}")
-    for trigger, m in lat.items():
-        print(
-            f"{trigger:<18}{m['stateless p50 ms']:>12.0f}ms{m['stateless p99 ms']:>7.0f}ms"
-            f"{m['window p50 ms']:>10.0f}ms{m['window p99 ms']:>7.0f}ms{m['mean batch ms']:>10.0f}{m['samples']:>9.0f}"
-        )
+    for trigger in LATENCY_TRIGGERS:
+        for label, m in ((trigger, lat[trigger]), ("  bare Spark", floor[trigger])):
+            print(
+                f"{label:<18}{m['stateless p50 ms']:>12.0f}ms{m['stateless p99 ms']:>7.0f}ms"
+                f"{m['window p50 ms']:>10.0f}ms{m['window p99 ms']:>7.0f}ms{m['mean batch ms']:>10.0f}"
+                f"{m['samples']:>9.0f}"
+            )
     print(f"goals: stateless {GOALS['stateless']}, window close -> result {GOALS['window']}")
     print(
         f"\nidle hub (2 apps deployed, trigger {args.idle_trigger}, no records, {args.idle_seconds:.0f} s): "
@@ -502,6 +617,7 @@ def main() -> None:
     print("cold/warm: deploy to last record, first query of its kind in the session / run again;")
     print("in micro-batches: rows over the time Spark spent in the warm run's batches (no query start)")
     print("(window latency: from the window's end in wall time to its result at the sink)")
+    print("bare Spark: the same queries without MQTT, ingest or SpanEdge, fed files at the same rate (the floor)")
     print(f"total {time.monotonic() - started:.0f} s")
 
 
