@@ -165,6 +165,9 @@ class MoveModel(BaseModel):
     replica: str
     from_site: str = Field(alias="from", description="its site in the previous version")
     to_site: str = Field(alias="to", description="its site in this version")
+    switch_at: float | None = Field(
+        default=None, description="the handover's event time (epoch seconds): the new owner's windows start there"
+    )
 
 
 class KeyMoveModel(MoveModel):

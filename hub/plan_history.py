@@ -8,7 +8,7 @@ from typing import Any
 from hub.handover import key_moves
 from hub.state import AppRecord, HistoryEntry
 from spanedge.app import App
-from spanedge.keyrange import describe
+from spanedge.keyrange import KEY_SPACE, describe
 from spanedge.plan import Plan
 
 #: History entries kept per app.
@@ -76,34 +76,43 @@ def history_entry(plan: Plan, at: float, reason: str, previous: Plan | None) -> 
     )
 
 
-def moves(old: Plan, new: Plan) -> list[dict[str, str]]:
+def moves(old: Plan, new: Plan) -> list[dict[str, Any]]:
     """The replicas of both plans whose site differs, as ``{"replica", "from", "to"}`` in ``new``'s order.
 
     For a replica split by key in either plan, each key range that changes
     site is one move, with ``"keys"`` (the range) and ``"change"`` (``split``,
-    ``merge`` or ``keys``).
+    ``merge`` or ``keys``). A move ``new`` hands over also has ``"switch_at"``:
+    the event time from which its windows are the new owner's.
     """
     before = {a.replica: a.site for a in old.assignments}
     divided = {p.replica for p in (*old.parts, *new.parts)}
-    out = []
+    switches = {(h.replica, h.source, h.target, h.keys_from, h.keys_before): h.switch_at for h in new.handovers}
+    out: list[dict[str, Any]] = []
     for a in new.assignments:
         if a.replica not in before:
             continue
         if a.replica in divided:
-            out += _key_moves(old, new, a.replica)
+            out += _key_moves(old, new, a.replica, switches)
         elif before[a.replica] != a.site:
-            out.append({"replica": a.replica, "from": before[a.replica], "to": a.site})
+            move: dict[str, Any] = {"replica": a.replica, "from": before[a.replica], "to": a.site}
+            switch_at = switches.get((a.replica, before[a.replica], a.site, 0, KEY_SPACE))
+            out.append(move if switch_at is None else {**move, "switch_at": switch_at})
     return out
 
 
-def _key_moves(old: Plan, new: Plan, replica: str) -> list[dict[str, str]]:
+def _key_moves(
+    old: Plan, new: Plan, replica: str, switches: dict[tuple[str, str, str, int, int], float]
+) -> list[dict[str, Any]]:
     was = any(p.replica == replica for p in old.parts)
     now = any(p.replica == replica for p in new.parts)
     change = "split" if now and not was else "merge" if was and not now else "keys"
-    return [
-        {"replica": replica, "from": source, "to": target, "keys": describe(lo, hi), "change": change}
-        for _, source, target, _, lo, hi in key_moves(old, new, replica)
-    ]
+    out: list[dict[str, Any]] = []
+    for _, source, target, _, lo, hi in key_moves(old, new, replica):
+        move: dict[str, Any] = {"replica": replica, "from": source, "to": target, "keys": describe(lo, hi)}
+        move["change"] = change
+        switch_at = switches.get((replica, source, target, lo, hi))
+        out.append(move if switch_at is None else {**move, "switch_at": switch_at})
+    return out
 
 
 def _key_changes(old: Plan, new: Plan) -> str:

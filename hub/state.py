@@ -93,7 +93,8 @@ class HistoryEntry:
     """One plan version of an app: why it was made, what moved, and its cost against the baselines.
 
     ``moved`` lists the replicas whose site changed from the previous version, each as
-    ``{"replica", "from", "to"}`` (empty for a first deploy or an unchanged placement);
+    ``{"replica", "from", "to"}`` and, when the move is handed over, ``"switch_at"`` (the
+    event time of the split) (empty for a first deploy or an unchanged placement);
     ``baselines`` maps a baseline's name (``central``, ``local-first``) to its totals for
     this version's inputs. Records written before these fields existed load with both empty.
     """
@@ -103,7 +104,7 @@ class HistoryEntry:
     reason: str
     totals: dict[str, Any]
     changed: bool = True
-    moved: list[dict[str, str]] = field(default_factory=list)
+    moved: list[dict[str, Any]] = field(default_factory=list)
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 

@@ -445,7 +445,12 @@
   }
 
   function moveItem(m) {
-    return h("div", { "data-testid": "moved", "data-replica": m.replica, "data-from": m.from, "data-to": m.to, text: `${m.replica}: ${m.from} → ${m.to}` });
+    const keys = m.keys ? ` (${m.keys})` : "";
+    const at = isNum(m.switch_at) ? `, windows from ${clock(m.switch_at)}` : "";
+    return h("div", {
+      "data-testid": "moved", "data-replica": m.replica, "data-from": m.from, "data-to": m.to,
+      text: `${m.replica}${keys}: ${m.from} → ${m.to}${at}`,
+    });
   }
 
   function baselineText(name, b, objective) {

@@ -45,8 +45,10 @@ class OperatorView(TypedDict):
     out_rate: float | None
 
 
-MoveView = TypedDict("MoveView", {"replica": str, "from": str, "to": str})
-"""A replica whose site changed with a plan version: ``{"replica", "from", "to"}``."""
+MoveView = TypedDict(
+    "MoveView", {"replica": str, "from": str, "to": str, "keys": str | None, "switch_at": float | None}
+)
+"""A replica (or a key range of one) whose site changed with a plan version, and the handover's switch time."""
 
 
 class HistoryView(TypedDict):
@@ -377,7 +379,14 @@ def _history_view(entry: Any, plan: Any) -> HistoryView:
 
 
 def _move_view(move: Mapping[str, Any]) -> MoveView:
-    return {"replica": str(move.get("replica", "")), "from": str(move.get("from", "")), "to": str(move.get("to", ""))}
+    keys = move.get("keys")
+    return {
+        "replica": str(move.get("replica", "")),
+        "from": str(move.get("from", "")),
+        "to": str(move.get("to", "")),
+        "keys": str(keys) if keys else None,
+        "switch_at": _number(move.get("switch_at")),
+    }
 
 
 # -- sites, links, hub ---------------------------------------------------------------------------

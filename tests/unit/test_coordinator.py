@@ -412,9 +412,10 @@ def test_the_history_records_what_moved_and_the_baselines(sites: Sites, clock: C
     assert coordinator.check_drift() == ["demo"]
     moved = coordinator.record("demo").history[-1]
     assert moved.version == 2
+    switch = {h.replica: h.switch_at for h in coordinator.record("demo").plan.handovers}
     assert moved.moved == [
-        {"replica": "double", "from": "cloud", "to": "a"},
-        {"replica": "out", "from": "cloud", "to": "a"},
+        {"replica": "double", "from": "cloud", "to": "a", "switch_at": switch["double"]},
+        {"replica": "out", "from": "cloud", "to": "a", "switch_at": switch["out"]},
     ]
     assert set(moved.baselines) == {"central"}
 

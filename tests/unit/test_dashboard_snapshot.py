@@ -194,13 +194,19 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
         950.0,
         "site over its CPU budget",
         {"objective": 1.0},
-        moved=[{"replica": "to_celsius@truck-7", "from": "truck-7", "to": "warehouse-north"}],
+        moved=[
+            {"replica": "to_celsius@truck-7", "from": "truck-7", "to": "warehouse-north", "switch_at": 940.0},
+            {"replica": "stats@truck-9", "from": "truck-9", "to": "truck-7", "keys": "keys [50%, 100%)"},
+        ],
         baselines={"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}},
     )
     view = app_view(dataclasses.replace(record, history=[older, moved]), [])
     first, second = view["history"]
     assert (first["moved"], first["baselines"]) == ([], {})  # not the current version: nothing to show
-    assert second["moved"] == [{"replica": "to_celsius@truck-7", "from": "truck-7", "to": "warehouse-north"}]
+    assert second["moved"] == [
+        {"replica": "to_celsius@truck-7", "from": "truck-7", "to": "warehouse-north", "keys": None, "switch_at": 940.0},
+        {"replica": "stats@truck-9", "from": "truck-9", "to": "truck-7", "keys": "keys [50%, 100%)", "switch_at": None},
+    ]
     assert second["baselines"] == {"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}}
 
 

@@ -502,9 +502,10 @@ def test_the_placement_history_shows_what_moved_and_the_baselines(client: TestCl
     coordinator.planner = parse_at_the_hub
     coordinator.replan("demo", "latency a–cloud 40→10 ms")
     history = client.get("/apps/demo/placement", headers=AUTH).json()["history"]
+    (handover,) = coordinator.record("demo").plan.handovers
     assert [(h["version"], h["moved"]) for h in history] == [
         (1, []),
-        (2, [{"replica": "parse@a", "from": "a", "to": "cloud"}]),
+        (2, [{"replica": "parse@a", "from": "a", "to": "cloud", "switch_at": handover.switch_at}]),
     ]
     assert history[1]["baselines"]["central"]["objective"] == 2.0
     assert history[1]["baselines"]["local-first"]["worst_latency_ms"] == 60

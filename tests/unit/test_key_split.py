@@ -194,9 +194,8 @@ def test_a_split_and_a_merge_hand_over_only_the_keys_that_move() -> None:
     (merge,) = v3.handovers
     assert (merge.source, merge.target, merge.switch_at) == ("barn", "tiny", T0 + 60.0)
     assert (merge.keys_from, merge.keys_before, merge.epoch) == (half, KEY_SPACE, PART_EPOCH + 2)
-    assert moves(v2, v3) == [
-        {"replica": "stats@tiny", "from": "barn", "to": "tiny", "keys": "keys [50%, 100%)", "change": "merge"}
-    ]
+    merged = {"replica": "stats@tiny", "from": "barn", "to": "tiny", "keys": "keys [50%, 100%)", "change": "merge"}
+    assert moves(v2, v3) == [{**merged, "switch_at": T0 + 60.0}]
     entry = history_entry(v2, T0, "site tiny over its CPU budget", carry_ownership(v2, None))
     assert entry.reason == "site tiny over its CPU budget"  # nothing split since itself
     split_entry = history_entry(v2, T0, "site tiny over its CPU budget", plans(app)[0])
