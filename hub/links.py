@@ -33,8 +33,8 @@ TRIM = 0.1
 MAX_REPORTS = 256
 #: A level shift takes this many reports in a row, all above or all below what the window saw before...
 SHIFT_REPORTS = 3
-#: ...by a factor of more than 1 + this, where what it saw spans its range and this many
-#: relative interquartile ranges (the link's noise) either side of its median...
+#: ...by a factor of more than 1 + this, where what it saw spans this many relative
+#: interquartile ranges (the link's noise) either side of its median...
 SHIFT_RELATIVE = 0.5
 SHIFT_SPREADS = 3.0
 #: ...and by more than this many milliseconds.
@@ -114,9 +114,12 @@ class LinkWindow:
     def _shift(self) -> bool:
         """Drop the reports before the last :data:`SHIFT_REPORTS` if those all lie far outside them.
 
-        Far is beyond the range of the reports before them, widened to
-        :data:`SHIFT_SPREADS` times the link's noise on each side of their
-        median, by a factor of 1 + :data:`SHIFT_RELATIVE`, up or down. The
+        Far is beyond :data:`SHIFT_SPREADS` times the link's noise on each
+        side of the median of the reports before them, by a factor of 1 +
+        :data:`SHIFT_RELATIVE`, up or down. The median, not the range: an
+        agent reports the median of its recent probes, so after a change its
+        reports climb over several heartbeats, and the first of them would
+        otherwise widen the range the next ones are measured against. The
         noise is the relative interquartile range the window had when it
         last spanned half its length, so a window restarted by a shift does
         not take the next swing of the noise for another shift; until a
@@ -134,8 +137,8 @@ class LinkWindow:
         recent = [r[1] for r in list(reports)[-SHIFT_REPORTS:]]
         median = statistics.median(before)
         usual = 1 + SHIFT_SPREADS * max(self._noise, _spread(before) / median if median > 0 else 0.0)
-        high = max(max(before), median * usual) * (1 + SHIFT_RELATIVE) + SHIFT_FLOOR_MS
-        low = min(min(before), median / usual) / (1 + SHIFT_RELATIVE) - SHIFT_FLOOR_MS
+        high = median * usual * (1 + SHIFT_RELATIVE) + SHIFT_FLOOR_MS
+        low = median / usual / (1 + SHIFT_RELATIVE) - SHIFT_FLOOR_MS
         if all(v > high for v in recent) or all(v < low for v in recent):
             for _ in before:
                 reports.popleft()

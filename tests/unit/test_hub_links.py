@@ -73,6 +73,18 @@ def test_a_lasting_change_shows_in_full_after_a_few_reports(jitter: float) -> No
     assert shifts[1:] == []  # the swings at the new level are noise the link was known for
 
 
+@pytest.mark.parametrize("jitter", [0.0, 0.3, 0.5])
+def test_a_change_an_agent_reports_over_several_heartbeats_shifts_as_soon_as_it_is_clear(jitter: float) -> None:
+    """An agent reports the median of its recent probes, so after a change its reports climb for a while."""
+    window = LinkWindow(WINDOW_S)
+    assert feed(window, jittered(5.0, jitter, 120.0)) == []
+    climb = [36.0, 41.0, 62.0, 93.0, 150.0, 220.0, 300.0, 300.0, 300.0]
+    shifts = feed(window, [(120.0 + i * REPORT_S, ms) for i, ms in enumerate(climb)])
+    assert shifts[:1] == [124.0]  # 36, 41 and 62 ms are all far above a 5 ms link
+    assert window.estimate is not None
+    assert window.estimate.p50_ms > 150  # only the climb is left, not the minutes at 5 ms
+
+
 def test_a_lasting_drop_shifts_too() -> None:
     window = LinkWindow(WINDOW_S)
     feed(window, jittered(300.0, 0.3, 120.0))
