@@ -342,7 +342,10 @@ def _split(
     """Add to ``wanted`` the queries of the old placement of ``plan``'s moves to or from the hub; return each side.
 
     Only sinks whose query the move changes get a second query; a sink's own
-    query is then the ``after`` side, the added one the ``before`` side.
+    query is then the ``after`` side, the added one the ``before`` side. A
+    sink that moves with the replicas has one query at the hub: the ``after``
+    side when it comes from a spoke (the old owner writes the results before
+    the switch), the ``before`` side when it leaves for one.
     """
     split = before_placement(plan)
     if split is None:
@@ -353,9 +356,14 @@ def _split(
     for slot, (a, _, fp) in list(wanted.items()):
         old_fp = compiler.fingerprint(a.replica)
         if old_fp != fp:
-            wanted[before_slot(slot)] = (a, compiler, old_fp)
             sides[slot] = ("after", at)
-            sides[before_slot(slot)] = ("before", at)
+            if old_plan.site_of(a.replica) == old_plan.hub:
+                wanted[before_slot(slot)] = (a, compiler, old_fp)
+                sides[before_slot(slot)] = ("before", at)
+    for a in old_plan.at(old_plan.hub):
+        if graph.op(a.operator).kind is Kind.SINK and a.replica not in wanted:
+            wanted[before_slot(a.replica)] = (a, compiler, compiler.fingerprint(a.replica))
+            sides[before_slot(a.replica)] = ("before", at)
     return sides
 
 

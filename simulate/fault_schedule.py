@@ -61,8 +61,9 @@ class FaultTarget(Protocol):
 class Move:
     """The first re-plan that changed the placement: when (wall clock), its switch time, and who hands over to whom.
 
-    ``switch_at`` and the owners are None when that re-plan handed nothing
-    over between spokes (a move to or from the hub).
+    ``switch_at`` is None when that re-plan handed nothing over (the plan
+    lists no handover at or after it); the owners are then those of its
+    first moved replica.
     """
 
     replan_at: float

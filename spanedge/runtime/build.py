@@ -71,7 +71,7 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
             if node.window is not None:
                 node.window.own(start_from, start_before)
     _own_keys(plan, site, keyed, nodes)
-    _wire(app, plan, nodes)
+    _wire(app, plan, site, nodes)
     # a source here with nothing to feed (its consumers were offloaded elsewhere) is not subscribed
     kept = [n for n in nodes.values() if n.op.kind is not Kind.SOURCE or n.children or n.to_hub]
     return Pipeline(app, site, kept, **options)
@@ -125,12 +125,18 @@ def _own_keys(plan: Plan, site: str, keyed: dict[str, Any], nodes: dict[str, Nod
                     nodes[after].epoch = node.epoch
 
 
-def _wire(app: App, plan: Plan, nodes: dict[str, Node]) -> None:
-    """Connect each node to its successors here and mark those whose records go to the hub."""
+def _wire(app: App, plan: Plan, site: str, nodes: dict[str, Node]) -> None:
+    """Connect each node to its successors here and mark those whose records go to the hub.
+
+    A source's records go to the hub from its own site only: a spoke that
+    subscribes to another site's source (to run replicas offloaded to it)
+    leaves the hub's copy to that site.
+    """
     placed = {a.replica: a for a in plan.assignments}
     feeds = hub_feeds(app, plan)
     for replica, node in nodes.items():
         at_hub = replica in placed and placed[replica].site == plan.hub
+        foreign = node.op.kind is Kind.SOURCE and replica in placed and placed[replica].site != site
         until = -math.inf  # records (by origin) before this go to the hub
         for flow in plan.outputs(replica):
             dst = placed.get(flow.dst)
@@ -141,7 +147,7 @@ def _wire(app: App, plan: Plan, nodes: dict[str, Node]) -> None:
             elif flow.dst in feeds and replica not in feeds:
                 until = max(until, feeds[flow.dst])
         # a record-level replica or source that only feeds a part here sends nothing (a part's window does)
-        if until > -math.inf and not (node.shadow and node.window is None):
+        if until > -math.inf and not foreign and not (node.shadow and node.window is None):
             node.to_hub = True
             node.hub_before = until
 

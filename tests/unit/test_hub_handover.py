@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
+from typing import Any, cast
 
 import orjson
 import pyarrow as pa
 import pytest
 
 from hub import cutoffs
+from hub.fingerprint import fingerprint
 from hub.handover import before_placement, hub_moves, stamp_handovers
+from hub.lifecycle import _split, before_slot
+from hub.replicas import Replicas
 from spanedge import App, agg, sinks
 from spanedge.plan import Handover, Plan
 from spanedge.runtime import from_plan
@@ -143,6 +148,24 @@ def test_a_source_feeding_a_replica_the_hub_hands_to_another_spoke_still_feeds_t
     assert max(times) < switch + 20.0
 
 
+def test_a_spoke_running_another_sites_chain_leaves_feeding_the_hub_to_the_source_site() -> None:
+    # tiny's chain offloaded to big moves to the hub, then back: big subscribes to tiny's source for it,
+    # but only tiny sends tiny's readings to the hub (the hub refuses another site's source records)
+    chain = ("double@tiny", "win@tiny")
+    to_hub = make_plan("cloud", 2, 2, tuple(Handover(r, "big", "cloud", T0 + 30.0, 0) for r in chain), chain=True)
+    back = make_plan("big", 3, 3, tuple(Handover(r, "cloud", "big", T0 + 60.0, 2) for r in chain), chain=True)
+    for plan, start in ((to_hub, T0 + 20.0), (back, T0 + 50.0)):
+        sent = {}
+        for site in ("tiny", "big"):
+            pipeline = from_plan(make_app(), plan, site)
+            for payload in readings(start, start + 30.0):
+                pipeline.process("readings@tiny", payload)
+            sent[site] = {r.stream for r in pipeline.take().to_hub}
+        assert sent["tiny"] == {"readings"}
+        assert "readings" not in sent["big"]
+        assert sent["big"] == {"win"}  # its windows before (as the old owner) or after (the new) the switch
+
+
 # -- the share each hub query writes -----------------------------------------------------------
 
 
@@ -189,3 +212,24 @@ def test_a_share_survives_a_restart_in_the_checkpoint(tmp_path: Path) -> None:
     (tmp_path / cutoffs.SHARE_FILE).write_text("{}")
     with pytest.raises(ValueError, match="not a handover share"):
         cutoffs.load(tmp_path)
+
+
+def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side_of_the_switch() -> None:
+    app = make_app()
+    graph = app.graph()
+    moves = ("win@tiny", "out")
+    to_hub = make_plan("cloud", 2, 2, tuple(Handover(r, "tiny", "cloud", T0 + 30.0, 0) for r in moves))
+    fp = fingerprint(Replicas(app, to_hub, graph), "out")
+    wanted: dict[str, Any] = {"out": (to_hub.assignment("out"), None, fp)}
+    # from the spoke: the spoke writes the results before the switch, the hub's query those from it
+    assert _split(cast(Any, None), app, to_hub, graph, wanted) == {"out": ("after", T0 + 30.0)}
+    assert set(wanted) == {"out"}
+    # back to the spoke: the hub's query stays, with its state, for the results before the switch
+    back = make_plan("tiny", 3, 3, tuple(Handover(r, "cloud", "tiny", T0 + 60.0, 2) for r in moves))
+    back = dataclasses.replace(
+        back,
+        assignments=tuple(dataclasses.replace(a, site="tiny") if a.replica == "out" else a for a in back.assignments),
+    )
+    wanted = {}
+    assert _split(cast(Any, None), app, back, graph, wanted) == {before_slot("out"): ("before", T0 + 60.0)}
+    assert wanted[before_slot("out")][2] == fp  # the same query as under the move to the hub: it keeps running
