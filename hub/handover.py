@@ -4,11 +4,12 @@ A replica that moves from one site to another (spoke to spoke, spoke to hub
 or hub to spoke) is split at a switch time T (see
 :class:`spanedge.plan.Handover`): the old owner finishes the windows
 starting before T, the new owner computes those starting at or after it. T
-is a few seconds of event time after the re-plan, so the plan reaches every
-site (and the new owner subscribes to the replica's sources) before any
-record of T's windows exists, and it is a multiple of the period of every
-moved window (and, when the hub is at one end of a move, of every window
-downstream of a moved replica), so no tumbling window straddles it.
+is a few seconds of event time after the re-plan (and the largest gap of the
+moved session windows more), so the plan reaches every site (and the new
+owner subscribes to the replica's sources) before any record of T's windows
+exists, and it is a multiple of the period of every moved window (and, when
+the hub is at one end of a move, of every window downstream of a moved
+replica), so no tumbling window straddles it.
 
 A keyed replica split in parts by key range (:class:`spanedge.plan.KeyPart`),
 or merged back, hands over only the keys that change site, at the same
@@ -28,6 +29,7 @@ import math
 from collections.abc import Collection, Iterable
 
 from spanedge.app import App
+from spanedge.operators import WindowKind
 from spanedge.plan import Handover, Plan, split_replica
 
 #: Event-time seconds between a re-plan and the switch: at least the time to distribute a plan.
@@ -91,7 +93,7 @@ def stamp_handovers(
         return plan if kept == plan.handovers else dataclasses.replace(plan, handovers=kept)
     via_hub = any(plan.hub in (a.site, old.site) for a, old in moved)
     operators = {split_replica(r)[0] for r in moved_now}
-    at = switch_time(now, delay, _periods(app, operators, downstream=via_hub))
+    at = switch_time(now, delay + _session_gap(app, operators), _periods(app, operators, downstream=via_hub))
     fresh = tuple(Handover(a.replica, old.site, a.site, at, old.since) for a, old in moved)
     fresh += tuple(Handover(r, source, target, at, epoch, lo, hi) for r, source, target, epoch, lo, hi in keyed)
     return dataclasses.replace(plan, handovers=kept + fresh)
@@ -140,6 +142,17 @@ def _owner(plan: Plan, replica: str, key: int) -> str | None:
     if plan.site_of_or_none(replica) is None:
         return None
     return next((site for lo, hi, site, _ in plan.owners(replica) if lo <= key < hi), None)
+
+
+def _session_gap(app: App, operators: Collection[str]) -> float:
+    """The largest gap of the session windows among ``operators`` (0 if none).
+
+    A session belongs to the owner of its start, so the new owner, which
+    subscribes when it gets the plan, must see the last record before the
+    switch of every session open across it: the switch comes that much later.
+    """
+    specs = (app.operators[n].window for n in operators if n in app.operators)
+    return max((s.gap or 0.0 for s in specs if s is not None and s.kind is WindowKind.SESSION), default=0.0)
 
 
 def _periods(app: App, operators: Collection[str], *, downstream: bool) -> list[float]:

@@ -47,10 +47,12 @@ class Handover:
     keeps the replica, adding records only to windows that start before
     ``switch_at``, until its watermark has passed their ends; the new owner
     (``target``) adds records only to windows starting at or after it. A
-    record-level replica is split by record event time the same way, and a
-    session window by the time of each record (a session open across
-    ``switch_at`` comes out as two). ``epoch`` is the old owner's epoch
-    (its ``since``), which its records to the hub keep carrying.
+    record-level replica is split by record event time the same way. A
+    session belongs to the owner of its start between spokes (both add
+    every record, each emits its own sessions; see
+    :mod:`spanedge.runtime.windows`) and is split by record time when the
+    hub is at one end. ``epoch`` is the old owner's epoch (its ``since``),
+    which its records to the hub keep carrying.
 
     Either end may be the hub (``Plan.hub``). The hub cannot seed or split
     Spark's window state, so it runs the query of the previous placement and

@@ -26,7 +26,8 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
     the hub, become source nodes; flows to the hub mark their source node
     ``to_hub``. A replica this site hands over in ``plan`` runs here too, for
     the windows starting before the switch time, unless it is in ``retired``
-    (its part is done); the new owner of one runs it for the later windows.
+    (its part is done); the new owner of one runs it for the later windows
+    (a session window moved to or from the hub: split by record time).
     A source here keeps feeding a replica the hub hands over for as long as
     the hub needs (:func:`hub_feeds`). A window whose keys are divided
     between sites (:meth:`Plan.shares`) keeps only the keys and windows of
@@ -69,12 +70,23 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
             start_from, start_before, node.epoch = owned[replica]
             node.owns = (start_from, start_before)
             if node.window is not None:
-                node.window.own(start_from, start_before)
+                node.window.own(start_from, start_before, sessions_by_record_time=_via_hub(plan, site, replica))
     _own_keys(plan, site, keyed, nodes)
     _wire(app, plan, site, nodes)
     # a source here with nothing to feed (its consumers were offloaded elsewhere) is not subscribed
     kept = [n for n in nodes.values() if n.op.kind is not Kind.SOURCE or n.children or n.to_hub]
     return Pipeline(app, site, kept, **options)
+
+
+def _via_hub(plan: Plan, site: str, replica: str) -> bool:
+    """Whether the handover of ``replica`` that ``site`` takes part in has the hub at one end.
+
+    The hub cuts sessions by their end, so on such a move the spoke's side
+    splits them by record time (see :meth:`WindowState.own`). The last
+    handover of the replica at ``site`` counts, as in :meth:`Plan.handed_over`.
+    """
+    ends = [(h.source, h.target) for h in plan.handovers if h.replica == replica and site in (h.source, h.target)]
+    return bool(ends) and plan.hub in ends[-1]
 
 
 def _sources(app: App, plan: Plan, replicas: list[str], local: set[str]) -> list[str]:

@@ -21,7 +21,7 @@ import orjson
 
 from spanedge.app import App
 from spanedge.errors import InvalidSnapshot
-from spanedge.operators import Kind, Operator
+from spanedge.operators import Kind, Operator, WindowKind
 from spanedge.runtime.operators import WINDOW_TIME_OFFSET, apply, failure
 from spanedge.runtime.outputs import DeadLetter, HubRecord, Outputs, SinkItem
 from spanedge.runtime.snapshot import SNAPSHOT_VERSION, OperatorSnapshot
@@ -409,13 +409,22 @@ class Pipeline:
 
 
 def _leaves(node: Node) -> float | None:
-    """Where the watermark must be for ``node``'s part of a handover to be done; ``None`` if it stays."""
+    """Where the watermark must be for ``node``'s part of a handover to be done; ``None`` if it stays.
+
+    A session window's part lasts until the sessions it owns have fired
+    (:meth:`WindowState.session_part_done_at`).
+    """
     window = node.window
-    horizon = window.horizon() if window is not None else 0.0
     if window is not None and window.shares is not None:
         if not all(s.ends for s in window.shares):
             return None
-        return max(s.start_before for s in window.shares) + horizon
-    if node.owns is not None and node.owns[1] < math.inf:
-        return node.owns[1] + horizon
-    return None
+        switch = max(s.start_before for s in window.shares)
+    elif node.owns is not None and node.owns[1] < math.inf:
+        switch = node.owns[1]
+    else:
+        return None
+    if window is None:
+        return switch
+    if window.spec.kind is WindowKind.SESSION:
+        return window.session_part_done_at(switch)
+    return switch + window.horizon()

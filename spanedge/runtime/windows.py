@@ -3,6 +3,18 @@
 A window fires once, when the watermark passes its end plus the allowed
 lateness; a record whose windows have all fired is late. Window state holds
 only JSON values, so :meth:`WindowState.snapshot` can be checkpointed as is.
+
+A replica on one side of a handover (:meth:`WindowState.own`) emits only the
+windows whose start it owns. Sessions too belong to the owner of their start
+(their earliest record), but both sides add every record to their sessions,
+since a session's start is known only from all its records: each side emits
+the sessions it owns and drops the others. A session that began before the
+switch T accepts no record at or after the cut, ``T +``
+:data:`SESSION_CUT_S`; such a record starts a session of its own (the new
+owner's), so the old owner's part ends. A move to or from the hub splits
+sessions by record time instead (``sessions_by_record_time``): the hub cuts
+sessions by their end, so each side keeps only the records of its time and a
+session open across T comes out in two parts.
 """
 
 from __future__ import annotations
@@ -124,6 +136,10 @@ class Aggregations:
             raise AggregationError(msg) from exc
 
 
+#: Event-time seconds past a handover's switch after which a session that began before it takes no record:
+#: half of how long a plan lists a handover (``hub.handover.DEFAULT_KEEP_S``), so the old owner's part ends in time.
+SESSION_CUT_S = 300.0
+
 Emitted = tuple[Any, float, float, dict[str, Any]]
 """A fired window: ``(key, start, end, aggregation results)``."""
 
@@ -164,30 +180,38 @@ class WindowState:
         self._sessions: dict[Any, list[list[Any]]] = {}
         self._session_min_end = math.inf
         self.errors: list[str] = []  # windows whose results could not be computed
-        # the windows this replica owns, by start (a session: by record time); see own()
+        # the windows this replica owns, by start; see own()
         self.owns_from = -math.inf
         self.owns_before = math.inf
         self.shares: tuple[Share, ...] | None = None  # by key too; see own_shares()
         self._split = False
+        self.sessions_by_record_time = False  # a move to or from the hub; see own()
 
-    def own(self, start_from: float, start_before: float) -> None:
+    def own(self, start_from: float, start_before: float, *, sessions_by_record_time: bool = False) -> None:
         """Keep only windows starting in ``[start_from, start_before)``: one side of a handover.
 
         Records of other windows are ignored (not late: another owner adds
-        them); a session window is split by record time instead.
+        them). Sessions take every record and emit only those starting in
+        the range (see the module's docstring); with
+        ``sessions_by_record_time`` (a move to or from the hub) they take
+        only the records whose time is in the range instead.
         """
         self.owns_from, self.owns_before = start_from, start_before
         self._split = start_from > -math.inf or start_before < math.inf
+        self.sessions_by_record_time = self._split and sessions_by_record_time
 
     def own_shares(self, shares: tuple[Share, ...]) -> None:
-        """Keep only the windows of ``shares``: by key hash and start (a session: by record time).
+        """Keep only the windows of ``shares``: by key hash and start.
 
         The replica's keys are divided between sites (a split, or a split or
         merge handed over at a switch time); records of keys or windows no
-        share holds are another site's (ignored, not late).
+        share holds are another site's (ignored, not late). Sessions of a
+        key some share holds take every record of it and emit only those
+        starting in its shares' times.
         """
         self.shares = shares
         self._split = True
+        self.sessions_by_record_time = False
 
     def _mine(self, key: Any, start: float) -> bool:
         shares = self.shares
@@ -195,6 +219,14 @@ class WindowState:
             return self.owns_from <= start < self.owns_before
         hashed = key_hash(key)
         return any(s.holds(hashed, start) for s in shares)
+
+    def _span(self, key: Any) -> tuple[float, float] | None:
+        """The starts of ``key``'s sessions this replica owns, ``[from, before)``; ``None`` if no share holds the key."""
+        if self.shares is None:
+            return self.owns_from, self.owns_before
+        hashed = key_hash(key)
+        held = [s for s in self.shares if s.keys_from <= hashed < s.keys_before]
+        return (min(s.start_from for s in held), max(s.start_before for s in held)) if held else None
 
     def epoch_of(self, key: Any, start: float) -> int | None:
         """The epoch of the share holding ``key``'s window starting at ``start`` (``None`` without shares)."""
@@ -239,8 +271,6 @@ class WindowState:
             size = self._size
             starts: Iterable[float] = ((t // size) * size,)
         elif self.spec.kind is WindowKind.SESSION:
-            if self._split and not self._mine(key, t):
-                return True
             return self._add_session(key, t, values, watermark)
         else:
             size = self.spec.size or 1.0
@@ -267,15 +297,33 @@ class WindowState:
 
     def _add_session(self, key: Any, t: float, values: list[Any], watermark: float) -> bool:
         gap = self.spec.gap or 1.0
-        if t + gap + self.lateness <= watermark:
-            return False
+        cut = math.inf
+        if not self._split:
+            if t + gap + self.lateness <= watermark:
+                return False
+        elif self.sessions_by_record_time:
+            if not self._mine(key, t):
+                return True  # a record of the other side's time
+            if t + gap + self.lateness <= watermark:
+                return False
+        else:
+            span = self._span(key)
+            if span is None:
+                return True  # another site's key
+            if t + gap + self.lateness <= watermark:
+                return not span[0] <= t < span[1]  # late: reported by the owner of its time
+            cut = _cut(span)
+            if t >= cut and span[1] < math.inf:
+                return True  # after the cut: only in sessions that began at or after the switch
+        after = t >= cut
         sessions = self._sessions.setdefault(key, [])
         accs = self.aggs.zero()
         self.aggs.add(accs, values)
         merged: list[Any] = [t, t, accs]
         keep = []
         for s in sessions:
-            if s[0] - gap < merged[1] and merged[0] < s[1] + gap:
+            # sessions before the cut and after it are kept apart; advance() joins those that make one
+            if (s[0] >= cut) == after and s[0] - gap < merged[1] and merged[0] < s[1] + gap:
                 merged = [min(s[0], merged[0]), max(s[1], merged[1]), self._merge(s[2], merged[2])]
             else:
                 keep.append(s)
@@ -310,18 +358,21 @@ class WindowState:
             if limit < self._session_min_end:
                 return fired
             self._session_min_end = math.inf
-            for key in list(self._sessions):
-                remaining = []
-                for s in self._sessions[key]:
-                    if s[1] + gap <= limit:
-                        fired.append(self._result(key, s[0], s[1] + gap, s[2]))
+            if self._split and not self.sessions_by_record_time:
+                self._fire_owned(limit, fired)
+            else:
+                for key in list(self._sessions):
+                    remaining = []
+                    for s in self._sessions[key]:
+                        if s[1] + gap <= limit:
+                            fired.append(self._result(key, s[0], s[1] + gap, s[2]))
+                        else:
+                            remaining.append(s)
+                            self._session_min_end = min(self._session_min_end, s[1] + gap)
+                    if remaining:
+                        self._sessions[key] = remaining
                     else:
-                        remaining.append(s)
-                        self._session_min_end = min(self._session_min_end, s[1] + gap)
-                if remaining:
-                    self._sessions[key] = remaining
-                else:
-                    del self._sessions[key]
+                        del self._sessions[key]
             fired.sort(key=lambda w: w[2])
             return fired
         ends = self._ends
@@ -331,6 +382,59 @@ class WindowState:
                 fired.append(self._result(key, s, e, accs))
             self.fired_through = max(self.fired_through, end)
         return fired
+
+    def _fire_owned(self, limit: float, fired: list[Emitted]) -> None:
+        """On a side of a handover: fire the sessions that ended by ``limit``, those it owns into ``fired``.
+
+        A session that began at or after the switch and ends within a gap of
+        the cut is one with the first session after the cut (kept apart until
+        both have ended).
+        """
+        gap = self.spec.gap or 1.0
+        same = _bounds((self.owns_from, self.owns_before)) if self.shares is None else None
+        min_end = math.inf
+        for key in list(self._sessions):
+            sessions = self._sessions[key]
+            lo, hi, switch, cut = same or _bounds(self._span(key))
+            remaining: list[list[Any]] = []
+            i, n = 0, len(sessions)
+            while i < n:
+                s = last = sessions[i]
+                i += 1
+                if i < n and switch <= s[0] < cut <= sessions[i][0] and sessions[i][0] - s[1] < gap:
+                    last = sessions[i]
+                    i += 1
+                end = last[1] + gap
+                if end > limit:
+                    remaining += (s, last) if last is not s else (s,)
+                    min_end = min(min_end, end)
+                elif lo <= s[0] < hi:
+                    fired.append(self._result(key, s[0], end, s[2] if last is s else self._merge(s[2], last[2])))
+                # else: another owner's session, dropped
+            if remaining:
+                self._sessions[key] = remaining
+            else:
+                del self._sessions[key]
+        self._session_min_end = min_end
+
+    def session_part_done_at(self, switch: float) -> float:
+        """Where the watermark must be for the old owner's part of a handover switching at ``switch`` to be done.
+
+        Every session it owns that is still open must have fired, and no
+        record before the switch may still open one; the cut bounds the wait.
+        Split by record time, the part is done a gap and the lateness past
+        the switch.
+        """
+        gap = self.spec.gap or 1.0
+        done = switch + gap
+        if self.sessions_by_record_time:
+            return done + self.lateness
+        for key, sessions in self._sessions.items():
+            lo, hi, *_ = _bounds(self._span(key))
+            for s in sessions:
+                if lo <= s[0] < hi:
+                    done = max(done, float(s[1]) + gap)
+        return min(done, switch + SESSION_CUT_S + gap) + self.lateness
 
     def _result(self, key: Any, start: float, end: float, accs: list[Any]) -> Emitted:
         try:
@@ -357,6 +461,22 @@ class WindowState:
             "open": [slot for bucket in self._open.values() for slot in bucket.values()],
         }
 
+    def _keeps(self, key: Any, start: float) -> bool:
+        """Whether a restored session of ``key`` starting at ``start`` may still be emitted here or merge with one that is.
+
+        The new owner keeps every session (one that began before the switch
+        stays another's, but its records must not open one of its own); the
+        old owner those before the cut (one after the switch may still merge
+        with an earlier one). Split by record time, each side keeps those
+        starting in its time.
+        """
+        if self.sessions_by_record_time:
+            return self._mine(key, start)
+        span = self._span(key)
+        if span is None:
+            return False
+        return span[1] == math.inf or start < _cut(span)
+
     def restore(self, data: dict[str, Any]) -> None:
         """Replace the state by a :meth:`snapshot`."""
         self._open.clear()
@@ -365,10 +485,12 @@ class WindowState:
         self._session_min_end = math.inf
         if self.spec.kind is WindowKind.SESSION:
             for key, session in data.get("sessions", []):
-                if self._split and not self._mine(key, session[0]):
+                if self._split and not self._keeps(key, session[0]):
                     continue
                 self._sessions.setdefault(key, []).append(session)
                 self._session_min_end = min(self._session_min_end, session[1] + (self.spec.gap or 1.0))
+            for sessions in self._sessions.values():
+                sessions.sort(key=lambda s: s[0])
             return
         through = data.get("fired_through")
         self.fired_through = -math.inf if through is None else float(through)
@@ -380,3 +502,19 @@ class WindowState:
                 bucket = self._open[start] = {}
                 heapq.heappush(self._ends, (end, start))
             bucket[key] = [key, start, end, accs]
+
+
+def _bounds(span: tuple[float, float] | None) -> tuple[float, float, float, float]:
+    """``(from, before, switch, cut)`` of the sessions owned in ``span``; a span of ``None`` owns none.
+
+    The switch is the end of the span that is finite, if any; the cut is
+    :data:`SESSION_CUT_S` past it (``inf`` without a switch).
+    """
+    lo, hi = span or (math.inf, math.inf)
+    switch = hi if hi < math.inf else lo
+    return lo, hi, switch, switch + SESSION_CUT_S if -math.inf < switch < math.inf else math.inf
+
+
+def _cut(span: tuple[float, float]) -> float:
+    """The cut of the sessions owned in ``span``: see :func:`_bounds`."""
+    return _bounds(span)[3]

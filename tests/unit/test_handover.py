@@ -130,19 +130,19 @@ def test_an_old_owner_that_got_the_plan_late_drops_the_windows_it_no_longer_owns
     assert [r.value["window_start"] for r in late.take().to_hub] == [SWITCH - 10]
 
 
-def test_session_windows_are_split_by_record_time() -> None:
+def test_a_session_open_across_the_switch_comes_out_whole_from_the_old_owner() -> None:
     app = make_app(None, gap=4.0)
     moved = moved_plan()
     old, new = build(app, moved, "big1"), build(app, moved, "big2")
-    for t in (SWITCH - 2, SWITCH - 1, SWITCH + 1):
+    for t in (SWITCH - 2, SWITCH - 1, SWITCH + 1, SWITCH + 6):
         payload = orjson.dumps({"k": "a", "x": 1, "ts": t})
         old.process("readings@tiny", payload)
         new.process("readings@tiny", payload)
     old.flush()
     new.flush()
-    # a session open across the switch comes out in two parts (a documented limit)
-    assert [r.value["n"] for r in old.take().to_hub] == [2]
-    assert [r.value["n"] for r in new.take().to_hub] == [1]
+    # the session began before the switch: the old owner's, with its record after it (tests/unit/test_session_handover.py)
+    assert [(r.value["window_start"], r.value["n"]) for r in old.take().to_hub] == [(SWITCH - 2, 3)]
+    assert [(r.value["window_start"], r.value["n"]) for r in new.take().to_hub] == [(SWITCH + 6, 1)]
 
 
 def test_the_switch_is_after_the_delay_and_on_every_moved_window_s_slide() -> None:
