@@ -25,6 +25,7 @@ from hub.drift import DriftPolicy, SilenceWatch
 from hub.handover import DEFAULT_DELAY_S, stamp_handovers
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
+from hub.settling import SettleWatch
 from hub.site_health import HealthPolicy, SiteHealth, capped_sites, planned_load, with_capacity
 from hub.state import AppRecord, StateStore
 from spanedge.app import App
@@ -44,6 +45,10 @@ class Engine(Protocol):
 
     def undeploy(self, name: str) -> Any:
         """Stop the hub query of app ``name``."""
+        ...
+
+    def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
+        """The hub queries of app ``name`` still writing a handover's share that ``proposed`` would stop, for people."""
         ...
 
 
@@ -111,6 +116,9 @@ class Coordinator:
         self._pending: dict[str, list[str]] = {}  # site changes waiting to re-plan an app, per app
         # a gone site is re-planned around: it no longer holds the other sites' re-plans back
         self._silence = SilenceWatch(lambda site: self.registry.silent(site) and not self.gone(site))
+        # a replica moved again before its last handover is over would lose the old side's part
+        self._settle = SettleWatch(clock, handover_delay_s, self._hub_unsettled)
+        self._forced: set[str] = set()  # apps with a site gone for good among their pending changes
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -291,6 +299,10 @@ class Coordinator:
         with self._health_lock:
             return self.health.gone(site)
 
+    def _hub_unsettled(self, name: str, proposed: Plan) -> list[str]:
+        """The engine's queries of app ``name`` still writing a handover share ``proposed`` would stop (none without one)."""
+        return self.engine.unsettled(name, proposed) if self.engine is not None else []
+
     def check(self) -> list[str]:
         """One round of the analyse step: sites over budget, gone or back, then drift.
 
@@ -317,6 +329,8 @@ class Coordinator:
                 for record in self._records.values():
                     if change.everywhere or with_capacity(record.plan, change.site):
                         self._pending.setdefault(record.name, []).append(change.reason)
+                        if not change.everywhere and self.gone(change.site):
+                            self._forced.add(record.name)
             pending = {name: reasons for name, reasons in self._pending.items() if name in self._records}
         replanned = []
         for name, reasons in sorted(pending.items()):
@@ -324,13 +338,20 @@ class Coordinator:
                 current = self._records.get(name)
                 if current is None or self._silence.waits(name, current.plan):
                     continue
-                self._pending.pop(name, None)
+                forced = name in self._forced
+            outcome: AppRecord | None
             try:
-                self.replan(name, "; ".join(dict.fromkeys(reasons)))
+                outcome = self.replan(name, "; ".join(dict.fromkeys(reasons)), forced=forced)
             except Exception:
                 log.exception("re-planning app %r failed; it keeps its current plan", name)
-                continue
-            replanned.append(name)
+                outcome = current
+            if outcome is None:
+                continue  # it would drop a handover that is not over: the changes stay pending
+            with self._lock:
+                self._pending.pop(name, None)
+                self._forced.discard(name)
+            if outcome is not current:
+                replanned.append(name)
         return replanned
 
     # -- drift ---------------------------------------------------------------------------------
@@ -355,26 +376,37 @@ class Coordinator:
             reasons = self.drift(record.name)
             if reasons:
                 try:
-                    self.replan(record.name, "; ".join(reasons))
+                    if self.replan(record.name, "; ".join(reasons)) is None:
+                        continue  # it would drop a handover that is not over: tried again at the next check
                 except Exception:
                     log.exception("re-planning app %r failed; it keeps its current plan", record.name)
                     continue
                 replanned.append(record.name)
         return replanned
 
-    def replan(self, name: str, reason: str) -> AppRecord:
+    def replan(self, name: str, reason: str, *, forced: bool = False) -> AppRecord | None:
         """Place app ``name`` again with the current measurements; publish if the placement changed.
 
         The history records every re-plan with its reason, the new totals and
         baselines, and the replicas that moved; only a changed placement becomes
-        a new plan version.
+        a new plan version. Unless ``forced`` (a site gone for good), a plan
+        that would drop a handover that is not over yet is not made: ``None``
+        (:mod:`hub.settling`), and the attempt does not count against the
+        re-plan interval.
         """
         started = time.perf_counter()
         with self._lock:
+            last_attempt = self._attempts.get(name)
             self._attempts[name] = self._clock()
             old, app = self._records[name], self._apps[name]
             request = {"source": old.source, "filename": old.filename, "slo_ms": old.slo_ms, "weights": old.weights}
             plan = self._plan(app, old.plan, previous=old.plan, **request)
+            if not forced and self._settle.blocks(name, old.plan, plan, app):
+                if last_attempt is None:
+                    del self._attempts[name]
+                else:
+                    self._attempts[name] = last_attempt
+                return None
             record, changed = plan_history.replanned(old, plan, self._clock(), reason, basis(self.registry, app))
             self._install(app, record, old.plan if changed else None, changed=changed)
         took = 1000 * (time.perf_counter() - started)

@@ -122,6 +122,13 @@ class Engine:
         """
         return self._queries.metrics()
 
+    def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
+        """The queries of app ``name`` still writing a handover share that ``proposed`` would stop.
+
+        See :meth:`hub.lifecycle.Lifecycle.unsettled`.
+        """
+        return self._queries.unsettled(name, proposed)
+
     def recover(self, now: float | None = None) -> list[str]:
         """Restart failed queries from their checkpoints, each after a growing wait.
 

@@ -11,9 +11,11 @@ no result is repeated.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +46,9 @@ log = logging.getLogger(__name__)
 
 SINK_KINDS = ("mqtt", "file", "console", "memory")
 """The sink kinds a hub query can write to."""
+
+_Wanted = tuple[Assignment, Compiler, str]
+"""A query a plan runs: its sink's assignment, the compiler of its placement and its fingerprint."""
 
 _Built = dict[str, tuple[Query, "DataFrame"]]
 """New queries by slot (the sink replica, or :func:`before_slot`), with the DataFrame each will run."""
@@ -106,16 +111,8 @@ class Lifecycle:
         keeps the query of the previous placement, and each writes its share
         of the results (:mod:`hub.cutoffs`).
         """
-        graph = _checked_graph(app, plan)
-        replicas = Replicas(app, plan, graph)
         _warn_flows_leaving_hub(app.name, plan)
-        compiler = Compiler(self.spark, replicas)
-        sinks = [a for a in plan.at(plan.hub) if replicas.op(a).kind is Kind.SINK]
-        check_distinct((a.replica for a in sinks), app.name)
-        wanted: dict[str, tuple[Assignment, Compiler, str]] = {
-            a.replica: (a, compiler, compiler.fingerprint(a.replica)) for a in sinks
-        }
-        sides = _split(self.spark, app, plan, graph, wanted)
+        graph, wanted, sides = self._wanted(app, plan)
         with self.lock:
             current = self.apps.get(app.name)
             names = {slot: checkpoint_name(a.replica, fp) for slot, (a, _, fp) in wanted.items()}
@@ -147,6 +144,20 @@ class Lifecycle:
             self.apps[app.name] = deployed
             self._sides[app.name] = sides
             self._start(deployed, built)
+
+    def _wanted(self, app: App, plan: Plan) -> tuple[OperatorGraph, dict[str, _Wanted], dict[str, Side]]:
+        """The queries ``plan`` runs at the hub by slot (the sink, its compiler and fingerprint), and each one's side.
+
+        Raises:
+            InvalidPlan: the plan does not fit the app; InvalidDataflow: two sinks' checkpoints would collide.
+        """
+        graph = _checked_graph(app, plan)
+        replicas = Replicas(app, plan, graph)
+        compiler = Compiler(self.spark, replicas)
+        sinks = [a for a in plan.at(plan.hub) if replicas.op(a).kind is Kind.SINK]
+        check_distinct((a.replica for a in sinks), app.name)
+        wanted = {a.replica: (a, compiler, compiler.fingerprint(a.replica)) for a in sinks}
+        return graph, wanted, _split(self.spark, app, plan, graph, wanted)
 
     def _share(self, app: App, graph: OperatorGraph, queries: dict[str, Query], sides: dict[str, Side]) -> None:
         """Give each query's sink its share of a handover's results, kept in its checkpoint (none: everything)."""
@@ -276,6 +287,47 @@ class Lifecycle:
                     out[name]["operators"] = operator_rates(observed)
         return out
 
+    def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
+        """The queries of app ``name`` that have not yet written a handover share ending at a switch, for people.
+
+        Such a query (the old placement's, or one that owns the interval
+        between two switches) is done once its watermark, as its last
+        micro-batch reported it, has passed the end of its share by the
+        longest window upstream of its sink: every window starting before
+        the end has then fired and been written. A query without a
+        watermark writes its share as its records come and is never listed.
+        With ``proposed``, only the queries a deployment of that plan would
+        stop are listed: one it keeps goes on with its share.
+        """
+        with self.lock:
+            deployed = self.apps.get(name)
+            if deployed is None:
+                return []
+            graph = deployed.app.graph()
+            kept = self._kept(deployed.app, proposed) if proposed is not None else set()
+            waiting = []
+            for slot, q in deployed.queries.items():
+                if q.checkpoint.name in kept:
+                    continue
+                share = q.sink.share
+                ends = [hi for _, hi in share.intervals if math.isfinite(hi)] if share is not None else []
+                if not ends:
+                    continue
+                needed = max(ends) + _longest_window(graph, split_replica(q.replica)[0])
+                reached = _reported_watermark(q.handle)
+                if reached is None or reached < needed:
+                    shown = "no batch yet" if reached is None else f"watermark {reached:.0f}"
+                    waiting.append(f"hub query {slot} ({shown}, done at {needed:.0f})")
+            return waiting
+
+    def _kept(self, app: App, plan: Plan) -> set[str]:
+        """The checkpoint names of the queries a deployment of ``plan`` would run (none if it would be refused)."""
+        try:
+            _, wanted, _ = self._wanted(app, plan)
+        except (InvalidPlan, InvalidDataflow):
+            return set()
+        return {checkpoint_name(a.replica, fp) for a, _, fp in wanted.values()}
+
     def recover(self, now: float | None = None) -> list[str]:
         """Restart failed queries from their checkpoints, each after a growing wait (:mod:`hub.restarts`).
 
@@ -337,7 +389,7 @@ def _split(
     app: App,
     plan: Plan,
     graph: OperatorGraph,
-    wanted: dict[str, tuple[Assignment, Compiler, str]],
+    wanted: dict[str, _Wanted],
 ) -> dict[str, Side]:
     """Add to ``wanted`` the queries of the old placement of ``plan``'s moves to or from the hub; return each side.
 
@@ -395,3 +447,25 @@ def _warn_flows_leaving_hub(app: str, plan: Plan) -> None:
                 f.src,
                 f.dst,
             )
+
+
+def _reported_watermark(handle: StreamingQuery | None) -> float | None:
+    """The watermark (epoch seconds) of the query's last micro-batch: ``None`` before one, infinite if it keeps none."""
+    if handle is None or not handle.isActive:
+        return None
+    progress = handle.lastProgress
+    if not progress:
+        return None
+    text = (progress.get("eventTime") or {}).get("watermark")
+    if text is None:
+        return math.inf
+    try:
+        return datetime.fromisoformat(str(text)).timestamp()
+    except ValueError:
+        return None
+
+
+def _longest_window(graph: OperatorGraph, sink: str) -> float:
+    """The longest window (size or gap) upstream of ``sink``: how far past a share's end its watermark must go."""
+    spans = [(spec.size or spec.gap or 0.0) for n in graph.ancestors(sink) if (spec := graph.op(n).window)]
+    return max(spans, default=0.0)

@@ -15,10 +15,8 @@ directory: the window ``probe_means`` unscoped and with a sink of its own
 window 10 s instead of 30 s (a switch to or from the hub lies on the period
 of every window downstream, so both moves fit in one short run), and the
 topology without the shed and field-west. The hub re-plans on site health
-only: a drift re-plan when the sensors stop (their rates fall) would move
-the window a third time, and a move that comes while the hub's query of the
-previous placement has not yet written its share drops that share (see the
-README's limits of moves to and from the hub).
+only, so the run makes exactly these two moves: a drift re-plan when the
+sensors stop (their rates fall) would move the window a third time.
 """
 
 from __future__ import annotations
@@ -74,7 +72,7 @@ def write_variant(directory: Path) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def hub_moves(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """85 s of probe data; the barn over its CPU budget from 1 s until its windows moved to the hub."""
+    """95 s of probe data; the barn over its CPU budget from 1 s until its windows moved to the hub."""
     _require_parts()
     from simulate.processes import spanedge_command
     from simulate.runner import Options, run
@@ -83,7 +81,7 @@ def hub_moves(tmp_path_factory: pytest.TempPathFactory) -> Any:
     app, sites = write_variant(directory)
     hub = [*spanedge_command("hub"), "--drift-threshold", "1000"]  # no drift re-plans
     opts = Options(
-        sites=sites, app=app, duration=85, faults=FAULTS, mode="managed", run_dir=directory / "run", hub_command=hub
+        sites=sites, app=app, duration=95, faults=FAULTS, mode="managed", run_dir=directory / "run", hub_command=hub
     )
     return asyncio.run(run(opts))
 

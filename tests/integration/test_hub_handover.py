@@ -121,6 +121,14 @@ def test_a_window_moved_to_the_hub_and_back_is_emitted_once_with_every_record(
         running = {q.checkpoint.name for q in engine._apps[app.name].queries.values()}
         engine.deploy(app, v3)
         assert {q.checkpoint.name for q in engine._apps[app.name].queries.values()} == running  # state kept
+        # the query that ran the window at the hub owns [T0 + 30, T0 + 60): not done before its watermark is at 70
+        writing = engine.unsettled(app.name)
+        assert any(f"hub query {before_slot('out')} (" in w and f"done at {T0 + 70.0:.0f})" in w for w in writing)
+        # a plan that drops the handover would stop that query; one that keeps it, or moves the window back, not
+        assert any(before_slot("out") in w for w in engine.unsettled(app.name, make_plan("tiny", 3)))
+        assert not any(before_slot("out") in w for w in engine.unsettled(app.name, v3))
+        back = stamp_handovers(make_plan("cloud", 4), v3, app, T0 + 53.0, delay=5.0)
+        assert not any(before_slot("out") in w for w in engine.unsettled(app.name, back))
         spoke.apply(v3)
         spoke.feed(until(T0 + 95.0))
 
@@ -136,6 +144,7 @@ def test_a_window_moved_to_the_hub_and_back_is_emitted_once_with_every_record(
 
         wait_for(lambda: len(results()) >= len(expected), 120, "every window at the hub's sink")
         wait_for(lambda: caught_up(engine, app.name), 60, "the engine to process the whole log")
+        wait_for(lambda: engine.unsettled(app.name) == [], 60, "the hub's part to be reported written")
         got = [((v["k"], v["window_start"]), (v["n"], v["total"])) for v in results()]
         assert len(got) == len(dict(got)), "a window was emitted twice"
         assert dict(got) == expected  # 0 lost, 0 duplicated, 0 wrong

@@ -120,6 +120,7 @@ class FakeEngine:
     def __init__(self) -> None:
         self.deployed: dict[str, Plan] = {}
         self.calls: list[str] = []
+        self.writing: dict[str, list[str]] = {}  # per app, the hub queries still writing a share
 
     def deploy(self, app: App, plan: Plan) -> None:
         self.deployed[app.name] = plan
@@ -128,6 +129,9 @@ class FakeEngine:
     def undeploy(self, name: str) -> None:
         self.deployed.pop(name, None)
         self.calls.append(f"undeploy {name}")
+
+    def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
+        return list(self.writing.get(name, []))
 
 
 @pytest.fixture

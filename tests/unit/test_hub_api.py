@@ -109,6 +109,9 @@ class Recorder:
     def undeploy(self, name: str) -> None:
         self.engine.append(f"undeploy {name}")
 
+    def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
+        return []
+
     def metrics(self) -> dict[str, Any]:
         query = {
             "active": True,
