@@ -29,7 +29,7 @@ import math
 from collections.abc import Collection, Iterable
 
 from spanedge.app import App
-from spanedge.operators import WindowKind
+from spanedge.operators import WindowKind, WindowSpec
 from spanedge.plan import Handover, Plan, split_replica
 
 #: Event-time seconds between a re-plan and the switch: at least the time to distribute a plan.
@@ -165,12 +165,17 @@ def _periods(app: App, operators: Collection[str], *, downstream: bool) -> list[
     ending exactly at T would close on the new owner's records while the old
     owner's last ones may still be on their way.
     """
+    return [spec.period for spec in concerned_windows(app, operators, downstream=downstream)]
+
+
+def concerned_windows(app: App, operators: Collection[str], *, downstream: bool) -> list[WindowSpec]:
+    """The windows among ``operators`` and, with ``downstream``, those downstream of them (by operator name)."""
     graph = app.graph()
     names = {n for n in operators if n in graph}
     for name in list(names) if downstream else ():
         names |= graph.descendants(name)
     specs = (graph.op(n).window for n in sorted(names))
-    return [spec.period for spec in specs if spec is not None]
+    return [spec for spec in specs if spec is not None]
 
 
 def hub_moves(plan: Plan) -> tuple[Handover, ...]:

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hub.handover import DEFAULT_KEEP_S
+from hub.handover import DEFAULT_KEEP_S, concerned_windows
 from spanedge.app import App
 from spanedge.plan import Handover, Plan, split_replica
 from spanedge.runtime.windows import SESSION_CUT_S
@@ -43,14 +43,9 @@ def window_span(app: App, operators: set[str], *, downstream: bool, session_hold
     A window's span is its size (a session window's: its gap plus
     ``session_hold``) plus its allowed lateness.
     """
-    graph = app.graph()
-    names = {n for n in operators if n in graph}
-    for name in list(names) if downstream else ():
-        names |= graph.descendants(name)
     spans = [
         (spec.size or (spec.gap or 0.0) + session_hold) + spec.allowed_lateness
-        for n in names
-        if (spec := graph.op(n).window) is not None
+        for spec in concerned_windows(app, operators, downstream=downstream)
     ]
     return max(spans, default=0.0)
 
@@ -101,9 +96,11 @@ class SettleWatch:
         goes on, as does a hub query it keeps running, with its share.
         """
         now = self.clock()
-        dropped = [h for h in live(current, now) if h not in proposed.handovers]
         pending = tuple(
-            _describe(current, app, h, self.margin) for h in dropped if h in unsettled(current, app, now, self.margin)
+            f"{h.replica} {h.source}→{h.target} (switch {h.switch_at:.0f}, "
+            f"over at {settles_at(current, app, h, self.margin):.0f})"
+            for h in unsettled(current, app, now, self.margin)
+            if h not in proposed.handovers
         )
         if not pending and live(current, now):
             pending = tuple(self.hub_unsettled(name, proposed))
@@ -114,11 +111,3 @@ class SettleWatch:
             else:
                 log.info("app %r: its handovers are over; re-plans may move its replicas again", name)
         return bool(pending)
-
-
-def _describe(plan: Plan, app: App, handover: Handover, margin: float) -> str:
-    """A handover and when it is over, for people."""
-    h = handover
-    return (
-        f"{h.replica} {h.source}→{h.target} (switch {h.switch_at:.0f}, over at {settles_at(plan, app, h, margin):.0f})"
-    )
