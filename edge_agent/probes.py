@@ -1,4 +1,4 @@
-"""Latency probes: round trips to the hub broker and TCP connect times to peer brokers."""
+"""Latency probes: round trips to the hub broker and to peer brokers, and the hub clock's offset."""
 
 from __future__ import annotations
 
@@ -13,21 +13,28 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from edge_agent import mqtt_codec
+
 
 class RttStats:
-    """Smoothed round-trip time (EWMA), 95th percentile of recent samples and a sample count."""
+    """The latest round trip, the 95th percentile of recent ones, and a count.
 
-    def __init__(self, alpha: float = 0.2, window: int = 100) -> None:
-        self.alpha = alpha
-        self.smoothed: float | None = None
+    The latest probe as it is, not smoothed: the hub keeps a window of each
+    link's reports (:mod:`hub.links`) and smooths them there, and a moving
+    average here would turn a lasting change into a climb over many probes,
+    which, on a noisy link, the hub cannot tell from noise.
+    """
+
+    def __init__(self, window: int = 100) -> None:
+        self.latest: float | None = None
         self.samples = 0
         self._recent: collections.deque[float] = collections.deque(maxlen=window)
 
     def add(self, ms: float) -> None:
         """Record one round trip in milliseconds."""
         self.samples += 1
+        self.latest = ms
         self._recent.append(ms)
-        self.smoothed = ms if self.smoothed is None else (1 - self.alpha) * self.smoothed + self.alpha * ms
 
     @property
     def p95(self) -> float | None:
@@ -38,10 +45,13 @@ class RttStats:
         return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"rtt_ms", "p95_ms", "samples"}`` for the heartbeat."""
-        rtt = None if self.smoothed is None else round(self.smoothed, 3)
-        p95 = self.p95
-        return {"rtt_ms": rtt, "p95_ms": None if p95 is None else round(p95, 3), "samples": self.samples}
+        """``{"rtt_ms", "p95_ms", "samples"}`` for the heartbeat: the latest round trip, the recent p95, the count."""
+        rtt, p95 = self.latest, self.p95
+        return {
+            "rtt_ms": None if rtt is None else round(rtt, 3),
+            "p95_ms": None if p95 is None else round(p95, 3),
+            "samples": self.samples,
+        }
 
 
 class PublishProbe:
@@ -82,23 +92,31 @@ class PublishProbe:
             self._pending.clear()
 
 
-def _connect_packet(client_id: str) -> bytes:
-    """A minimal MQTT 3.1.1 CONNECT packet (clean session, no credentials)."""
-    ident = client_id.encode()
-    body = b"\x00\x04MQTT\x04\x02\x00\x0a" + len(ident).to_bytes(2, "big") + ident
-    return b"\x10" + bytes([len(body)]) + body
+#: PINGREQ → PINGRESP round trips a peer probe adds once the broker has accepted its connection.
+PROBE_PINGS = 2
 
 
 async def mqtt_roundtrip_ms(
-    host: str, port: int, timeout: float = 3.0, tls: ssl.SSLContext | None = None
+    host: str,
+    port: int,
+    timeout: float = 3.0,
+    tls: ssl.SSLContext | None = None,
+    *,
+    username: str | None = None,
+    password: str | None = None,
+    pings: int = PROBE_PINGS,
 ) -> float | None:
-    """Time an MQTT CONNECT → CONNACK round trip to a broker in milliseconds (over TLS with ``tls``).
+    """Time a round trip to a broker in milliseconds (over TLS with ``tls``): the fastest of a few.
 
-    Unlike a TCP connect, the CONNACK comes from the broker itself, so the
-    figure crosses every proxy or tunnel on the way; with TLS it is timed
-    after the handshake. A broker that refuses anonymous clients still
-    answers with a CONNACK, which is enough. ``None`` if the broker cannot be
-    reached.
+    The first is CONNECT → CONNACK; if the broker accepts the connection
+    (with ``username`` and ``password``, where it wants them), ``pings``
+    PINGREQ → PINGRESP round trips follow on it. Unlike a TCP connect, each
+    answer comes from the broker itself, so the figure crosses every proxy or
+    tunnel on the way; with TLS it is timed after the handshake. The fastest,
+    because a busy machine on either end only ever adds delay: it takes most
+    of that noise out of the probe without a second handshake. A broker that
+    refuses the connection still answers the CONNECT, which is one round
+    trip. ``None`` if the broker cannot be reached.
     """
     try:
         reader, writer = await asyncio.wait_for(
@@ -107,21 +125,38 @@ async def mqtt_roundtrip_ms(
     except (OSError, TimeoutError, ssl.SSLError):
         return None
     try:
-        start = time.perf_counter()
-        writer.write(_connect_packet(f"spanedge-probe-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"))
-        await writer.drain()
-        reply = await asyncio.wait_for(reader.readexactly(4), timeout)
-        elapsed = (time.perf_counter() - start) * 1000.0
-        if reply[0] != 0x20:
+        client_id = f"spanedge-probe-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
+        hello = mqtt_codec.connect(client_id, 10, clean=True, username=username, password=password)
+        reply = await _roundtrip(reader, writer, hello, 4, timeout)
+        if reply is None or reply[1][0] != 0x20:
             return None
-        writer.write(b"\xe0\x00")  # DISCONNECT
-        return elapsed
-    except (OSError, TimeoutError, asyncio.IncompleteReadError):
-        return None
+        fastest = reply[0]
+        if reply[1][3] == 0:  # accepted
+            for _ in range(pings):
+                pong = await _roundtrip(reader, writer, mqtt_codec.PINGREQ, 2, timeout)
+                if pong is None or pong[1][0] != 0xD0:
+                    break
+                fastest = min(fastest, pong[0])
+            writer.write(mqtt_codec.DISCONNECT)
+        return fastest
     finally:
         writer.close()
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ssl.SSLError):
             await writer.wait_closed()
+
+
+async def _roundtrip(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, packet: bytes, answer: int, timeout: float
+) -> tuple[float, bytes] | None:
+    """Send ``packet`` and read ``answer`` bytes back: (milliseconds, the bytes), or ``None`` if none came."""
+    try:
+        start = time.perf_counter()
+        writer.write(packet)
+        await writer.drain()
+        reply = await asyncio.wait_for(reader.readexactly(answer), timeout)
+        return (time.perf_counter() - start) * 1000.0, reply
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return None
 
 
 class ClockOffset:

@@ -18,13 +18,33 @@ from edge_agent.outbox import Outbox
 from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms
 from edge_agent.transport import Inbox, Transport
 from spanedge import topics
+from spanedge.errors import InvalidSites
 from spanedge.runtime import Pipeline
-from spanedge.sites import Sites, Tier
+from spanedge.sites import Broker, Sites, Tier
 
 if TYPE_CHECKING:
     from spanedge.metrics import Exposition
 
 log = logging.getLogger("spanedge.agent")
+
+
+async def peer_roundtrip_ms(broker: Broker) -> float | None:
+    """The round trip to a peer's ``broker``, logged in as the sites file says (so the probe can ping).
+
+    Without the password (its environment variable unset) the probe goes anonymously: the broker's refusal
+    is still one round trip.
+    """
+    try:
+        password = broker.password()
+    except InvalidSites:
+        password = None
+    return await mqtt_roundtrip_ms(
+        broker.host,
+        broker.port,
+        tls=broker.tls.context() if broker.tls is not None else None,
+        username=broker.username if password is not None else None,
+        password=password,
+    )
 
 
 class Telemetry:
@@ -117,10 +137,7 @@ class Telemetry:
         if time.monotonic() - self._peers_probed < self.peer_interval:
             return
         self._peers_probed = time.monotonic()
-        brokers = [peer.mqtt() for peer in self.peers]
-        times = await asyncio.gather(
-            *(mqtt_roundtrip_ms(b.host, b.port, tls=b.tls.context() if b.tls is not None else None) for b in brokers)
-        )
+        times = await asyncio.gather(*(peer_roundtrip_ms(peer.mqtt()) for peer in self.peers))
         for peer, ms in zip(self.peers, times, strict=True):
             if ms is not None:
                 self.peer_rtt.setdefault(peer.name, RttStats()).add(ms)
@@ -151,7 +168,7 @@ class Telemetry:
         for peer, stats in (beat.get("latency") or {}).items():
             labels = {"site": self.site, "peer": peer}
             out.add(
-                "spanedge_agent_link_rtt_seconds", stats.get("rtt_ms"), labels, help="median round trip", scale=1e-3
+                "spanedge_agent_link_rtt_seconds", stats.get("rtt_ms"), labels, help="the latest round trip", scale=1e-3
             )
         return out
 

@@ -1,13 +1,14 @@
 """Link latencies between sites: declared in ``sites.yaml``, measured by the agents' probes.
 
-An agent reports the round trip to each peer in every heartbeat; a link's
-one-way estimate is half of it, kept per unordered site pair as the trimmed
-mean of the reports of the last ``window_s`` seconds (:class:`LinkWindow`),
-so a jittering link moves its estimate far less than one report does. A level
-shift, :data:`SHIFT_REPORTS` reports in a row all far outside what the
-window saw before, restarts the window from them, so a lasting change
-shows in full within a few heartbeats. A measurement older than
-``stale_after_s`` gives way to the declared value.
+An agent reports its latest round trip to each peer in every heartbeat; a
+link's one-way estimate is half of it, kept per unordered site pair as the
+trimmed mean of the reports of the last ``window_s`` seconds
+(:class:`LinkWindow`), so a jittering link moves its estimate far less than
+one report does. A level shift, :data:`SHIFT_REPORTS` reports in a row from
+:data:`SHIFT_PROBES` probes, all far outside what the window saw before,
+restarts the window from them, so a lasting change shows in full within a
+few probes. A measurement older than ``stale_after_s`` gives way to the
+declared value.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ TRIM = 0.1
 MAX_REPORTS = 256
 #: A level shift takes this many reports in a row, all above or all below what the window saw before...
 SHIFT_REPORTS = 3
+#: ...made by at least this many probes (an agent repeats its latest probe in each heartbeat until the
+#: next, and the two ends of a link probe it apart), so one slow probe, or both ends' at once, is no shift...
+SHIFT_PROBES = 3
 #: ...by a factor of more than 1 + this, where what it saw spans this many relative
 #: interquartile ranges (the link's noise) either side of its median...
 SHIFT_RELATIVE = 0.5
@@ -68,6 +72,16 @@ class Estimate:
     updated_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """One report of a link: when, its one-way p50 and p95, and the probe it repeats (end, count, value)."""
+
+    at: float
+    p50: float
+    p95: float
+    probe: tuple[str, int, float]
+
+
 def _spread(values: list[float]) -> float:
     """The interquartile range of ``values``; 0 for fewer than two."""
     if len(values) < 2:
@@ -89,21 +103,25 @@ class LinkWindow:
     def __init__(self, window_s: float) -> None:
         """Keep the reports of the last ``window_s`` seconds."""
         self.window_s = window_s
-        self._reports: deque[tuple[float, float, float]] = deque(maxlen=MAX_REPORTS)  # (at, p50, p95)
+        self._reports: deque[_Report] = deque(maxlen=MAX_REPORTS)
         self._noise: float | None = None  # the window's relative spread when it last spanned half its length
         self.estimate: Estimate | None = None
 
-    def add(self, p50_ms: float, p95_ms: float, samples: int, now: float) -> bool:
-        """Take a report made at ``now``; True if it completed a level shift (the window restarted)."""
-        self._reports.append((now, p50_ms, p95_ms))
-        while self._reports[0][0] < now - self.window_s:
+    def add(self, p50_ms: float, p95_ms: float, samples: int, now: float, end: str = "") -> bool:
+        """Take a report made at ``now`` by ``end``; True if it completed a level shift (the window restarted).
+
+        ``samples`` is the reporting end's probe count: a report with the count and value of the
+        end's previous one repeats the same probe.
+        """
+        self._reports.append(_Report(now, p50_ms, p95_ms, (end, samples, p50_ms)))
+        while self._reports[0].at < now - self.window_s:
             self._reports.popleft()
         shifted = self._shift()
-        p50s = [r[1] for r in self._reports]
+        p50s = [r.p50 for r in self._reports]
         mean = _trimmed_mean(p50s)
         self.estimate = Estimate(
             p50_ms=mean,
-            p95_ms=_trimmed_mean([r[2] for r in self._reports]),
+            p95_ms=_trimmed_mean([r.p95 for r in self._reports]),
             spread_ms=max(_spread(p50s), (self._noise or 0.0) * mean),
             reports=len(p50s),
             samples=samples,
@@ -112,37 +130,42 @@ class LinkWindow:
         return shifted
 
     def _shift(self) -> bool:
-        """Drop the reports before the last :data:`SHIFT_REPORTS` if those all lie far outside them.
+        """Drop the reports before the last ones if those all lie far outside them and come from enough probes.
 
-        Far is beyond :data:`SHIFT_SPREADS` times the link's noise on each
-        side of the median of the reports before them, by a factor of 1 +
-        :data:`SHIFT_RELATIVE`, up or down. The median, not the range: an
-        agent reports the median of its recent probes, so after a change its
-        reports climb over several heartbeats, and the first of them would
-        otherwise widen the range the next ones are measured against. The
-        noise is the relative interquartile range the window had when it
-        last spanned half its length, so a window restarted by a shift does
-        not take the next swing of the noise for another shift; until a
-        window first spans half its length the link's noise is unknown and
-        nothing counts as a shift.
+        The last ones are the newest :data:`SHIFT_REPORTS` or more reports, as
+        many as it takes to hold :data:`SHIFT_PROBES` probes, all far from
+        what came before them. Far is beyond :data:`SHIFT_SPREADS` times the
+        link's noise on each side of the median of the reports before them,
+        by a factor of 1 + :data:`SHIFT_RELATIVE`, up or down. The median, not
+        the range: the two ends of a link report a change one after the
+        other, and the first of them would otherwise widen the range the
+        next ones are measured against. The noise is the relative
+        interquartile range the window had when it last spanned half its
+        length, so a window restarted by a shift does not take the next swing
+        of the noise for another shift; until a window first spans half its
+        length the link's noise is unknown and nothing counts as a shift.
         """
         reports = self._reports
-        if reports[-1][0] - reports[0][0] >= self.window_s / 2:
-            p50s = [r[1] for r in reports]
+        if reports[-1].at - reports[0].at >= self.window_s / 2:
+            p50s = [r.p50 for r in reports]
             median = statistics.median(p50s)
             self._noise = _spread(p50s) / median if median > 0 else 0.0
-        if self._noise is None or len(reports) <= SHIFT_REPORTS:
+        if self._noise is None:
             return False
-        before = [r[1] for r in list(reports)[:-SHIFT_REPORTS]]
-        recent = [r[1] for r in list(reports)[-SHIFT_REPORTS:]]
-        median = statistics.median(before)
-        usual = 1 + SHIFT_SPREADS * max(self._noise, _spread(before) / median if median > 0 else 0.0)
-        high = median * usual * (1 + SHIFT_RELATIVE) + SHIFT_FLOOR_MS
-        low = median / usual / (1 + SHIFT_RELATIVE) - SHIFT_FLOOR_MS
-        if all(v > high for v in recent) or all(v < low for v in recent):
-            for _ in before:
-                reports.popleft()
-            return True
+        ordered = list(reports)
+        for size in range(SHIFT_REPORTS, len(ordered)):
+            before = [r.p50 for r in ordered[:-size]]
+            recent = ordered[-size:]
+            median = statistics.median(before)
+            usual = 1 + SHIFT_SPREADS * max(self._noise, _spread(before) / median if median > 0 else 0.0)
+            high = median * usual * (1 + SHIFT_RELATIVE) + SHIFT_FLOOR_MS
+            low = median / usual / (1 + SHIFT_RELATIVE) - SHIFT_FLOOR_MS
+            if not (all(r.p50 > high for r in recent) or all(r.p50 < low for r in recent)):
+                return False
+            if len({r.probe for r in recent}) >= SHIFT_PROBES:
+                for _ in before:
+                    reports.popleft()
+                return True
         return False
 
 
@@ -184,7 +207,7 @@ class Links:
         window = self._measured.get(key)
         if window is None or window.estimate is None or now - window.estimate.updated_at > self.stale_after_s:
             window = self._measured[key] = LinkWindow(self.window_s)
-        if window.add(rtt / 2, p95 / 2, samples, now):
+        if window.add(rtt / 2, p95 / 2, samples, now, end=site):
             log.info("link %s: a level shift to %.1f ms; its estimate restarts from it", key.replace("|", "–"), rtt / 2)
 
     def measured(self, a: str, b: str) -> Estimate | None:

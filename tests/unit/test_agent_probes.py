@@ -56,15 +56,12 @@ def test_rates_between_heartbeats() -> None:
     assert second["r"]["rate_out"] == 2.0
 
 
-def test_rtt_stats_smooth_and_p95() -> None:
-    stats = RttStats(alpha=0.5)
+def test_rtt_stats_report_the_latest_round_trip_and_the_recent_p95() -> None:
+    stats = RttStats()
     assert stats.to_dict() == {"rtt_ms": None, "p95_ms": None, "samples": 0}
-    for ms in [10.0, 20.0] + [10.0] * 18:
+    for ms in [10.0, 20.0] + [10.0] * 17 + [300.0]:
         stats.add(ms)
-    out = stats.to_dict()
-    assert out["samples"] == 20
-    assert out["p95_ms"] == 10.0
-    assert 10.0 <= out["rtt_ms"] < 11.0
+    assert stats.to_dict() == {"rtt_ms": 300.0, "p95_ms": 20.0, "samples": 20}  # unsmoothed: the hub smooths
 
 
 def test_publish_probe_times_only_its_own_acks() -> None:

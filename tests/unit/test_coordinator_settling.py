@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 
 import pytest
@@ -31,6 +32,7 @@ app = App("demo")
 """
 
 COUNT = {"n": agg.count()}
+PROBES = itertools.count(1)
 
 
 @pytest.fixture
@@ -44,9 +46,10 @@ def clock() -> Clock:
 
 
 def _slow(coordinator: Coordinator, ms: float) -> None:
-    """Three heartbeats of ``a`` measuring ``ms`` to the hub: a lasting level, not a blip."""
+    """Three heartbeats of ``a``, each with a new probe measuring ``ms`` to the hub: a lasting level, not a blip."""
     for _ in range(3):
-        coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 2 * ms, "samples": 3}}))
+        probe = {"rtt_ms": 2 * ms, "samples": next(PROBES)}
+        coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": probe}))
 
 
 def _moved_to_a(sites: Sites, clock: Clock) -> tuple[Coordinator, FakeEngine, float]:

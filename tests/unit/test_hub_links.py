@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import logging
 import random
 import statistics
 from pathlib import Path
@@ -9,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from edge_agent.probes import RttStats
 from hub.coordinator import Coordinator
-from hub.links import SHIFT_REPORTS, WINDOW_S, LinkWindow
+from hub.links import SHIFT_REPORTS, WINDOW_S, Links, LinkWindow
 from hub.planning import default_planner, noise_hysteresis
 from hub.registry import SiteRegistry
 from spanedge.loader import load_app
@@ -19,6 +22,7 @@ from spanedge.sites import load_sites
 
 FARM = Path(__file__).resolve().parents[2] / "examples" / "smart_farm"
 REPORT_S = 2.0
+PROBES = itertools.count(1)
 
 
 def jittered(
@@ -38,8 +42,8 @@ def jittered(
 
 
 def feed(window: LinkWindow, reports: list[tuple[float, float]]) -> list[float]:
-    """Add ``reports``; return the times at which one completed a level shift."""
-    return [t for t, ms in reports if window.add(ms, ms * 1.2, 5, t)]
+    """Add ``reports``, each of a probe of its own; return the times at which one completed a level shift."""
+    return [t for t, ms in reports if window.add(ms, ms * 1.2, next(PROBES), t)]
 
 
 @pytest.mark.parametrize("seed", range(1, 9))
@@ -75,7 +79,7 @@ def test_a_lasting_change_shows_in_full_after_a_few_reports(jitter: float) -> No
 
 @pytest.mark.parametrize("jitter", [0.0, 0.3, 0.5])
 def test_a_change_an_agent_reports_over_several_heartbeats_shifts_as_soon_as_it_is_clear(jitter: float) -> None:
-    """An agent reports the median of its recent probes, so after a change its reports climb for a while."""
+    """A delay that climbs over several heartbeats (a queue filling up) shifts the window as soon as it is clear."""
     window = LinkWindow(WINDOW_S)
     assert feed(window, jittered(5.0, jitter, 120.0)) == []
     climb = [36.0, 41.0, 62.0, 93.0, 150.0, 220.0, 300.0, 300.0, 300.0]
@@ -237,10 +241,81 @@ def test_a_flapping_measurement_does_not_move_anything_and_a_lasting_change_does
     while farm.coordinator.record("smart-farm").plan.version == 1 and beats < 20:
         farm.run(REPORT_S)
         beats += 1
-    # 3 reports of a link at the new level (2 heartbeats: both ends report it), the next check (every 3rd),
-    # and at most 10 s since the last re-plan
+    # 3 reports of a link at the new level from 3 probes (both ends report it; delays, and so probes, change
+    # every 3rd heartbeat), the next check (every 3rd), and at most 10 s since the last re-plan
     assert beats <= 8, beats
     record = farm.coordinator.record("smart-farm")
     assert record.plan.version == 2
     assert record.plan.site_of("probe_means@field-east") not in (host, "field-east")
     assert f"latency {min(host, 'field-east')}–{max(host, 'field-east')}" in record.history[-1].reason
+
+
+# -- agents' probes into the hub's window ---------------------------------------------------------------
+
+
+class ProbedLink:
+    """The barn–shed link probed from both ends every 10 s (each end on its own phase) and reported by each
+    end's heartbeat every 2 s, as the simulator's agents do; a round trip is the link's level plus exponential
+    noise of mean ``noise`` ms (a loaded machine's scheduling delays)."""
+
+    def __init__(self, noise: float, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.links = Links(load_sites(FARM / "sites.yaml"), stale_after_s=120)
+        self.noise, self.level, self.now = noise, 10.0, -60.0
+        self.ends = {"barn": RttStats(), "shed": RttStats()}
+        self.probe_at = {end: self.rng.uniform(-60, -50) for end in self.ends}
+        self.beat_at = {end: self.rng.uniform(-60, -58) for end in self.ends}
+
+    def run_until(self, until: float) -> list[float]:
+        """Probe and report until ``until`` (s); return the estimates (one-way ms) after each report."""
+        estimates = []
+        while self.now < until:
+            for end, stats in self.ends.items():
+                if self.now >= self.probe_at[end]:
+                    stats.add(self.level + self.rng.expovariate(1 / self.noise))
+                    self.probe_at[end] += 10.0
+                if self.now >= self.beat_at[end]:
+                    self.links.measure(end, "shed" if end == "barn" else "barn", stats.to_dict(), self.now)
+                    self.beat_at[end] += self.rng.uniform(1.8, 2.2)
+                    estimate = self.links.measured("barn", "shed")
+                    if estimate is not None:  # None until an end has probed
+                        estimates.append(estimate.p50_ms)
+            self.now += 0.1
+        return estimates
+
+
+@pytest.mark.parametrize("noise", [15.0, 40.0])
+def test_a_lasting_change_on_a_noisy_link_shows_in_full_within_two_probes(
+    noise: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agents report each probe unsmoothed, so the window restarts once the ends' probes show the change.
+
+    That takes three probes (both ends', one of them twice): at most 21 s here. A moving average at the
+    agents (α 0.2, as before) left the estimate at 44–53 ms 30 s after this change. On a link whose noise
+    is as large as the change, a few seeds beyond these do not shift, and their estimate follows the
+    window (30 s after the change it had passed 100 ms in the two of 30 seeds at 40 ms noise).
+    """
+    caplog.set_level(logging.INFO, logger="hub.links")
+    for seed in range(10):
+        link = ProbedLink(noise, seed)
+        link.run_until(0.0)
+        caplog.clear()
+        link.level = 600.0
+        link.run_until(25.0)  # two probes of each end at the new level, and the heartbeats after them
+        assert "a level shift" in caplog.text, seed
+        assert min(link.run_until(60.0)) > 300.0, seed  # only reports at the new level are left
+
+
+@pytest.mark.parametrize("noise", [15.0, 40.0])
+def test_noisy_probes_neither_shift_the_window_nor_swing_the_estimate_beyond_the_noise(
+    noise: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hub.links")
+    mean = (10.0 + noise) / 2  # one way
+    for seed in range(10):
+        link = ProbedLink(noise, seed)
+        link.run_until(0.0)
+        estimates = link.run_until(600.0)
+        assert "a level shift" not in caplog.text, seed
+        assert min(estimates) > 0.3 * mean, seed
+        assert max(estimates) < 2.0 * mean, seed
