@@ -38,6 +38,8 @@ class StandaloneCluster:
         self.memory = memory
         self.port = free_port()
         self.ui_port = free_port()
+        while self.ui_port == self.port:
+            self.ui_port = free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -57,9 +59,10 @@ class StandaloneCluster:
             return dict(json.load(answer))
 
     def alive_workers(self) -> int:
+        """Workers the master lists as alive; 0 while its web UI is not up or not yet serving its JSON view."""
         try:
             return sum(1 for w in self.state().get("workers", []) if w.get("state") == "ALIVE")
-        except OSError:
+        except (OSError, ValueError):  # on a loaded machine the UI can answer /json/ with a page before it is ready
             return 0
 
     def start(self, timeout: float = 180.0) -> StandaloneCluster:
@@ -69,14 +72,19 @@ class StandaloneCluster:
             "org.apache.spark.deploy.master.Master",
             "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port),
         )  # fmt: skip
+        taken = {self.port, self.ui_port}
         for i in range(self.workers):
+            ui = free_port()
+            while ui in taken:
+                ui = free_port()
+            taken.add(ui)
             work = self.log_dir / f"worker-{i}"
             work.mkdir(exist_ok=True)
             self._spawn(
                 f"worker-{i}",
                 "org.apache.spark.deploy.worker.Worker",
                 "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
-                "--webui-port", str(free_port()), "--work-dir", str(work), self.url,
+                "--webui-port", str(ui), "--work-dir", str(work), self.url,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while self.alive_workers() < self.workers:
