@@ -11,6 +11,7 @@ the history of plan versions with the reason for each (:mod:`hub.plan_history`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -22,7 +23,7 @@ import orjson
 from hub import plan_history
 from hub.distribution import PlanDistributor, SiteApp, sites_of
 from hub.drift import DriftPolicy, SilenceWatch
-from hub.handover import DEFAULT_DELAY_S, stamp_handovers
+from hub.handover import DEFAULT_DELAY_S, postpone, stamp_handovers
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
 from hub.settling import SettleWatch
@@ -230,6 +231,7 @@ class Coordinator:
         """
         if changed and self.engine is not None:
             self.engine.deploy(app, record.plan)
+            record = self._in_time(app, record, replaced)
         if replaced is not None:
             self._replaced[app.name] = replaced
         self._records[app.name] = record
@@ -239,6 +241,28 @@ class Coordinator:
         if not changed:
             return {}
         return self._distribute(sites_of(record.plan) | (sites_of(replaced) if replaced is not None else set()))
+
+    def _in_time(self, app: App, record: AppRecord, replaced: Plan | None) -> AppRecord:
+        """``record`` with its switch postponed if deploying it on the engine took it too close (see ``postpone``).
+
+        The engine then gets the new switch too: it only changes the shares the hub's queries write.
+        """
+        plan = postpone(record.plan, replaced, app, self._clock(), delay=self.handover_delay_s)
+        if plan is record.plan or replaced is None or self.engine is None:
+            return record
+        was = min(h.switch_at for h in record.plan.handovers if h not in plan.handovers)
+        now = min(h.switch_at for h in plan.handovers if h not in record.plan.handovers)
+        log.warning(
+            "app %r: deploying plan v%d on the engine took until %.1f s before its switch; the switch moves %.0f s "
+            "later, so the sites get the plan in time",
+            app.name,
+            plan.version,
+            was - self._clock(),
+            now - was,
+        )
+        self.engine.deploy(app, plan)
+        entry = dataclasses.replace(record.history[-1], moved=plan_history.moves(replaced, plan))
+        return dataclasses.replace(record, plan=plan, history=[*record.history[:-1], entry])
 
     def _distribute(self, sites: Iterable[str]) -> dict[str, str]:
         if self.distributor is None:

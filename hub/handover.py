@@ -92,11 +92,41 @@ def stamp_handovers(
     if not moved and not keyed:
         return plan if kept == plan.handovers else dataclasses.replace(plan, handovers=kept)
     via_hub = any(plan.hub in (a.site, old.site) for a, old in moved)
-    operators = {split_replica(r)[0] for r in moved_now}
-    at = switch_time(now, delay + _session_gap(app, operators), _periods(app, operators, downstream=via_hub))
+    at = _switch_at(app, {split_replica(r)[0] for r in moved_now}, now, delay, via_hub=via_hub)
     fresh = tuple(Handover(a.replica, old.site, a.site, at, old.since) for a, old in moved)
     fresh += tuple(Handover(r, source, target, at, epoch, lo, hi) for r, source, target, epoch, lo, hi in keyed)
     return dataclasses.replace(plan, handovers=kept + fresh)
+
+
+def postpone(plan: Plan, previous: Plan | None, app: App, now: float, *, delay: float = DEFAULT_DELAY_S) -> Plan:
+    """``plan`` with the switch of the handovers it adds moved later if that switch is now less than ``delay`` away.
+
+    A plan is stamped before the hub deploys it on Spark, and the sites get it
+    only after that; on a loaded hub, starting the queries of a move to or
+    from the hub has taken 8.5 s against the 5 s delay. A switch that comes
+    before the sites have the plan loses what was published in between (the
+    new owner had not subscribed yet), so the hub checks again once its own
+    part is deployed. The new switch is found as :func:`stamp_handovers`
+    finds it, from ``now``.
+    """
+    if previous is None:
+        return plan
+    earlier = set(previous.handovers)
+    fresh = [h for h in plan.handovers if h not in earlier]
+    if not fresh or min(h.switch_at for h in fresh) >= now + delay:
+        return plan
+    via_hub = any(plan.hub in (h.source, h.target) for h in fresh)
+    at = _switch_at(app, {split_replica(h.replica)[0] for h in fresh}, now, delay, via_hub=via_hub)
+    later = tuple(dataclasses.replace(h, switch_at=at) if h in fresh else h for h in plan.handovers)
+    return dataclasses.replace(plan, handovers=later)
+
+
+def _switch_at(app: App, operators: set[str], now: float, delay: float, *, via_hub: bool) -> float:
+    """The switch of a move of ``operators``: ``delay`` plus their longest session gap after ``now``, aligned.
+
+    Aligned to their windows' periods and, when the move goes through the hub, to those downstream.
+    """
+    return switch_time(now, delay + _session_gap(app, operators), _periods(app, operators, downstream=via_hub))
 
 
 def carry_parts(plan: Plan, previous: Plan) -> Plan:

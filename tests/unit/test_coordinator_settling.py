@@ -12,7 +12,7 @@ from hub.coordinator import Coordinator
 from hub.settling import settles_at, unsettled, window_span
 from spanedge import agg, sinks
 from spanedge.app import App
-from spanedge.plan import Handover
+from spanedge.plan import Handover, Plan
 from spanedge.sites import Sites, load_sites, parse_sites
 from tests.plans import chain_plan
 from tests.unit.test_coordinator import SITES, Clock, FakeEngine, heartbeat, make
@@ -84,6 +84,35 @@ def test_a_window_moved_to_a_spoke_does_not_move_again_before_its_last_window_at
     _slow(coordinator, 20)
     assert coordinator.check_drift() == ["demo"]
     assert coordinator.record("demo").plan.site_of("per_minute") == "cloud"
+
+
+def test_a_switch_the_hubs_own_slow_deploy_brought_too_close_moves_later_before_the_sites_get_the_plan(
+    sites: Sites, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Starting the hub's queries for a move took 8.5 s on a saturated machine, past the switch stamped before it."""
+    coordinator, publisher, engine = make(sites, clock)
+    coordinator.deploy(WINDOWED, "app.py")
+    deployed = engine.deploy
+
+    def slow(app: App, plan: Plan) -> None:
+        if plan.version == 2 and "deploy demo v2" not in engine.calls:
+            clock.now = max(h.switch_at for h in plan.handovers) - 1.0  # the deploy ends 1 s before the switch
+        deployed(app, plan)
+
+    engine.deploy = slow  # type: ignore[method-assign]
+    clock.now += 31
+    _slow(coordinator, 200)
+    sent = len(publisher.messages)
+    caplog.set_level(logging.WARNING, logger="hub.coordinator")
+    assert coordinator.check_drift() == ["demo"]
+    record = coordinator.record("demo")
+    (switch,) = {h.switch_at for h in record.plan.handovers}
+    assert switch >= clock.now + coordinator.handover_delay_s  # the sites get the plan in time
+    assert "the switch moves" in caplog.text
+    assert engine.calls[-2:] == ["deploy demo v2", "deploy demo v2"]
+    assert engine.deployed["demo"] == record.plan  # the engine writes its shares at the new switch
+    assert {m["switch_at"] for m in record.history[-1].moved} == {switch}
+    assert len(publisher.messages) > sent
 
 
 def test_a_replan_that_keeps_the_handover_is_not_held_back(sites: Sites, clock: Clock) -> None:
