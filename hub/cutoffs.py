@@ -78,7 +78,12 @@ class Share:
 
     def describe(self) -> str:
         """The intervals as text, e.g. ``[1700000030, inf)``."""
-        return " and ".join(f"[{lo:g}, {hi:g})" for lo, hi in self.intervals) or "nothing"
+        return " and ".join(f"[{_time(lo)}, {_time(hi)})" for lo, hi in self.intervals) or "nothing"
+
+
+def _time(t: float) -> str:
+    """``t`` in full, to the millisecond: ``1700000030``, ``1700000030.5``, ``-inf``."""
+    return f"{t:.3f}".rstrip("0").rstrip(".") if math.isfinite(t) else f"{t}"
 
 
 def after(previous: Iterable[Interval] | None, at: float) -> tuple[Interval, ...]:

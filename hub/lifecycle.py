@@ -89,6 +89,8 @@ class Lifecycle:
         self.trigger = trigger
         self.apps: dict[str, Deployed] = {}
         self._sides: dict[str, dict[str, Side]] = {}  # per app, the handover shares of its last deployment
+        # per app, the plan version deployed last and each query's share before it (see _share)
+        self._shares_before: dict[str, tuple[int, dict[Path, tuple[cutoffs.Interval, ...] | None]]] = {}
         self.restarts = RestartBook()
         self.lock = threading.RLock()
 
@@ -135,7 +137,7 @@ class Lifecycle:
             self.log_dir(app.name).mkdir(parents=True, exist_ok=True)
             self._replace(app.name, old, keep, built)
             self._retire_earlier_runs(app.name, [*old.values(), *keep.values()], built)
-            self._share(app, graph, {**keep, **{slot: q for slot, (q, _) in built.items()}}, sides)
+            self._share(app, plan.version, graph, {**keep, **{slot: q for slot, (q, _) in built.items()}}, sides)
             if sides:  # a query that starts now reads the log from now on: the switch is still ahead
                 log_dir = self.log_dir(app.name)
                 for q, _ in built.values():
@@ -159,8 +161,21 @@ class Lifecycle:
         wanted = {a.replica: (a, compiler, compiler.fingerprint(a.replica)) for a in sinks}
         return graph, wanted, _split(self.spark, app, plan, graph, wanted)
 
-    def _share(self, app: App, graph: OperatorGraph, queries: dict[str, Query], sides: dict[str, Side]) -> None:
-        """Give each query's sink its share of a handover's results, kept in its checkpoint (none: everything)."""
+    def _share(
+        self, app: App, version: int, graph: OperatorGraph, queries: dict[str, Query], sides: dict[str, Side]
+    ) -> None:
+        """Give each query's sink its share of a handover's results, kept in its checkpoint (none: everything).
+
+        Shares accumulate from one plan version to the next; deploying the same
+        version again (its switch postponed: :func:`hub.handover.postpone`)
+        cuts each query's share from before that version at the new switch.
+        """
+        known = self._shares_before.get(app.name)
+        before = known[1] if known is not None and known[0] == version else {}
+        for q in queries.values():
+            if q.checkpoint not in before:
+                before[q.checkpoint] = cutoffs.load(q.checkpoint)
+        self._shares_before[app.name] = (version, before)
         for slot, q in queries.items():
             side = sides.get(slot)
             if side is None:
@@ -168,7 +183,7 @@ class Lifecycle:
                 q.sink.share = None
                 continue
             name, at = side
-            intervals = (cutoffs.after if name == "after" else cutoffs.before)(cutoffs.load(q.checkpoint), at)
+            intervals = (cutoffs.after if name == "after" else cutoffs.before)(before[q.checkpoint], at)
             cutoffs.save(q.checkpoint, intervals)
             q.sink.share = cutoffs.Share(intervals, cutoffs.lags(graph, split_replica(q.replica)[0]))
             log.info("app %s: query %s writes the results of origin %s", app.name, slot, q.sink.share.describe())
@@ -248,6 +263,7 @@ class Lifecycle:
         with self.lock:
             deployed = self.apps.pop(name, None)
             self._sides.pop(name, None)
+            self._shares_before.pop(name, None)
             if deployed is None:
                 return
             for slot, q in deployed.queries.items():

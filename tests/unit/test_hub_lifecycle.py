@@ -1,14 +1,16 @@
-"""The lifecycle's decision whether a deployment changes anything at the hub (no Spark needed)."""
+"""The lifecycle's decisions on a deployment: whether it changes anything at the hub, and each query's share (no Spark needed)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from hub import cutoffs
 from hub.checkpoints import checkpoint_name
 from hub.fingerprint import fingerprint
-from hub.lifecycle import unchanged
+from hub.lifecycle import Lifecycle, unchanged
 from hub.replicas import Replicas
 from spanedge.loader import load_app_source
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
@@ -73,3 +75,30 @@ def test_a_changed_branch_a_failed_query_a_new_share_or_a_restart_rebuilds() -> 
     assert not unchanged(queries, wanted(SOURCE, plan(2, 1.0)), split, {})
     assert unchanged(queries, wanted(SOURCE, plan(2, 1.0)), split, dict(split))
     assert not unchanged(queries, wanted(SOURCE, plan(2, 1.0)), {}, None)  # shares unknown: rewritten once
+
+
+def test_a_postponed_switch_cuts_the_shares_anew_instead_of_adding_to_them(tmp_path: Path) -> None:
+    """Deploying a plan version again with a later switch gives each query its share as of that switch only."""
+    app = load_app_source(SOURCE, "/srv/apps/fleet.py")
+    graph = app.graph()
+    lifecycle = Lifecycle(None, tmp_path, None, None, None, "1 second")  # type: ignore[arg-type]
+    old, new = (
+        SimpleNamespace(replica="archive", checkpoint=tmp_path / n, sink=SimpleNamespace(share=None))
+        for n in ("old", "new")
+    )
+    for q in (old, new):
+        q.checkpoint.mkdir()
+    cutoffs.save(old.checkpoint, ((-math.inf, 10.0),))  # the old placement's query, cut by an earlier handover
+    queries: dict[str, Any] = {"archive": new, "archive [old]": old}
+
+    def deploy(version: int, at: float) -> None:
+        lifecycle._share(app, version, graph, queries, {"archive": ("after", at), "archive [old]": ("before", at)})
+
+    deploy(2, 30.0)
+    deploy(2, 40.0)  # the same plan, its switch moved 10 s later before the sites got it
+    assert cutoffs.load(new.checkpoint) == ((40.0, math.inf),)
+    assert cutoffs.load(old.checkpoint) == ((-math.inf, 10.0),)
+    assert new.sink.share.intervals == ((40.0, math.inf),)
+    deploy(3, 60.0)  # a later plan version adds to what the queries own
+    assert cutoffs.load(new.checkpoint) == ((40.0, math.inf),)
+    assert cutoffs.load(old.checkpoint) == ((-math.inf, 10.0),)
