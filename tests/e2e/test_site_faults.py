@@ -24,10 +24,14 @@ def overload_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="module")
 def kill_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """80 s of probe data; the barn, which runs field-east's windows, dies for good at 20 s."""
+    """90 s of probe data; the barn, which runs field-east's windows, dies for good at 20 s.
+
+    The re-plan comes after the 20 s grace period and its switch after that, at
+    50-70 s depending on the machine's load: 90 s leaves whole windows after it.
+    """
     _require_parts()
     return simulate_smart_farm(
-        tmp_path_factory.mktemp("kill"), duration=80, faults=["kill-site:barn@20s"], tweak={"settle": "15s"}
+        tmp_path_factory.mktemp("kill"), duration=90, faults=["kill-site:barn@20s"], tweak={"settle": "15s"}
     )
 
 
@@ -65,5 +69,5 @@ def test_a_dead_spoke_loses_only_what_it_held(kill_run: Any) -> None:
     _assert_exact(kill_run)
     placement = json.loads((kill_run.run_dir / "placement.json").read_text())
     switch = next(h["switch_at"] for h in placement["handovers"] if h["replica"] == "probe_means@field-east")
-    after = [r for r in kill_run.collector.results if r.sink == "valve_bus" and r.value["at"] > switch + 10]
+    after = [r for r in kill_run.collector.results if r.sink == "valve_bus" and r.value["at"] >= switch + 10]
     assert after, "no valve command of a window after the switch"
