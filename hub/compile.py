@@ -33,7 +33,7 @@ from hub.replicas import Replicas
 from hub.rows import COLUMNS, SCHEMA_DDL
 from hub.spark_source import read_log
 from hub.spark_transforms import transform_frame
-from hub.spark_windows import window_frame
+from hub.spark_windows import parse_fields, parses_once, window_frame
 from spanedge.dag import known_fields
 from spanedge.errors import InvalidPlan
 from spanedge.operators import Kind, Operator
@@ -112,12 +112,43 @@ class Compiler:
 
     def frame(self, sink: str, log_dir: Path, reader: str) -> DataFrame:
         """The records reaching sink replica ``sink``, read from the log in ``log_dir`` as ``reader``."""
-        source = read_log(self.spark, log_dir, self.replicas.app.name, reader).select(*COLUMNS)
+        fields = self.value_fields(sink)
+        source = read_log(self.spark, log_dir, self.replicas.app.name, reader, fields).select(*COLUMNS)
         memo: dict[str, DataFrame] = {}
         self._counts = _Counts()  # observation names are unique per query
         df = self._frame(sink, source, memo)
         self._counted[sink] = self._counts.targets
         return df
+
+    def value_fields(self, sink: str) -> dict[str, str] | None:
+        """The fields to parse the log's values for with each line in the query of ``sink``; ``None``: read them as text.
+
+        Parsing with the line is possible when every hub operator of the query
+        that reads records from the log is a window that reads nothing else and
+        whose aggregations Spark computes (:func:`hub.spark_windows.parses_once`),
+        and their windows agree on each field's type.
+        """
+        wanted: dict[str, str] = {}
+        seen: set[str] = set()
+        todo = [sink]
+        while todo:
+            replica = todo.pop()
+            a = self.replicas.where[replica]
+            if replica in seen or self._is_crossing([a]):
+                continue
+            seen.add(replica)
+            op = self.replicas.op(a)
+            ups = self.replicas.upstream(replica)
+            crossing = [u for u in ups if self._is_crossing([u])]
+            if crossing:
+                spec = op.window
+                if spec is None or len(crossing) < len(ups) or not parses_once(spec):
+                    return None
+                for name, kind in parse_fields(spec, self._fields(op)).items():
+                    if wanted.setdefault(name, kind) != kind:
+                        return None
+            todo.extend(u.replica for u in ups)
+        return wanted or None
 
     def _frame(self, replica: str, source: DataFrame, memo: dict[str, DataFrame]) -> DataFrame:
         """The records ``replica`` emits."""

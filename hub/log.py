@@ -5,6 +5,7 @@ Layout of one app's log under ``<state>/ingest/<app>/``::
     00000000000000000000.jsonl   a sealed segment whose first byte has global offset 0
     00000000000000016310.jsonl   the next segment, named by its first global offset
     hwm.json                     dedupe high-water marks and the log position they cover
+    format.json                  where lines with embedded object values begin
     inbox/<reader>/              one folder per Spark query: hard links to the sealed
                                  segments it has not processed yet, and ``.from``
     readers/<reader>.json        the offset a byte-offset reader has committed
@@ -12,9 +13,14 @@ Layout of one app's log under ``<state>/ingest/<app>/``::
 Offsets are byte positions in the concatenation of all segments ever
 written, so a reader finds the bytes of ``[start, end)`` from the file
 names alone. Every line is one record as JSON: ``site``, ``stream``,
-``seq``, ``event_time``, ``key`` and ``value`` (the record value as JSON
-text). Only whole lines are visible: the tail position is the end of the
-last complete line.
+``seq``, ``event_time``, ``key`` and ``value``: a record value that is a
+JSON object is embedded as one, any other value is its JSON text (so a
+reader asking for text gets the same JSON text either way, and a hub
+window parses each line once, value included: :mod:`hub.spark_source`).
+Logs written before values were embedded hold JSON text only;
+``format.json`` says where embedded objects may begin
+(:func:`objects_throughout`). Only whole lines are visible: the tail
+position is the end of the last complete line.
 
 The last segment is the active one, the only one ever appended to. The
 writer *seals* it (:meth:`AppLog.seal`: fsync, start a new segment) at
@@ -59,6 +65,7 @@ log = logging.getLogger(__name__)
 SUFFIX = ".jsonl"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 HWM_FILE = "hwm.json"
+FORMAT_FILE = "format.json"
 READERS_DIR = "readers"
 INBOX_DIR = "inbox"
 FROM_FILE = ".from"
@@ -410,7 +417,7 @@ def sealed_tail(log_dir: Path) -> int:
 
 
 def encode_records(records: Iterable[Record]) -> bytes:
-    """Encode records as log lines."""
+    """Encode records as log lines: an object value embedded, any other as its JSON text."""
     dumps = orjson.dumps
     return b"".join(
         dumps(
@@ -420,7 +427,7 @@ def encode_records(records: Iterable[Record]) -> bytes:
                 "seq": r.seq,
                 "event_time": r.event_time,
                 "key": r.key,
-                "value": dumps(r.value).decode(),
+                "value": r.value if isinstance(r.value, dict) else dumps(r.value).decode(),
                 **({"epoch": r.epoch} if r.epoch else {}),
             }
         )
@@ -430,11 +437,30 @@ def encode_records(records: Iterable[Record]) -> bytes:
 
 
 def iter_lines(log_dir: Path, start: int, end: int) -> Iterator[dict[str, Any]]:
-    """Yield the decoded records between two offsets (slow path, for recovery and tests)."""
+    """Yield the decoded records between two offsets, each ``value`` as JSON text (slow path, for recovery and tests)."""
     data = read_bytes(log_dir, start, end)
     for line in data.splitlines():
         if line:
-            yield orjson.loads(line)
+            row = orjson.loads(line)
+            if isinstance(row.get("value"), dict):
+                row["value"] = orjson.dumps(row["value"]).decode()
+            yield row
+
+
+def objects_throughout(log_dir: Path) -> bool:
+    """Whether every line a reader of ``log_dir`` can still get embeds object values (none has only JSON text).
+
+    True for a log without segments (its writer embeds them) and for one
+    whose oldest retained segment starts where its writer began embedding;
+    False for a log written, in part, before that.
+    """
+    if not segments(log_dir):
+        return True
+    try:
+        start = int(json.loads((log_dir / FORMAT_FILE).read_bytes())["objects_from"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return False
+    return head(log_dir) >= start
 
 
 @dataclass
@@ -522,6 +548,8 @@ class AppLog:
         self._dirty = False
         if self.position > self._base:
             self._roll()
+        if not (log_dir / FORMAT_FILE).exists():  # lines from here on embed object values
+            _write_atomic(log_dir / FORMAT_FILE, json.dumps({"objects_from": self.position}).encode(), fsync=True)
         distribute(log_dir)  # segments sealed just before a crash
 
     def _recover_marks(self) -> HighWaterMarks:

@@ -10,6 +10,11 @@ reads that folder with Spark's built-in file source:
   Python worker runs unless a user's Python operator does (Python workers
   that read a source have to connect back to the JVM within a fixed 10 s,
   which a busy machine does not always manage);
+* a query whose every reader of the log is a window can have the values
+  parsed with the line, as a struct of the fields its windows use
+  (``value_fields``), instead of as text that each window parses again: the
+  line format embeds object values (:mod:`hub.log`), and parsing once
+  makes a window query's batches about 1.5x cheaper per record;
 * the file source records the files of each micro-batch in the query's
   checkpoint, so a restarted query replays exactly its uncommitted batch,
   and ``cleanSource=delete`` drops each link once its batch is committed;
@@ -56,23 +61,33 @@ MAX_FILES_PER_BATCH = 256
 """At most this many sealed segments go into one micro-batch (a backlog is read in several)."""
 
 
-def read_log(spark: SparkSession, log_dir: Path, app: str, reader: str) -> DataFrame:
+def read_log(
+    spark: SparkSession, log_dir: Path, app: str, reader: str, value_fields: dict[str, str] | None = None
+) -> DataFrame:
     """The records of ``app``'s log in ``log_dir`` as the query ``reader`` reads them, as a streaming DataFrame.
 
     The reader's inbox is created if missing; the reader is subscribed
     (it starts receiving sealed segments) by
     :func:`hub.log.subscribe` or :func:`hub.log.hand_over`, before its
-    query starts.
+    query starts. With ``value_fields`` (field name to Spark SQL type), and
+    if every line of the log embeds object values
+    (:func:`hub.log.objects_throughout`), each value is parsed with its line
+    as a struct of those fields (null for a value that is not an object);
+    otherwise values are JSON text.
 
     Returns:
-        A DataFrame with the columns of :data:`SCHEMA_DDL`.
+        A DataFrame with the columns of :data:`SCHEMA_DDL`, ``value`` a struct if parsed.
     """
     from pyspark.sql import functions as F
 
     folder = ingest_log.inbox(log_dir, reader)
     folder.mkdir(parents=True, exist_ok=True)  # the file source checks that its folder exists
+    schema = LINE_DDL
+    if value_fields and ingest_log.objects_throughout(log_dir):
+        struct = ", ".join(f"`{name}`: {kind}" for name, kind in value_fields.items())
+        schema = LINE_DDL.replace("value STRING", f"value STRUCT<{struct}>")
     lines = (
-        spark.readStream.schema(LINE_DDL)
+        spark.readStream.schema(schema)
         .option("maxFilesPerTrigger", str(MAX_FILES_PER_BATCH))
         .option("cleanSource", "delete")
         .option("pathGlobFilter", f"*{ingest_log.SUFFIX}")

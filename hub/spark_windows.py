@@ -47,9 +47,12 @@ def window_frame(op: Operator, df: DataFrame, fields: dict[str, str], site: str,
 
     spec = op.window
     assert spec is not None
-    parsed = df.withColumn("_r", F.from_json("value", _parse_schema(spec, fields))).withColumn(
-        "_ts", F.timestamp_seconds("event_time")
-    )
+    if dict(df.dtypes)["value"].startswith("struct"):  # parsed with the log line (hub.spark_source)
+        record = F.col("value")
+    else:
+        ddl = ", ".join(f"`{name}` {kind}" for name, kind in parse_fields(spec, fields).items())
+        record = F.from_json("value", ddl)
+    parsed = df.withColumn("_r", record).withColumn("_ts", F.timestamp_seconds("event_time"))
     lateness_ms = round(spec.allowed_lateness * 1000)
     parsed = parsed.withWatermark("_ts", f"{lateness_ms} milliseconds")
     win = _window_column(spec)
@@ -78,8 +81,13 @@ def window_frame(op: Operator, df: DataFrame, fields: dict[str, str], site: str,
     return _encode(shaped, spec)
 
 
-def _parse_schema(spec: WindowSpec, fields: dict[str, str]) -> str:
-    """The DDL the window parses record values with: the key as text, aggregated fields typed."""
+def parse_fields(spec: WindowSpec, fields: dict[str, str]) -> dict[str, str]:
+    """The fields the window parses record values for, with their Spark SQL types: the key as text, the rest typed.
+
+    Args:
+        spec: the window.
+        fields: the declared field types of its input (DOUBLE where unknown).
+    """
     wanted: dict[str, str] = {spec.key: "STRING"}
     for _, ag in spec.aggs:
         if ag.field is None or ag.custom is not None or ag.field == spec.key:
@@ -88,7 +96,12 @@ def _parse_schema(spec: WindowSpec, fields: dict[str, str]) -> str:
         if ag.func in ("sum", "mean") or (kind.split("(")[0] not in _NUMERIC and kind != "STRING"):
             kind = "DOUBLE"
         wanted[ag.field] = kind
-    return ", ".join(f"`{name}` {kind}" for name, kind in wanted.items())
+    return wanted
+
+
+def parses_once(spec: WindowSpec) -> bool:
+    """Whether the window can take its records' values parsed with the log line (no custom aggregator reads text)."""
+    return all(ag.custom is None for _, ag in spec.aggs)
 
 
 def _window_column(spec: WindowSpec) -> Column:

@@ -1,14 +1,21 @@
-"""Hub windows as Spark aggregations: records without the key, and each value parsed once."""
+"""Hub windows as Spark aggregations: records without the key, and each value parsed once, with its log line where it can be."""
 
 from __future__ import annotations
 
+import shutil
+import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from hub.rows import SCHEMA_DDL
+from hub import log as ingest_log
+from hub.log import AppLog, encode_records
+from hub.rows import COLUMNS, SCHEMA_DDL
+from hub.spark_source import read_log
 from hub.spark_windows import window_frame
 from spanedge import App, agg, sinks
+from spanedge.envelope import Record
 
 LINE = "site STRING, stream STRING, seq BIGINT, event_time DOUBLE, key STRING, value STRING"
 
@@ -39,3 +46,74 @@ def test_records_without_the_key_join_no_window_and_values_are_parsed_once(spark
     assert out.schema.simpleString() == spark.createDataFrame([], SCHEMA_DDL).schema.simpleString()
     plan = out._jdf.queryExecution().optimizedPlan().toString()
     assert plan.count("from_json") == 1, plan
+
+
+def _records() -> list[Record]:
+    values: list[Any] = [{"k": "a", "v": 1}, {"v": 100}, {"k": "a", "v": 2.5}, {"k": "b", "v": 5}, 7, {"k": "a"}]
+    values.append({"k": "b", "v": 1, "more": {"nested": [1, 2.50, "é\n"]}})
+    return [Record("edge", "readings", i + 1, 10.0 + i / 10, None, v) for i, v in enumerate(values)] + [
+        Record("edge", "readings", 99, 12.5, None, {"v": 0})  # moves the watermark past the first window
+    ]
+
+
+def _windows(spark: Any, log_dir: Path, fields: dict[str, str] | None) -> tuple[list[tuple[str, Any]], str]:
+    """The window's results over the log in ``log_dir``, read with ``fields``, and the read schema's value type."""
+    df = read_log(spark, log_dir, "windows", "reader", fields).select(*COLUMNS)
+    value_type = dict(df.dtypes)["value"]
+    name = f"windows_{uuid.uuid4().hex}"
+    query = (
+        window_frame(_window_op(), df, {}, "cloud")
+        .writeStream.format("memory")
+        .queryName(name)
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(log_dir.parent / name))
+        .start()
+    )
+    query.awaitTermination()
+    rows = spark.sql(f"SELECT key, value FROM {name}").collect()
+    return sorted((r["key"], orjson.loads(r["value"])) for r in rows), value_type
+
+
+def test_a_window_reads_values_parsed_with_their_log_line_unless_the_log_predates_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    fields = {"k": "STRING", "v": "DOUBLE"}
+    log_dir = tmp_path / "log"
+    writer = AppLog(log_dir)
+    writer.append(encode_records(_records()))
+    writer.flush()
+    writer.seal()
+    ingest_log.subscribe(log_dir, "reader")
+    lines = [orjson.loads(line) for line in ingest_log.read_bytes(log_dir, 0, writer.position).splitlines()]
+    assert lines[0]["value"] == {"k": "a", "v": 1}  # objects embedded, the rest as their JSON text
+    assert lines[4]["value"] == "7"
+    assert [r["value"] for r in ingest_log.iter_lines(log_dir, 0, writer.position)][-2] == (
+        '{"k":"b","v":1,"more":{"nested":[1,2.5,"é\\n"]}}'
+    )
+
+    parsed, value_type = _windows(spark, log_dir, fields)
+    assert value_type == "struct<k:string,v:double>"
+    shutil.rmtree(ingest_log.inbox(log_dir, "reader"))
+    ingest_log.subscribe(log_dir, "reader", 0)
+    as_text, text_type = _windows(spark, log_dir, None)
+    assert text_type == "string"
+    assert parsed == as_text
+    assert [(key, v["window_start"], v["n"], v["total"]) for key, v in parsed] == [
+        ("a", 10.0, 3, 3.5),
+        ("b", 10.0, 2, 6.0),
+    ]
+
+    # a log written before values were embedded holds their JSON text: it is read as text
+    old = tmp_path / "old"
+    old.mkdir()
+    text_lines = [
+        {**line, "value": orjson.dumps(line["value"]).decode()} for line in lines if isinstance(line["value"], dict)
+    ]
+    (old / ingest_log.segment_name(0)).write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in text_lines))
+    AppLog(old).close()  # the writer opens it: lines from here on embed objects, the segment before does not
+    assert not ingest_log.objects_throughout(old)
+    ingest_log.subscribe(old, "reader", 0)
+    from_old, old_type = _windows(spark, old, fields)
+    assert old_type == "string"
+    assert from_old == parsed

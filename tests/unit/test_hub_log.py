@@ -106,7 +106,7 @@ def test_a_partial_last_record_is_cut_on_open(tmp_path: Path) -> None:
 
 
 def test_segments_are_deleted_once_every_reader_committed_past_them(tmp_path: Path) -> None:
-    app_log = AppLog(tmp_path, segment_bytes=300)
+    app_log = AppLog(tmp_path, segment_bytes=250)
     for i in range(6):
         accept(app_log, recs("s1", "x", range(i * 3, i * 3 + 3)))
     segs = ingest_log.segments(tmp_path)

@@ -1,0 +1,37 @@
+"""Which hub queries parse the log's values with each line: those whose every reader of the log is a window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub.compile import Compiler
+from hub.replicas import Replicas
+from spanedge import App, agg, sinks
+from spanedge.aggregations import Aggregator
+from tests.plans import chain_plan
+
+LONGEST = Aggregator("longest", lambda: "", lambda acc, v: max(acc, str(v), key=len), max, lambda acc: acc)
+
+
+def _app(*aggs: tuple[str, Any]) -> App:
+    app = App("fields")
+    app.source("readings", time_field="ts").window(name="per_key", key="k", size="1s", aggs=dict(aggs)).sink(
+        sinks.memory("out"), name="out"
+    )
+    return app
+
+
+def _fields(app: App, at: str) -> dict[str, str] | None:
+    plan = chain_plan(app.name, 1, {"s1": [("per_key", at, 0)], "s2": [("per_key", at, 0)]})
+    return Compiler(None, Replicas(app, plan, app.graph())).value_fields("out")  # type: ignore[arg-type]
+
+
+def test_a_hub_window_over_the_records_of_spokes_parses_the_fields_it_uses_with_the_line() -> None:
+    app = _app(("n", agg.count()), ("total", agg.sum("v")), ("top", agg.max("v")), ("low", agg.min("w")))
+    assert _fields(app, "cloud") == {"k": "STRING", "v": "DOUBLE", "w": "DOUBLE"}
+
+
+def test_a_query_that_reads_results_or_text_reads_values_as_text() -> None:
+    app = _app(("n", agg.count()), ("total", agg.sum("v")))
+    assert _fields(app, "s1") is None  # the windows run at the spokes: the sink passes their results on
+    assert _fields(_app(("n", agg.count()), ("longest", agg.custom("v", LONGEST))), "cloud") is None
