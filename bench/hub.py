@@ -1,6 +1,6 @@
 """Hub data plane: MQTT ingest, the ingest log into Spark, and publish-to-sink latency.
 
-    .venv/bin/python bench/hub.py [--records 100000] [--seconds 10] [--rate 2000]
+    .venv/bin/python bench/hub.py [--records 300000] [--seconds 10] [--rate 2000]
 
 Measured in one run, against a real Mosquitto and Spark in local mode:
 
@@ -566,7 +566,12 @@ def machine_load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=300_000,
+        help="records per path and app (fewer make the live runs as short as a few micro-batches: latency, not rate)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="measured stretch of each latency run")
     parser.add_argument("--rate", type=float, default=2000.0, help="records/s during the latency runs")
     parser.add_argument("--idle-seconds", type=float, default=20.0, help="measured stretch of the idle run")
