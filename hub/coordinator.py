@@ -109,7 +109,7 @@ class Coordinator:
         self.handover_delay_s = handover_delay_s
         self._lock = threading.RLock()
         self._records: dict[str, AppRecord] = {}
-        self._replaced: dict[str, Plan] = {}  # the plan each app's plan in force replaced (in memory)
+        self._replaced: dict[str, Plan] = {}  # the plan each app's plan in force replaced (kept in its record too)
         self._apps: dict[str, App] = {}
         self._attempts: dict[str, float] = {}
         self.health = SiteHealth(registry.sites, health or HealthPolicy())
@@ -136,6 +136,8 @@ class Coordinator:
             for record, app in _loadable(self.store.load_apps()):
                 self._records[record.name] = record
                 self._apps[record.name] = app
+                if record.replaced is not None:
+                    self._replaced[record.name] = record.replaced
             sites = set().union(*(sites_of(r.plan) for r in self._records.values()))
             self._distribute(sites)
             if self.engine is not None:
@@ -234,6 +236,7 @@ class Coordinator:
             record = self._in_time(app, record, replaced)
         if replaced is not None:
             self._replaced[app.name] = replaced
+        record = dataclasses.replace(record, replaced=self._replaced.get(app.name))
         self._records[app.name] = record
         self._apps[app.name] = app
         if self.store is not None:
@@ -288,7 +291,7 @@ class Coordinator:
             return self._records[name]
 
     def plans_of(self, name: str) -> tuple[Plan, ...]:
-        """The plan in force of app ``name`` and the one it replaced (if this hub replaced it); none if unknown.
+        """The plan in force of app ``name`` and the one it replaced (if any; kept across restarts); none if unknown.
 
         Never waits for a deploy or re-plan in progress: the ingest asks for every batch a site
         publishes for another site (:func:`hub.publishers.from_plans`), and sees the plans before

@@ -2,7 +2,8 @@
 
 Layout under the state directory::
 
-    apps/<app>.json        one record per deployed app (source, options, plan, history)
+    apps/<app>.json        one record per deployed app (source, options, plan, the plan it
+                           replaced, history)
     distribution.json      the last plan-message version published per site
 
 Every file is replaced atomically (write, fsync, rename), so a hub killed at
@@ -123,6 +124,8 @@ class AppRecord:
     history: list[HistoryEntry] = field(default_factory=list)
     basis: dict[str, Any] = field(default_factory=dict)
     """The latencies and rates the current plan was computed from (for drift detection)."""
+    replaced: Plan | None = None
+    """The plan the current plan replaced, if this hub replaced one: its owners may still publish (:mod:`hub.publishers`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
@@ -137,6 +140,7 @@ class AppRecord:
             "plan": self.plan.to_dict(),
             "history": [asdict(h) for h in self.history],
             "basis": _stored_basis(self.basis),
+            **({"replaced": self.replaced.to_dict()} if self.replaced is not None else {}),
         }
 
     @classmethod
@@ -153,6 +157,7 @@ class AppRecord:
             deployed_at=float(data.get("deployed_at", 0.0)),
             history=[HistoryEntry(**h) for h in data.get("history", [])],
             basis=_loaded_basis(data.get("basis", {})),
+            replaced=Plan.from_dict(data["replaced"]) if data.get("replaced") else None,
         )
 
 

@@ -14,6 +14,7 @@ from hub.coordinator import Coordinator
 from hub.ingest import Ingest
 from hub.publishers import assigned, from_plans, own_sites_only
 from hub.registry import SiteRegistry
+from hub.state import StateStore
 from spanedge import topics
 from spanedge.app import App
 from spanedge.envelope import Record, encode_batch
@@ -200,3 +201,33 @@ def test_the_coordinator_gives_the_plan_in_force_and_the_one_it_replaced() -> No
     assert not policy("demo", "c", "a", "double")
     coordinator.delete("demo")
     assert coordinator.plans_of("demo") == ()
+
+
+def test_a_restarted_hub_still_knows_the_plan_the_one_in_force_replaced(tmp_path: Path) -> None:
+    registry = SiteRegistry(parse_sites(SITES), down_after_s=15)
+    coordinator = Coordinator(registry, planner=planner_placing("b"), store=StateStore(tmp_path))
+    coordinator.deploy(SOURCE)
+    coordinator.planner = planner_placing("cloud")
+    coordinator.replan("demo", "b overloaded")
+    coordinator.replan("demo", "nothing changed")  # no new version: the replaced plan stays
+    restarted = Coordinator(registry, planner=planner_placing("cloud"), store=StateStore(tmp_path))
+    assert restarted.resume() == ["demo"]
+    assert [p.version for p in restarted.plans_of("demo")] == [2, 1]
+    assert restarted.plans_of("demo")[1] == coordinator.plans_of("demo")[1]
+    # b's outbox may still hold what it computed for a's replica under v1: accepted after the restart too
+    assert from_plans(restarted.plans_of)("demo", "b", "a", "double")
+    restarted.delete("demo")
+    again = Coordinator(registry, planner=planner_placing("cloud"), store=StateStore(tmp_path))
+    assert again.resume() == []
+    assert again.plans_of("demo") == ()
+
+
+def test_a_record_from_before_the_replaced_plan_was_kept_loads_without_it(tmp_path: Path) -> None:
+    registry = SiteRegistry(parse_sites(SITES), down_after_s=15)
+    Coordinator(registry, planner=planner_placing("b"), store=StateStore(tmp_path)).deploy(SOURCE)
+    [path] = (tmp_path / "apps").glob("*.json")
+    data = orjson.loads(path.read_bytes())
+    assert "replaced" not in data  # a first deploy replaced nothing
+    restarted = Coordinator(registry, planner=planner_placing("b"), store=StateStore(tmp_path))
+    assert restarted.resume() == ["demo"]
+    assert [p.version for p in restarted.plans_of("demo")] == [1]
