@@ -109,7 +109,6 @@ class Coordinator:
         self.handover_delay_s = handover_delay_s
         self._lock = threading.RLock()
         self._records: dict[str, AppRecord] = {}
-        self._replaced: dict[str, Plan] = {}  # the plan each app's plan in force replaced (kept in its record too)
         self._apps: dict[str, App] = {}
         self._attempts: dict[str, float] = {}
         self.health = SiteHealth(registry.sites, health or HealthPolicy())
@@ -136,8 +135,6 @@ class Coordinator:
             for record, app in _loadable(self.store.load_apps()):
                 self._records[record.name] = record
                 self._apps[record.name] = app
-                if record.replaced is not None:
-                    self._replaced[record.name] = record.replaced
             sites = set().union(*(sites_of(r.plan) for r in self._records.values()))
             self._distribute(sites)
             if self.engine is not None:
@@ -213,7 +210,6 @@ class Coordinator:
         """
         with self._lock:
             record = self._records.pop(name)
-            self._replaced.pop(name, None)
             self._apps.pop(name, None)
             self._attempts.pop(name, None)
             self._pending.pop(name, None)
@@ -234,9 +230,10 @@ class Coordinator:
         if changed and self.engine is not None:
             self.engine.deploy(app, record.plan)
             record = self._in_time(app, record, replaced)
-        if replaced is not None:
-            self._replaced[app.name] = replaced
-        record = dataclasses.replace(record, replaced=self._replaced.get(app.name))
+        prior = self._records.get(app.name)
+        # no new version (or a first deploy): the plan in force still replaced the one it did
+        kept = replaced if replaced is not None else prior.replaced if prior is not None else None
+        record = dataclasses.replace(record, replaced=kept)
         self._records[app.name] = record
         self._apps[app.name] = app
         if self.store is not None:
@@ -297,9 +294,10 @@ class Coordinator:
         publishes for another site (:func:`hub.publishers.from_plans`), and sees the plans before
         or after the change.
         """
-        record, replaced = self._records.get(name), self._replaced.get(name)
-        plans = (record.plan,) if record is not None else ()
-        return plans + ((replaced,) if replaced is not None else ())
+        record = self._records.get(name)
+        if record is None:
+            return ()
+        return (record.plan,) if record.replaced is None else (record.plan, record.replaced)
 
     # -- monitor and analyse -------------------------------------------------------------------
 
