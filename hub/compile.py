@@ -33,7 +33,8 @@ from hub.replicas import Replicas
 from hub.rows import COLUMNS, SCHEMA_DDL
 from hub.spark_source import read_log
 from hub.spark_transforms import transform_frame
-from hub.spark_windows import parse_fields, parses_once, window_frame
+from hub.spark_windows import closes_early, parse_fields, parses_once, window_frame
+from hub.window_close import OBSERVATION as CLOSED_COUNT
 from spanedge.dag import known_fields
 from spanedge.errors import InvalidPlan
 from spanedge.operators import Kind, Operator
@@ -65,8 +66,12 @@ class _Counts:
         known = self._names.get(id(df))
         return known[1] if known is not None and known[0] is df else None
 
-    def observe(self, df: DataFrame, target: Counted) -> DataFrame:
-        """``df`` with its rows counted for ``target``; a frame counted already keeps its one count."""
+    def observe(self, df: DataFrame, target: Counted, closing: bool = False) -> DataFrame:
+        """``df`` with its rows counted for ``target``; a frame counted already keeps its one count.
+
+        The output of a window its sink closes (``closing``) holds every changed
+        aggregate: the sink counts the windows it writes instead (:data:`CLOSED_COUNT`).
+        """
         from pyspark.sql import functions as F
 
         name = self._name_of(df)
@@ -74,6 +79,11 @@ class _Counts:
             self.targets[name].append(target)
             return df
         name = f"{target.operator}.{target.direction}#{len(self.targets)}"
+        if target.direction == "out" and closing:  # counted by the sink's closer, not by Spark
+            name = CLOSED_COUNT
+            self.targets[name] = [target]
+            self._names[id(df)] = (df, name)
+            return df
         observed = df.observe(name, F.count(F.lit(1)).alias("n"))
         self.targets[name] = [target]
         self._names[id(observed)] = (observed, name)
@@ -97,6 +107,7 @@ class Compiler:
         self.on_failure = on_failure
         self._counts = _Counts()
         self._counted: dict[str, dict[str, list[Counted]]] = {}
+        self._closing: str | None = None
 
     def counted(self, sink: str) -> dict[str, list[Counted]]:
         """What the observed counts of the query of sink replica ``sink`` stand for, by observation name.
@@ -116,9 +127,45 @@ class Compiler:
         source = read_log(self.spark, log_dir, self.replicas.app.name, reader, fields).select(*COLUMNS)
         memo: dict[str, DataFrame] = {}
         self._counts = _Counts()  # observation names are unique per query
+        closing = self.closing_window(sink)
+        self._closing = closing.name if closing is not None else None
         df = self._frame(sink, source, memo)
         self._counted[sink] = self._counts.targets
         return df
+
+    def closing_window(self, sink: str) -> Operator | None:
+        """The window the sink of ``sink`` closes itself (:mod:`hub.window_close`), if any.
+
+        That is the window the sink reads directly, when every replica of it the
+        sink reads runs at the hub (alone, or merged per site) and its sink can
+        close it (:func:`hub.spark_windows.closes_early`). Its query runs in update mode.
+        """
+        ups = self.replicas.upstream(sink)
+        if not ups or len({u.operator for u in ups}) != 1:
+            return None
+        op = self.replicas.op(ups[0])
+        if op.window is None or not closes_early(op.window):
+            return None
+        if any(u.site != self.replicas.hub for u in ups):
+            return None
+        if len(ups) > 1 and any(u.group is None for u in ups):
+            return None
+        return op if not self._stateful_upstream([u.replica for u in ups]) else None
+
+    def _stateful_upstream(self, replicas: list[str]) -> bool:
+        """Whether a hub window or transform (which may keep state) is upstream of ``replicas`` in their query."""
+        seen: set[str] = set()
+        todo = [u.replica for r in replicas for u in self.replicas.upstream(r)]
+        while todo:
+            replica = todo.pop()
+            a = self.replicas.where[replica]
+            if replica in seen or self._is_crossing([a]):
+                continue
+            seen.add(replica)
+            if self.replicas.op(a).kind in (Kind.WINDOW, Kind.TRANSFORM):
+                return True
+            todo.extend(u.replica for u in self.replicas.upstream(replica))
+        return False
 
     def value_fields(self, sink: str) -> dict[str, str] | None:
         """The fields to parse the log's values for with each line in the query of ``sink``; ``None``: read them as text.
@@ -231,7 +278,9 @@ class Compiler:
                 op,
                 reps,
                 self._inputs(reps, source, memo),
-                lambda df: window_frame(op, df, self._fields(op), site, per_site=True),
+                lambda df: window_frame(
+                    op, df, self._fields(op), site, per_site=True, closing=op.name == self._closing
+                ),
             )
         else:
             frames = [self._frame(r.replica, source, memo) for r in reps]
@@ -252,7 +301,7 @@ class Compiler:
         if df is inputs or op.kind is Kind.UNION:  # a sink, a union: as many records out as in
             self._counts.same(df, inputs, out)
             return df
-        return self._counts.observe(df, out)
+        return self._counts.observe(df, out, closing=op.name == self._closing)
 
     def _apply(self, op: Operator, a: Assignment, df: DataFrame) -> DataFrame:
         """The records hub replica ``a`` of ``op`` emits from its inputs ``df``."""
@@ -264,7 +313,8 @@ class Compiler:
         if op.kind is Kind.UNION:
             return df.withColumn("stream", F.lit(op.name))
         if op.kind is Kind.WINDOW:
-            return window_frame(op, df, self._fields(op), a.group or self.replicas.hub)
+            closing = op.name == self._closing
+            return window_frame(op, df, self._fields(op), a.group or self.replicas.hub, closing=closing)
         if op.kind is Kind.TRANSFORM:
             upstream = known_fields(self.replicas.graph, op.inputs[0])
             return transform_frame(op, df, upstream, self.replicas.hub)

@@ -28,6 +28,7 @@ from hub.queries import Deployed, Query, await_first_batch, operator_rates
 from hub.replicas import Replicas
 from hub.restarts import RestartBook
 from hub.sinks import BatchSink, MemoryStore
+from hub.window_close import WindowCloser
 from spanedge.errors import InvalidDataflow, InvalidPlan
 from spanedge.operators import Kind
 from spanedge.plan import Assignment, Plan, split_replica
@@ -208,6 +209,9 @@ class Lifecycle:
             sink.replica, op.sink.kind, op.sink.target, checkpoint / "sink.json", self.memory, broker
         )
         df = compiler.frame(sink.replica, self.log_dir(app), name)
+        closing = compiler.closing_window(sink.replica)
+        if closing is not None and closing.window is not None:
+            batch_sink.closer = WindowCloser(checkpoint, round(closing.window.allowed_lateness * 1000))
         query = Query(
             sink.replica, batch_sink, checkpoint, name, fingerprint, counted=compiler.counted(sink.replica), label=label
         )
@@ -299,7 +303,11 @@ class Lifecycle:
                 out[name] = {"version": deployed.plan.version, "queries": queries}
                 if self.counts is not None:
                     counts = self.counts
-                    observed = [(q.counted, counts.of(str(q.handle.id))) for q in deployed.queries.values() if q.handle]
+                    observed = [
+                        (q.counted, {**counts.of(str(q.handle.id)), **q.sink.observed()})
+                        for q in deployed.queries.values()
+                        if q.handle
+                    ]
                     out[name]["operators"] = operator_rates(observed)
         return out
 

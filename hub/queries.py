@@ -62,6 +62,7 @@ class Query:
             df.writeStream.queryName(f"spanedge:{app}:{self.label or self.replica}")
             .foreachBatch(self.sink)
             .option("checkpointLocation", str(self.checkpoint))
+            .outputMode("update" if self.sink.closer is not None else "append")
         )
         if trigger.replace(" ", "").replace("-", "").lower() == "availablenow":
             writer = writer.trigger(availableNow=True)
@@ -92,7 +93,7 @@ class Query:
         entry["active"] = handle.isActive
         error = handle.exception()
         entry["error"] = str(error) if error is not None else None
-        entry["late_dropped"] = late.dropped(str(handle.id))
+        entry["late_dropped"] = late.dropped(str(handle.id)) + (self.sink.closer.late if self.sink.closer else 0)
         progress = handle.lastProgress
         if progress:
             entry["batch_id"] = progress.get("batchId")

@@ -8,7 +8,9 @@ replay of a half-written batch overwrites rather than duplicates; memory
 results are keyed by batch id. MQTT cannot take a message back: a crash in
 the middle of publishing a batch republishes that batch (at least once).
 While a handover to or from the hub runs, a sink writes only its query's
-share of the results (:mod:`hub.cutoffs`) and counts the rest.
+share of the results (:mod:`hub.cutoffs`) and counts the rest. The sink
+of a window query in update mode closes the windows itself
+(:mod:`hub.window_close`) before anything else.
 
 Dead letters of the query's Python operators (see
 :mod:`hub.python_operators`) are part of the batch: before running it, the
@@ -38,6 +40,8 @@ import orjson
 from hub.cutoffs import Share
 from hub.metrics import DEAD_LETTERS
 from hub.python_operators import STAGING_PROPERTY
+from hub.window_close import OBSERVATION as CLOSED_COUNT
+from hub.window_close import WindowCloser
 from spanedge import topics
 from spanedge.sites import Broker
 
@@ -133,6 +137,14 @@ class BatchSink:
         self.share: Share | None = None
         """The part of the results this query writes while a handover to or from the hub runs (:mod:`hub.cutoffs`)."""
         self.left_to_other = 0
+        self.closer: WindowCloser | None = None
+        """Closes the windows of a query in update mode (:mod:`hub.window_close`); None in append mode."""
+
+    def observed(self) -> dict[str, tuple[int, float]]:
+        """The counts the sink observes itself, as :meth:`hub.operator_counts.ObservedCounts.of` gives Spark's."""
+        if self.closer is None:
+            return {}
+        return {CLOSED_COUNT: (self.closer.closed, self.closer.rate)}
 
     def _load_last(self) -> int:
         try:
@@ -170,6 +182,8 @@ class BatchSink:
 
     def _write_batch(self, df: DataFrame, batch_id: int, staging: Path) -> None:
         table = df.toArrow()
+        if self.closer is not None:
+            table = self.closer.close(table, batch_id)
         share = self.share
         if share is not None and table.num_rows:
             table, left = share.select(table)

@@ -1,8 +1,9 @@
 """Window operators at the hub as Spark streaming aggregations.
 
 A window is ``groupBy(window/session_window, key)`` over the records'
-event time with a watermark of the allowed lateness and append output, so
-each window is emitted once, as ``{<key>, window_start, window_end,
+event time with a watermark of the allowed lateness and append output (or update
+output closed by the sink, :mod:`hub.window_close`), so each window is
+emitted once, as ``{<key>, window_start, window_end,
 <aggs>}`` with event time ``window_end - 0.001`` like the edge agents.
 Built-in aggregations are Spark's; custom aggregators collect the field's
 values and are finished in Python (:func:`hub.python_operators.window_finisher`).
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hub.python_operators import pickle_user_code, window_finisher
 from hub.rows import SCHEMA_DDL
+from hub.window_close import END_MS, EXTRA, KEYED, MAX_MS, START_MS
 from spanedge.errors import InvalidDataflow
 from spanedge.operators import Operator, WindowKind
 from spanedge.runtime.operators import WINDOW_TIME_OFFSET
@@ -29,7 +31,9 @@ _KEYED = "_keyed"
 _NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "FLOAT", "DOUBLE", "LONG", "INTEGER", "DECIMAL")
 
 
-def window_frame(op: Operator, df: DataFrame, fields: dict[str, str], site: str, per_site: bool = False) -> DataFrame:
+def window_frame(
+    op: Operator, df: DataFrame, fields: dict[str, str], site: str, per_site: bool = False, closing: bool = False
+) -> DataFrame:
     """The results of window ``op`` over the records of ``df``.
 
     Args:
@@ -39,6 +43,8 @@ def window_frame(op: Operator, df: DataFrame, fields: dict[str, str], site: str,
         site: the ``site`` of every result, unless ``per_site``.
         per_site: window the records of each site apart (the merged per-site replicas
             of one operator), each result carrying its site.
+        closing: for a query in update mode whose sink closes the windows
+            (:mod:`hub.window_close`): every changed aggregate, with the closer's columns.
 
     Raises:
         InvalidDataflow: an aggregation Spark has no function for.
@@ -64,7 +70,10 @@ def window_frame(op: Operator, df: DataFrame, fields: dict[str, str], site: str,
     # value twice (Spark pushes a filter on a parsed field below the parse, where it parses again);
     # their group is dropped after it instead: it is the one that counted no key.
     keyed = F.count(F.col(f"_r.`{spec.key}`")).alias(_KEYED)
-    grouped = parsed.groupBy(*keys).agg(*aggs, keyed).where(F.col(_KEYED) > 0)
+    if closing:  # the closer drops the group without the key once its latest event time moved the watermark
+        grouped = parsed.groupBy(*keys).agg(*aggs, keyed, F.max(F.unix_millis("_ts")).alias(MAX_MS))
+    else:
+        grouped = parsed.groupBy(*keys).agg(*aggs, keyed).where(F.col(_KEYED) > 0)
     start = F.unix_micros(F.col("_w.start")) / F.lit(1_000_000.0)
     end = F.unix_micros(F.col("_w.end")) / F.lit(1_000_000.0)
     site_column = F.col("_site") if per_site else F.lit(site)
@@ -77,8 +86,26 @@ def window_frame(op: Operator, df: DataFrame, fields: dict[str, str], site: str,
         start.alias("window_start"),
         end.alias("window_end"),
         *[F.col(f"`{out}`") for out, _ in spec.aggs],
+        *(_closer_columns() if closing else []),
     )
-    return _encode(shaped, spec)
+    return _encode(shaped, spec, closing)
+
+
+def _closer_columns() -> list[Column]:
+    """The window's start and end, its latest event time (ms) and its keyed count, for :mod:`hub.window_close`."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.unix_millis(F.col("_w.start")).alias(START_MS),
+        F.unix_millis(F.col("_w.end")).alias(END_MS),
+        F.col(MAX_MS),
+        F.col(_KEYED).alias(KEYED),
+    ]
+
+
+def closes_early(spec: WindowSpec) -> bool:
+    """Whether its sink can close the window (:mod:`hub.window_close`): a tumbling or sliding one Spark aggregates."""
+    return spec.kind is not WindowKind.SESSION and parses_once(spec)
 
 
 def parse_fields(spec: WindowSpec, fields: dict[str, str]) -> dict[str, str]:
@@ -140,8 +167,8 @@ def _aggregations(op: Operator, spec: WindowSpec) -> list[Column]:
     return aggs
 
 
-def _encode(shaped: DataFrame, spec: WindowSpec) -> DataFrame:
-    """The window results as records: the result fields as the JSON value."""
+def _encode(shaped: DataFrame, spec: WindowSpec, closing: bool = False) -> DataFrame:
+    """The window results as records: the result fields as the JSON value (and the closer's columns if ``closing``)."""
     from pyspark.sql import functions as F
 
     customs: dict[str, Any] = {out: ag for out, ag in spec.aggs if ag.custom is not None}
@@ -154,7 +181,8 @@ def _encode(shaped: DataFrame, spec: WindowSpec) -> DataFrame:
                 *[F.col(f"`{out}`") for out, _ in spec.aggs],
             )
         )
-        return shaped.select("site", "stream", "seq", "event_time", "key", value.alias("value"))
+        extra = list(EXTRA) if closing else []
+        return shaped.select("site", "stream", "seq", "event_time", "key", value.alias("value"), *extra)
     for ag in customs.values():
         pickle_user_code(ag.custom.add if ag.custom else None)
     return shaped.mapInArrow(window_finisher(spec.key, [o for o, _ in spec.aggs], customs), SCHEMA_DDL)

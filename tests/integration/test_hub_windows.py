@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -117,3 +118,85 @@ def test_a_window_reads_values_parsed_with_their_log_line_unless_the_log_predate
     from_old, old_type = _windows(spark, old, fields)
     assert old_type == "string"
     assert from_old == parsed
+
+
+def _batches(spark: Any, folder: Path, closing: bool) -> tuple[list[tuple[int, list[tuple[str, Any]]]], int]:
+    """Per micro-batch (one file each) the window's results, closed by Spark (append) or by the sink (update); late records the sink dropped."""
+    from hub.window_close import WindowCloser
+
+    name = f"closing_{closing}_{uuid.uuid4().hex[:8]}"
+    checkpoint = folder.parent / name
+    closer = WindowCloser(checkpoint, 0)
+    written: list[tuple[int, list[tuple[str, Any]]]] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        table = df.toArrow()
+        if closing:
+            table = closer.close(table, batch_id)
+        values = [(r["key"], orjson.loads(r["value"])) for r in table.to_pylist()]
+        rows = sorted(values, key=lambda kv: (kv[1]["window_start"], kv[0]))
+        if rows:
+            written.append((batch_id, rows))
+
+    records = spark.readStream.schema(LINE).option("maxFilesPerTrigger", "1").json(str(folder))
+    query = (
+        window_frame(_window_op(), records, {}, "cloud", closing=closing)
+        .writeStream.foreachBatch(sink)
+        .outputMode("update" if closing else "append")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    query.awaitTermination()
+    return written, closer.late
+
+
+def test_a_sink_closes_each_window_one_micro_batch_earlier_and_drops_what_arrives_after_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    def line(seq: int, t: float, value: Any) -> bytes:
+        record = {"site": "edge", "stream": "readings", "seq": seq, "event_time": t, "key": None, "value": value}
+        return orjson.dumps(record)
+
+    files = [
+        [(10.1, {"k": "a", "v": 1}), (10.2, {"k": "b", "v": 2}), (10.4, {"v": 100})],
+        [(10.6, {"k": "a", "v": 3}), (11.3, {"k": "a", "v": 4})],  # moves the watermark past [10, 11)
+        [(10.9, {"k": "b", "v": 50}), (11.5, {"k": "b", "v": 5}), (12.2, {"v": 7})],  # late; a record without the key
+        [(12.5, {"k": "a", "v": 6}), (11.8, {"k": "a", "v": 60}), (12.7, {"k": "a", "v": 7})],  # late again
+        [(14.0, {"k": "b", "v": 8})],  # closes [12, 13)
+    ]
+    folder = tmp_path / "lines"
+    folder.mkdir()
+    seq = 0
+    for i, records in enumerate(files):
+        path = folder / f"{i:03d}.json"
+        lines = []
+        for t, value in records:
+            seq += 1
+            lines.append(line(seq, t, orjson.dumps(value).decode()) + b"\n")
+        path.write_bytes(b"".join(lines))
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))  # the file source reads them in this order
+
+    appended, _ = _batches(spark, folder, closing=False)
+    closed, late = _batches(spark, folder, closing=True)
+
+    def summary(written: list[tuple[int, list[tuple[str, Any]]]]) -> list[tuple[int, str, float, int, float]]:
+        return [(b, k, v["window_start"], v["n"], v["total"]) for b, rows in written for k, v in rows]
+
+    # each window once, in the micro-batch whose records moved the watermark past it, without the records after
+    assert summary(closed) == [
+        (1, "a", 10.0, 2, 4.0),
+        (1, "b", 10.0, 1, 2.0),
+        (2, "a", 11.0, 1, 4.0),
+        (2, "b", 11.0, 1, 5.0),
+        (4, "a", 12.0, 2, 13.0),
+    ]
+    assert late == 2
+    # Spark's append mode writes each a micro-batch later, and still adds a record that arrives in that batch
+    assert summary(appended) == [
+        (2, "a", 10.0, 2, 4.0),
+        (2, "b", 10.0, 2, 52.0),
+        (3, "a", 11.0, 2, 64.0),
+        (3, "b", 11.0, 1, 5.0),
+        (5, "a", 12.0, 2, 13.0),
+    ]

@@ -35,3 +35,37 @@ def test_a_query_that_reads_results_or_text_reads_values_as_text() -> None:
     app = _app(("n", agg.count()), ("total", agg.sum("v")))
     assert _fields(app, "s1") is None  # the windows run at the spokes: the sink passes their results on
     assert _fields(_app(("n", agg.count()), ("longest", agg.custom("v", LONGEST))), "cloud") is None
+
+
+def _closing(app: App, chain: list[tuple[str, str, int]]) -> str | None:
+    plan = chain_plan(app.name, 1, {"s1": chain, "s2": chain})
+    op = Compiler(None, Replicas(app, plan, app.graph())).closing_window("out")  # type: ignore[arg-type]
+    return op.name if op is not None else None
+
+
+def test_a_sink_closes_the_hub_window_it_reads_directly_and_no_other() -> None:
+    app = _app(("n", agg.count()), ("total", agg.sum("v")))
+    assert _closing(app, [("per_key", "cloud", 0)]) == "per_key"  # per-site replicas merged at the hub
+    assert _closing(app, [("per_key", "s1", 0)]) is None  # results of windows at the spokes
+    custom = _app(("n", agg.count()), ("longest", agg.custom("v", LONGEST)))
+    assert _closing(custom, [("per_key", "cloud", 0)]) is None  # finished in Python after Spark
+
+    def chained(step: str) -> App:
+        app = App("chained")
+        stream = app.source("readings", time_field="ts").window(
+            name="first", key="k", size="1s", aggs={"n": agg.count()}
+        )
+        if step == "window":
+            stream = stream.window(name="second", key="k", size="2s", aggs={"n": agg.sum("n")})
+        elif step == "session":
+            stream = stream.window(name="second", key="k", gap="2s", aggs={"n": agg.sum("n")})
+        else:
+            stream = stream.filter(lambda r: r["n"] > 1, name="second")
+        stream.sink(sinks.memory("out"), name="out")
+        return app
+
+    at_hub = [("first", "cloud", 0), ("second", "cloud", 0)]
+    assert _closing(chained("filter"), at_hub) is None  # the sink reads the filter's records
+    assert _closing(chained("window"), at_hub) is None  # update mode takes one aggregation per query
+    assert _closing(chained("window"), [("first", "s1", 0), ("second", "cloud", 0)]) == "second"
+    assert _closing(chained("session"), [("first", "s1", 0), ("second", "cloud", 0)]) is None
