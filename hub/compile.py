@@ -119,7 +119,7 @@ class Compiler:
 
     def fingerprint(self, sink: str) -> str:
         """A hash of everything the query of sink replica ``sink`` computes."""
-        return fingerprint(self.replicas, sink)
+        return fingerprint(self.replicas, sink, closing=self.closing_window(sink) is not None)
 
     def frame(self, sink: str, log_dir: Path, reader: str) -> DataFrame:
         """The records reaching sink replica ``sink``, read from the log in ``log_dir`` as ``reader``."""

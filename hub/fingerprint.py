@@ -61,8 +61,12 @@ def _operator_part(replica: str, op: Operator) -> str:
     )
 
 
-def fingerprint(replicas: Replicas, sink: str) -> str:
-    """A 12-hex-digit hash of the hub replicas upstream of ``sink`` and the edge streams they read."""
+def fingerprint(replicas: Replicas, sink: str, closing: bool = False) -> str:
+    """A 12-hex-digit hash of the hub replicas upstream of ``sink`` and the edge streams they read.
+
+    ``closing``: the sink closes its window (:mod:`hub.window_close`), which
+    keeps other window state than append mode, so the query is another one.
+    """
     parts: list[str] = []
     seen: set[str] = set()
 
@@ -80,4 +84,6 @@ def fingerprint(replicas: Replicas, sink: str) -> str:
             visit(up.replica)
 
     visit(sink)
+    if closing:
+        parts.append("closed by the sink")
     return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:12]

@@ -11,12 +11,14 @@ the largest event time seen so far, in milliseconds as Spark counts it,
 minus the allowed lateness, including the records of the batch at hand.
 
 That is the edge agents' rule (:mod:`spanedge.runtime.windows`): a record
-whose windows have all been written is late. Spark is one micro-batch more
-lenient: it drops a record only behind the watermark the batch *before*
-ran with, so a record that arrives in the batch after its window closed
-still reaches the window's aggregate. The closer drops such an update of a
-window it has written, and counts the records it added (:attr:`late`, with
-Spark's own count of late records in the query's metrics).
+whose window has been written is late, and a record behind the watermark
+whose window never opened for its key opens it, to be written at once.
+Spark is one micro-batch more lenient: it drops a record only behind the
+watermark the batch *before* ran with, so a record that arrives in the
+batch after its window closed still reaches the window's aggregate. The
+closer drops such an update of a window it has written, and counts the
+records it added (:attr:`late`, with Spark's own count of late records in
+the query's metrics).
 
 The open windows, the windows written in the last batch (with how many
 records they had) and the largest event time are the closer's state. It
@@ -66,7 +68,7 @@ _Key = tuple[str, str, str, int, int]
 
 
 class WindowCloser:
-    """The open windows of one query and the watermark its next batch runs with; writes the windows it passed."""
+    """The open windows of one query's window and its watermark; writes each window the watermark passed, once."""
 
     def __init__(self, checkpoint: Path, lateness_ms: int) -> None:
         """Keep the state under ``checkpoint``; a window closes ``lateness_ms`` after its end in event time."""
@@ -87,7 +89,7 @@ class WindowCloser:
 
     @property
     def watermark_ms(self) -> int | None:
-        """The watermark of the next batch, in epoch milliseconds (None before the first record)."""
+        """The latest event time so far minus the allowed lateness, in epoch milliseconds (None before any record)."""
         return None if self._max_ms is None else self._max_ms - self.lateness_ms
 
     def close(self, table: pa.Table, batch_id: int) -> pa.Table:
@@ -96,7 +98,6 @@ class WindowCloser:
 
         self._resume(batch_id)
         columns = [c for c in table.column_names if c not in EXTRA]
-        before = self.watermark_ms
         late = 0
         for row in table.to_pylist():
             latest = row[MAX_MS]
@@ -105,8 +106,8 @@ class WindowCloser:
             if not row[KEYED]:
                 continue  # the records without the key: no window
             key = (row["site"], row["stream"], row["key"], int(row[START_MS]), int(row[END_MS]))
-            if before is not None and key[4] <= before:  # written already: what changed it is late
-                late += int(row[KEYED]) - self._written.get(key, 0)
+            if key in self._written:  # written already: what changed it is late
+                late += int(row[KEYED]) - self._written[key]
                 continue
             self._open[key] = {c: row[c] for c in columns}
             self._open[key][KEYED] = int(row[KEYED])
@@ -130,6 +131,7 @@ class WindowCloser:
         return pa.Table.from_pylist(rows, schema=schema)
 
     def _count(self, n: int) -> None:
+        """Add ``n`` windows written now to the total and the rate."""
         if not n:
             return
         now = time.time()

@@ -65,3 +65,9 @@ def test_checkpoint_names_keep_their_form() -> None:
 
 #: The fingerprints existing checkpoints of these queries carry: a different value would orphan them.
 EXPECTED = {"all at hub": "6acbd6aca4e8", "window at edge": "0e380050f588"}
+
+
+def test_a_query_whose_sink_closes_its_window_is_another_query() -> None:
+    app, plan = app_and_plan({"per_unit", "hot", "alerts out"})
+    replicas = Replicas(app, plan, app.graph())
+    assert fingerprint(replicas, "alerts out", closing=True) != fingerprint(replicas, "alerts out")
