@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulate.ports import free_port, listenable
 from simulate.tls import TlsFiles
 from spanedge.broker_acl import MAX_QUEUED_MESSAGES, mosquitto_conf
 from spanedge.errors import SpanEdgeError
@@ -52,13 +53,6 @@ class Login:
             "password": self.password,
             "tls_context": ssl.create_default_context(cafile=str(self.ca_file)),
         }
-
-
-def free_port() -> int:
-    """Return a TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def mosquitto_path() -> str:
@@ -106,6 +100,9 @@ class BrokerProcess:
         if self.running:
             return self
         log_path = self.workdir / self.log_name
+        if not listenable(self.port):  # else the wait below would take another listener for this broker
+            msg = f"the {self.name} broker cannot listen on port {self.port}: another process listens there"
+            raise SpanEdgeError(msg)
         with log_path.open("ab") as log:
             self._proc = subprocess.Popen(self.command(), stdout=log, stderr=log)  # noqa: S603 - our own command
         deadline = time.monotonic() + timeout
