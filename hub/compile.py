@@ -100,9 +100,20 @@ class _Counts:
 class Compiler:
     """Builds the DataFrames of one plan of an app, replica by replica."""
 
-    def __init__(self, spark: SparkSession, replicas: Replicas, on_failure: FailurePolicy = LogFailures) -> None:
-        """Compile ``replicas``; record-level operators hand the records they fail on to ``on_failure``."""
+    def __init__(
+        self,
+        spark: SparkSession,
+        replicas: Replicas,
+        on_failure: FailurePolicy = LogFailures,
+        close_windows: bool = False,
+    ) -> None:
+        """Compile ``replicas``; record-level operators hand the records they fail on to ``on_failure``.
+
+        With ``close_windows``, a sink that reads a window directly closes it
+        at the watermark (:meth:`closing_window`, :mod:`hub.window_close`).
+        """
         self.spark = spark
+        self.close_windows = close_windows
         self.replicas = replicas
         self.on_failure = on_failure
         self._counts = _Counts()
@@ -136,12 +147,12 @@ class Compiler:
     def closing_window(self, sink: str) -> Operator | None:
         """The window the sink of ``sink`` closes itself (:mod:`hub.window_close`), if any.
 
-        That is the window the sink reads directly, when every replica of it the
+        Only with ``close_windows``: the window the sink reads directly, when every replica of it the
         sink reads runs at the hub (alone, or merged per site) and its sink can
         close it (:func:`hub.spark_windows.closes_early`). Its query runs in update mode.
         """
         ups = self.replicas.upstream(sink)
-        if not ups or len({u.operator for u in ups}) != 1:
+        if not self.close_windows or not ups or len({u.operator for u in ups}) != 1:
             return None
         op = self.replicas.op(ups[0])
         if op.window is None or not closes_early(op.window):

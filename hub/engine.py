@@ -48,11 +48,14 @@ class Engine:
         spark: SparkSession | None = None,
         spark_master: str = "local[2]",
         trigger: str = "500 milliseconds",
+        close_windows: bool = False,
     ) -> None:
         """Use ``spark`` if given, else build a session (stopped by :meth:`stop` only if built here).
 
         ``trigger`` is the micro-batch interval (``"500 milliseconds"``), or
         ``"availableNow"`` to process what the log holds and stop (batch jobs, benchmarks).
+        ``close_windows``: a sink that reads a window directly writes it as soon as
+        the watermark passes it, a micro-batch earlier (:mod:`hub.window_close`).
         """
         from hub.late import LateRecords
         from hub.operator_counts import ObservedCounts
@@ -77,7 +80,9 @@ class Engine:
         self._listener = ProgressFanout([self._late, self._counts])
         self.spark.streams.addListener(self._listener)
         self._memory = MemoryStore()
-        self._queries = Lifecycle(self.spark, self.state_dir, sites, self._memory, self._late, trigger, self._counts)
+        self._queries = Lifecycle(
+            self.spark, self.state_dir, sites, self._memory, self._late, trigger, self._counts, close_windows
+        )
         self._apps: dict[str, Deployed] = self._queries.apps  # the same dict, for inspection
 
     def log_dir(self, app: str) -> Path:

@@ -75,12 +75,16 @@ class Lifecycle:
         late: LateRecords,
         trigger: str,
         counts: ObservedCounts | None = None,
+        close_windows: bool = False,
     ) -> None:
         """Run queries on ``spark`` with micro-batches every ``trigger`` (or ``availableNow``).
 
         ``counts`` is the listener that totals what the queries observe on their
-        operators; without it :meth:`metrics` has no per-operator figures.
+        operators; without it :meth:`metrics` has no per-operator figures. With
+        ``close_windows``, a sink that reads a window directly closes it at the
+        watermark (:mod:`hub.window_close`).
         """
+        self.close_windows = close_windows
         self.spark = spark
         self.state_dir = state_dir
         self.sites = sites
@@ -156,11 +160,11 @@ class Lifecycle:
         """
         graph = _checked_graph(app, plan)
         replicas = Replicas(app, plan, graph)
-        compiler = Compiler(self.spark, replicas)
+        compiler = Compiler(self.spark, replicas, close_windows=self.close_windows)
         sinks = [a for a in plan.at(plan.hub) if replicas.op(a).kind is Kind.SINK]
         check_distinct((a.replica for a in sinks), app.name)
         wanted = {a.replica: (a, compiler, compiler.fingerprint(a.replica)) for a in sinks}
-        return graph, wanted, _split(self.spark, app, plan, graph, wanted)
+        return graph, wanted, _split(self.spark, app, plan, graph, wanted, self.close_windows)
 
     def _share(
         self, app: App, version: int, graph: OperatorGraph, queries: dict[str, Query], sides: dict[str, Side]
@@ -414,6 +418,7 @@ def _split(
     plan: Plan,
     graph: OperatorGraph,
     wanted: dict[str, _Wanted],
+    close_windows: bool = False,
 ) -> dict[str, Side]:
     """Add to ``wanted`` the queries of the old placement of ``plan``'s moves to or from the hub; return each side.
 
@@ -427,7 +432,7 @@ def _split(
     if split is None:
         return {}
     old_plan, at = split
-    compiler = Compiler(spark, Replicas(app, old_plan, graph))
+    compiler = Compiler(spark, Replicas(app, old_plan, graph), close_windows=close_windows)
     sides: dict[str, Side] = {}
     for slot, (a, _, fp) in list(wanted.items()):
         old_fp = compiler.fingerprint(a.replica)

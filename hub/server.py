@@ -45,6 +45,8 @@ class HubConfig:
     spark: bool = True
     spark_master: str = "local[2]"
     trigger: str = "500 milliseconds"
+    #: a sink that reads a window directly writes it once the watermark passes it (hub.window_close)
+    close_windows: bool = False
     hub_site: str | None = None
     down_after_s: float = 15.0
     #: the weight of the newest report in the moving average of each stream's rate (link latencies: hub.links)
@@ -129,6 +131,7 @@ class Hub:
             self.sites,
             spark_master=self.config.spark_master,
             trigger=self.config.trigger,
+            close_windows=self.config.close_windows,
         )
         self.coordinator.engine = self.engine
         self.ingest = Ingest(

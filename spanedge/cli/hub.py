@@ -50,6 +50,15 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
 @option("--min-replan-interval", default=60.0, help="seconds between two re-plans of an app")
 @option("--trigger", default="500 milliseconds", help="Spark trigger interval")
 @option(
+    "--window-close",
+    type=click.Choice(["next-batch", "watermark"]),
+    default="next-batch",
+    show_default=True,
+    help="when a window feeding a hub sink is written: in the micro-batch after the one that moved the watermark "
+    "past it, which still adds records arriving in between (Spark's append mode), or in that micro-batch, "
+    "a micro-batch sooner, with records later than allowed_lateness dropped as at the edge",
+)
+@option(
     "--log-level",
     envvar="SPANEDGE_HUB_LOG_LEVEL",
     default="INFO",
@@ -88,6 +97,7 @@ def hub(
     drift_threshold: float,
     min_replan_interval: float,
     trigger: str,
+    window_close: str,
     log_level: str,
     site_grace: float,
     overload_for: float,
@@ -130,6 +140,7 @@ def hub(
             spark=not no_spark,
             spark_master=spark_master,
             trigger=trigger,
+            close_windows=window_close == "watermark",
             hub_site=hub_site,
             down_after_s=down_after,
             drift_threshold=drift_threshold,

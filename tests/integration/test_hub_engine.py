@@ -327,8 +327,14 @@ def test_transform_without_schema_is_rejected_at_deploy(spark: Any, tmp_path: Pa
         engine.stop()
 
 
-def test_batch_replayed_after_a_crash_is_not_written_twice(spark: Any, mosquitto: Any, tmp_path: Path) -> None:
-    """A crash between a sink's write and Spark's commit: the replay runs, commits its window state, writes nothing."""
+@pytest.mark.parametrize("close_windows", [False, True], ids=["next_batch", "at_watermark"])
+def test_batch_replayed_after_a_crash_is_not_written_twice(
+    spark: Any, mosquitto: Any, tmp_path: Path, close_windows: bool
+) -> None:
+    """A crash between a sink's write and Spark's commit: the replay runs, commits its window state, writes nothing.
+
+    Also with the window closed by its sink at the watermark, from the state it kept for the batch before.
+    """
     import pyarrow.parquet as pq
 
     from spanedge.envelope import Record
@@ -350,7 +356,7 @@ def test_batch_replayed_after_a_crash_is_not_written_twice(spark: Any, mosquitto
         found = [orjson.loads(v) for f in sorted(out.glob("*.parquet")) for v in pq.read_table(f)["value"].to_pylist()]
         return sorted((w["id"], w["window_start"], w["n"]) for w in found)
 
-    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds", close_windows=close_windows)
     try:
         engine.deploy(app, plan)
         publisher.send([Record("s1", "a", i, v["t"], v["id"], v) for i, v in enumerate(rows[:20])])
@@ -359,11 +365,12 @@ def test_batch_replayed_after_a_crash_is_not_written_twice(spark: Any, mosquitto
         engine.stop()
         # The hub died after the sink wrote its last batch but before Spark committed it.
         checkpoint = next(engine.checkpoint_root(app.name).iterdir())
+        assert (checkpoint / "closing").is_dir() == close_windows  # the sink's state of the windows it closes
         commits = [p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
         last = max(commits, key=lambda p: int(p.name))
         last.unlink()
         last.with_name(f".{last.name}.crc").unlink(missing_ok=True)
-        engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+        engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds", close_windows=close_windows)
         engine.deploy(app, plan)
         flush = {"id": "z", "t": T0 + 100}
         rest = [*rows[20:], flush]

@@ -303,3 +303,27 @@ def test_spanedge_hub_passes_its_log_level_to_the_server(tmp_path: Path, monkeyp
     result = CliRunner().invoke(cli, args, env=env)
     assert result.exit_code == 0, result.output
     assert seen == ["WARNING"]
+
+
+@pytest.mark.parametrize(("given", "closes"), [([], False), (["--window-close", "watermark"], True)])
+def test_spanedge_hub_closes_windows_at_the_watermark_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: list[str], closes: bool
+) -> None:
+    import logging
+
+    pytest.importorskip("fastapi")
+    from hub.server import Hub
+    from tests.keys import key_env
+
+    seen: list[bool] = []
+    monkeypatch.setattr(Hub, "serve", lambda self: seen.append(self.config.close_windows))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", root.level)
+    env = {**key_env(tmp_path), "SPANEDGE_TOKEN": "hub-admin-token-0123456789abcdef012345"}
+    args = ["hub", "--sites", SITES, "--no-spark", "--state-dir", str(tmp_path / "hub"), *given]
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == [closes]
+    wrong = CliRunner().invoke(cli, [*args, "--window-close", "soon"], env=env)
+    assert wrong.exit_code != 0
+    assert "'soon' is not one of 'next-batch', 'watermark'" in wrong.output

@@ -219,7 +219,7 @@ def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side
     graph = app.graph()
     moves = ("win@tiny", "out")
     to_hub = make_plan("cloud", 2, 2, tuple(Handover(r, "tiny", "cloud", T0 + 30.0, 0) for r in moves))
-    fp = Compiler(cast(Any, None), Replicas(app, to_hub, graph)).fingerprint("out")  # its sink closes the window
+    fp = Compiler(cast(Any, None), Replicas(app, to_hub, graph)).fingerprint("out")
     wanted: dict[str, Any] = {"out": (to_hub.assignment("out"), None, fp)}
     # from the spoke: the spoke writes the results before the switch, the hub's query those from it
     assert _split(cast(Any, None), app, to_hub, graph, wanted) == {"out": ("after", T0 + 30.0)}

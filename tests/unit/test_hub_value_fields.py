@@ -39,7 +39,8 @@ def test_a_query_that_reads_results_or_text_reads_values_as_text() -> None:
 
 def _closing(app: App, chain: list[tuple[str, str, int]]) -> str | None:
     plan = chain_plan(app.name, 1, {"s1": chain, "s2": chain})
-    op = Compiler(None, Replicas(app, plan, app.graph())).closing_window("out")  # type: ignore[arg-type]
+    op = Compiler(None, Replicas(app, plan, app.graph()), close_windows=True).closing_window("out")  # type: ignore[arg-type]
+    assert Compiler(None, Replicas(app, plan, app.graph())).closing_window("out") is None  # type: ignore[arg-type]
     return op.name if op is not None else None
 
 
