@@ -22,7 +22,7 @@ query's plan stands for; :mod:`hub.operator_counts` totals them and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -165,18 +165,21 @@ class Compiler:
 
     def _stateful_upstream(self, replicas: list[str]) -> bool:
         """Whether a hub window or transform (which may keep state) is upstream of ``replicas`` in their query."""
+        ups = [u.replica for r in replicas for u in self.replicas.upstream(r)]
+        return any(self.replicas.op(a).kind in (Kind.WINDOW, Kind.TRANSFORM) for a in self._at_hub_from(ups))
+
+    def _at_hub_from(self, replicas: list[str]) -> Iterator[Assignment]:
+        """The hub replicas among ``replicas`` and upstream of them in their query, each once (not the log's streams)."""
         seen: set[str] = set()
-        todo = [u.replica for r in replicas for u in self.replicas.upstream(r)]
+        todo = list(replicas)
         while todo:
             replica = todo.pop()
             a = self.replicas.where[replica]
             if replica in seen or self._is_crossing([a]):
                 continue
             seen.add(replica)
-            if self.replicas.op(a).kind in (Kind.WINDOW, Kind.TRANSFORM):
-                return True
+            yield a
             todo.extend(u.replica for u in self.replicas.upstream(replica))
-        return False
 
     def value_fields(self, sink: str) -> dict[str, str] | None:
         """The fields to parse the log's values for with each line in the query of ``sink``; ``None``: read them as text.
@@ -187,16 +190,9 @@ class Compiler:
         and their windows agree on each field's type.
         """
         wanted: dict[str, str] = {}
-        seen: set[str] = set()
-        todo = [sink]
-        while todo:
-            replica = todo.pop()
-            a = self.replicas.where[replica]
-            if replica in seen or self._is_crossing([a]):
-                continue
-            seen.add(replica)
+        for a in self._at_hub_from([sink]):
             op = self.replicas.op(a)
-            ups = self.replicas.upstream(replica)
+            ups = self.replicas.upstream(a.replica)
             crossing = [u for u in ups if self._is_crossing([u])]
             if crossing:
                 spec = op.window
@@ -205,7 +201,6 @@ class Compiler:
                 for name, kind in parse_fields(spec, self._fields(op)).items():
                     if wanted.setdefault(name, kind) != kind:
                         return None
-            todo.extend(u.replica for u in ups)
         return wanted or None
 
     def _frame(self, replica: str, source: DataFrame, memo: dict[str, DataFrame]) -> DataFrame:

@@ -8,22 +8,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from hub.window_close import KEPT_STATES, STATE_DIR, WindowCloser
+from hub.spark_source import ROW_SCHEMA
+from hub.window_close import EXTRA, KEPT_STATES, STATE_DIR, WindowCloser
 
-SCHEMA = pa.schema(
-    [
-        ("site", pa.string()),
-        ("stream", pa.string()),
-        ("seq", pa.int64()),
-        ("event_time", pa.float64()),
-        ("key", pa.string()),
-        ("value", pa.string()),
-        ("_start_ms", pa.int64()),
-        ("_end_ms", pa.int64()),
-        ("_max_ms", pa.int64()),
-        ("_keyed", pa.int64()),
-    ]
-)
+SCHEMA = pa.schema([*ROW_SCHEMA, *((name, pa.int64()) for name in EXTRA)])
+"""A window's results as a closing query hands them to its sink: a record's columns and the closer's."""
 
 
 def _update(key: str | None, start: int, n: int, latest_ms: int) -> dict[str, Any]:
