@@ -163,6 +163,10 @@ class Compiler:
             return None
         return op if not self._stateful_upstream([u.replica for u in ups]) else None
 
+    def keeps_watermark(self, sink: str) -> bool:
+        """Whether the query of sink replica ``sink`` runs a window at the hub (and so keeps a watermark)."""
+        return any(self.replicas.op(a).kind == Kind.WINDOW for a in self._at_hub_from([sink]))
+
     def _stateful_upstream(self, replicas: list[str]) -> bool:
         """Whether a hub window or transform (which may keep state) is upstream of ``replicas`` in their query."""
         ups = [u.replica for r in replicas for u in self.replicas.upstream(r)]

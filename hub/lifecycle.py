@@ -217,7 +217,14 @@ class Lifecycle:
         if closing is not None and closing.window is not None:
             batch_sink.closer = WindowCloser(checkpoint, round(closing.window.allowed_lateness * 1000))
         query = Query(
-            sink.replica, batch_sink, checkpoint, name, fingerprint, counted=compiler.counted(sink.replica), label=label
+            sink.replica,
+            batch_sink,
+            checkpoint,
+            name,
+            fingerprint,
+            counted=compiler.counted(sink.replica),
+            label=label,
+            watermarked=compiler.keeps_watermark(sink.replica),
         )
         return query, df
 
@@ -342,7 +349,7 @@ class Lifecycle:
                 if not ends:
                     continue
                 needed = max(ends) + _longest_window(graph, split_replica(q.replica)[0])
-                reached = _reported_watermark(q.handle)
+                reached = _reported_watermark(q.handle, q.watermarked)
                 if reached is None or reached < needed:
                     shown = "no batch yet" if reached is None else f"watermark {reached:.0f}"
                     waiting.append(f"hub query {slot} ({shown}, done at {needed:.0f})")
@@ -478,16 +485,23 @@ def _warn_flows_leaving_hub(app: str, plan: Plan) -> None:
             )
 
 
-def _reported_watermark(handle: StreamingQuery | None) -> float | None:
-    """The watermark (epoch seconds) of the query's last micro-batch: ``None`` before one, infinite if it keeps none."""
+def _reported_watermark(handle: StreamingQuery | None, watermarked: bool) -> float | None:
+    """The watermark (epoch seconds) of the query's last micro-batch: ``None`` before one, infinite if it keeps none.
+
+    Spark leaves the watermark out of a watermarked query's progress until a
+    batch of the query's run has read records (after a start or a restart
+    from the checkpoint alike), so a missing one means "not yet" there.
+    """
     if handle is None or not handle.isActive:
         return None
     progress = handle.lastProgress
     if not progress:
         return None
+    if not watermarked:
+        return math.inf
     text = (progress.get("eventTime") or {}).get("watermark")
     if text is None:
-        return math.inf
+        return None
     try:
         return datetime.fromisoformat(str(text)).timestamp()
     except ValueError:

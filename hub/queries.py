@@ -44,6 +44,8 @@ class Query:
     """What the counts the query observes stand for, by observation name (:meth:`hub.compile.Compiler.counted`)."""
     label: str = ""
     """The query's name in Spark (within its app), if not ``replica``: the handover's old-placement query has its own."""
+    watermarked: bool = False
+    """Whether the query runs a window at the hub, so its progress reports a watermark once a batch has read records."""
 
     @property
     def running(self) -> bool:

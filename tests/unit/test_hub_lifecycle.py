@@ -10,7 +10,7 @@ from typing import Any
 from hub import cutoffs
 from hub.checkpoints import checkpoint_name
 from hub.fingerprint import fingerprint
-from hub.lifecycle import Lifecycle, unchanged
+from hub.lifecycle import Lifecycle, _reported_watermark, unchanged
 from hub.replicas import Replicas
 from spanedge.loader import load_app_source
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
@@ -102,3 +102,16 @@ def test_a_postponed_switch_cuts_the_shares_anew_instead_of_adding_to_them(tmp_p
     deploy(3, 60.0)  # a later plan version adds to what the queries own
     assert cutoffs.load(new.checkpoint) == ((40.0, math.inf),)
     assert cutoffs.load(old.checkpoint) == ((-math.inf, 10.0),)
+
+
+def test_a_watermarked_query_is_not_done_before_a_batch_reports_its_watermark() -> None:
+    def handle(progress: dict[str, Any] | None) -> Any:
+        return SimpleNamespace(isActive=True, lastProgress=progress)
+
+    no_records = handle({"batchId": 0, "eventTime": {}})  # Spark's first batch of a run, before records
+    assert _reported_watermark(no_records, watermarked=True) is None
+    assert _reported_watermark(no_records, watermarked=False) == math.inf  # it writes its records as they come
+    reported = handle({"batchId": 3, "eventTime": {"watermark": "2026-11-25T04:00:00.000Z"}})
+    assert _reported_watermark(reported, watermarked=True) == 1795579200.0
+    assert _reported_watermark(handle(None), watermarked=False) is None  # no batch yet
+    assert _reported_watermark(None, watermarked=True) is None

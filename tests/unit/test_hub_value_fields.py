@@ -70,3 +70,14 @@ def test_a_sink_closes_the_hub_window_it_reads_directly_and_no_other() -> None:
     assert _closing(chained("window"), at_hub) is None  # update mode takes one aggregation per query
     assert _closing(chained("window"), [("first", "s1", 0), ("second", "cloud", 0)]) == "second"
     assert _closing(chained("session"), [("first", "s1", 0), ("second", "cloud", 0)]) is None
+
+
+def test_a_query_keeps_a_watermark_when_it_runs_a_window_at_the_hub() -> None:
+    app = _app(("n", agg.count()))
+
+    def keeps(at: str) -> bool:
+        plan = chain_plan(app.name, 1, {"s1": [("per_key", at, 0)], "s2": [("per_key", at, 0)]})
+        return Compiler(None, Replicas(app, plan, app.graph())).keeps_watermark("out")  # type: ignore[arg-type]
+
+    assert keeps("cloud")
+    assert not keeps("s1")  # the windows' results reach the hub as records
