@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from edge_agent import checkpoint
 from edge_agent.config import AgentConfig
@@ -34,6 +35,8 @@ class Apps:
         self.plans: dict[str, Plan] = {}
         # handovers whose part here is done: (app, replica, switch time)
         self.retired: set[tuple[str, str, float]] = set()
+        # what their parts sent the hub last, per stream: [site, stream, epoch, seq] (see handed_over)
+        self.sent: dict[tuple[str, str, float], list[list[Any]]] = {}
 
     def retire_drained(self) -> list[str]:
         """Drop the replicas this site handed over and has finished; return the apps rebuilt.
@@ -46,12 +49,34 @@ class Apps:
             if not done:
                 continue
             plan = self.plans[name]
-            switch = {h.replica: h.switch_at for h in plan.handovers if h.source == self.config.site}
-            self.retired.update((name, replica, switch[replica]) for replica in done if replica in switch)
+            moves = {h.replica: h for h in plan.handovers if h.source == self.config.site}
+            for replica in done:
+                h = moves.get(replica)
+                if h is None:
+                    continue
+                self.retired.add((name, replica, h.switch_at))
+                group = plan.assignment(replica).group or self.config.site
+                last = self.outbox.last_seqs(name, group, h.epoch)
+                self.sent[(name, replica, h.switch_at)] = [[group, stream, h.epoch, seq] for stream, seq in last]
             log.info("app %s: handed over %s; the new owner has the later windows", name, ", ".join(done))
             self.apply_one(plan)
             rebuilt.append(name)
         return rebuilt
+
+    def handed_over(self) -> list[dict[str, Any]]:
+        """The handovers whose part here is done and that the plans still list, with what the part sent last.
+
+        The hub holds its windows' later records back until its log holds
+        those records (:mod:`hub.handover_hold`); the heartbeat carries this list.
+        """
+        out = []
+        for (name, replica, switch), sent in sorted(self.sent.items()):
+            plan = self.plans.get(name)
+            if plan is not None and any(
+                (h.replica, h.switch_at, h.source) == (replica, switch, self.config.site) for h in plan.handovers
+            ):
+                out.append({"app": name, "replica": replica, "switch_at": switch, "sent": sent})
+        return out
 
     def apply(self, plans: Iterable[Plan]) -> None:
         """(Re)build the pipelines of ``plans`` from their last checkpoints; stop apps no longer listed.

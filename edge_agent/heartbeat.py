@@ -111,11 +111,15 @@ def heartbeat(
     latency: dict[str, dict[str, Any]],
     clock_offset_ms: float | None,
     cpu_budget: float | None = None,
+    handed_over: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Assemble one heartbeat message (JSON-ready).
 
     ``cpu_budget`` is the CPU cores SpanEdge may use at the site now, when it
     is less than ``sites.yaml`` declares (see :class:`CpuBudget`); None leaves it out.
+    ``handed_over`` lists the handovers whose part this site has finished, with
+    the last record it sent of each stream (:meth:`edge_agent.apps.Apps.handed_over`);
+    empty or None leaves it out.
     """
     beat = {
         "site": site,
@@ -134,4 +138,6 @@ def heartbeat(
     }
     if cpu_budget is not None:
         beat["cpu_budget"] = cpu_budget
+    if handed_over:
+        beat["handed_over"] = handed_over
     return beat

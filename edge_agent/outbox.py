@@ -202,6 +202,11 @@ class Outbox:
         rows = self._db.execute("SELECT app, site, stream, epoch, seq FROM seqs")
         return {(a, si, st, int(e)): int(q) for a, si, st, e, q in rows}
 
+    def last_seqs(self, app: str, site: str, epoch: int) -> list[tuple[str, int]]:
+        """The last sequence number given to each stream of ``app`` from ``site`` in ``epoch``: ``(stream, seq)``."""
+        with self._lock:
+            return sorted((k[2], seq) for k, seq in self._seqs.items() if (k[0], k[1], k[3]) == (app, site, epoch))
+
     def batches(self, after_id: int, max_records: int, batch_size: int = 100) -> list[Batch]:
         """Return up to ``max_records`` records after ``after_id``, in order, as batches."""
         with self._lock:

@@ -173,9 +173,15 @@ class Telemetry:
         return out
 
     def heartbeat(
-        self, pipelines: Mapping[str, Pipeline], outbox: Outbox, inbox: Inbox, dlq: int, late: int
+        self,
+        pipelines: Mapping[str, Pipeline],
+        outbox: Outbox,
+        inbox: Inbox,
+        dlq: int,
+        late: int,
+        handed_over: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """The heartbeat message for the agent's current state."""
+        """The heartbeat message for the agent's current state (``handed_over``: see :func:`heartbeat`)."""
         counts: dict[str, dict[str, int]] = {}
         lags = []
         for name, pipeline in pipelines.items():
@@ -202,4 +208,5 @@ class Telemetry:
             latency=latency,
             clock_offset_ms=self.clock.offset_ms,
             cpu_budget=self.budget.read(),
+            handed_over=handed_over,
         )

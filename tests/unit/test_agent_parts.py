@@ -19,6 +19,7 @@ from edge_agent.processing import Processor
 from edge_agent.sinks import LocalSinks
 from edge_agent.transport import Inbox, Message
 from spanedge.loader import load_app
+from spanedge.plan import Handover
 from spanedge.sites import parse_sites
 from spanedge.testing import local_plan
 from tests.unit.test_agent_intake import APP_FILE, SITES, FakeTransport
@@ -151,3 +152,26 @@ sites:
     await telemetry.probe()  # 10 s after the first
     assert probed == [3, 3]
     assert telemetry.peer_rtt["b"].to_dict()["samples"] == 2
+
+
+def test_an_old_owner_reports_the_last_record_it_sent_for_a_part_it_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    apps, processor, source, outbox = _parts(tmp_path)
+    processor.handle([_msg(source, mid, 1000.0 + mid) for mid in range(1, 4)])
+    processor.handle([_msg(source, 9, 1030.0)])  # closes [1000, 1010): one result for the hub
+    processor.flush()
+    assert outbox.last_seqs("cold-chain", "truck-7", 0) == [("unit_stats", 1)]
+    plan = apps.plans["cold-chain"]
+    moved = dataclasses.replace(plan, handovers=(Handover("unit_stats@truck-7", "truck-7", "warehouse-north", 1040.0),))
+    apps.plans["cold-chain"] = moved
+    monkeypatch.setattr(apps.pipelines["cold-chain"], "drained", lambda: ["unit_stats@truck-7"])  # its part ended
+    monkeypatch.setattr(apps, "apply_one", lambda plan: None)  # the rebuild is another test's
+    assert apps.retire_drained() == ["cold-chain"]
+    sent = [["truck-7", "unit_stats", 0, 1]]
+    assert apps.handed_over() == [
+        {"app": "cold-chain", "replica": "unit_stats@truck-7", "switch_at": 1040.0, "sent": sent}
+    ]
+    apps.plans["cold-chain"] = plan  # a later plan without the handover: nothing left to report
+    assert apps.handed_over() == []
+    outbox.close()
