@@ -24,6 +24,7 @@ from hub import plan_history
 from hub.distribution import PlanDistributor, SiteApp, sites_of
 from hub.drift import DriftPolicy, SilenceWatch
 from hub.handover import DEFAULT_DELAY_S, postpone, stamp_handovers
+from hub.handover_hold import HandoverHolds, Mark
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
 from hub.settling import SettleWatch
@@ -119,6 +120,7 @@ class Coordinator:
         # a replica moved again before its last handover is over would lose the old side's part
         self._settle = SettleWatch(clock, handover_delay_s, self._hub_unsettled)
         self._forced: set[str] = set()  # apps with a site gone for good among their pending changes
+        self.holds = HandoverHolds(clock=clock)  # hub windows waiting for an old owner's last records
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -317,7 +319,16 @@ class Coordinator:
             return False
         with self._health_lock:
             self.health.observe(site, data, self._clock())
+        self.holds.observe(site, data)
         return True
+
+    def window_holds(self, mark_of: Callable[[str], Mark]) -> dict[str, float | None]:
+        """Per app, the event time from which its hub windows wait for an old owner's last records, or None.
+
+        ``mark_of(app)`` gives the last ``seq`` the app's log holds of a (site,
+        stream, epoch) (see :mod:`hub.handover_hold`).
+        """
+        return {r.name: self.holds.hold_from(r.plan, mark_of(r.name), self.gone) for r in self.records()}
 
     def gone(self, site: str) -> bool:
         """True while ``site`` counts as gone: silent for longer than the grace period."""

@@ -127,6 +127,10 @@ class Engine:
         """
         return self._queries.metrics()
 
+    def watermarked_readers(self, name: str) -> frozenset[str]:
+        """The log readers of app ``name``'s queries that run a window (see :class:`hub.log.Hold`)."""
+        return self._queries.watermarked_readers(name)
+
     def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
         """The queries of app ``name`` still writing a handover share that ``proposed`` would stop.
 

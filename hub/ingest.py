@@ -32,7 +32,7 @@ import orjson
 import paho.mqtt.client as mqtt
 
 from hub.ingest_stats import IngestCounters
-from hub.log import AppLog, encode_records
+from hub.log import AppLog, Hold, encode_records
 from hub.publishers import PublishPolicy, SiteMismatch, check_batch, own_sites_only
 from spanedge import topics
 from spanedge.envelope import Record
@@ -72,6 +72,7 @@ class Ingest:
         self.client_id = client_id
         self._queue: queue.Queue[mqtt.MQTTMessage | None] = queue.Queue()
         self._logs: dict[str, AppLog] = {}
+        self._holds: dict[str, Hold | None] = {}
         self._counters = IngestCounters()
         self._thread: threading.Thread | None = None
         self._client: mqtt.Client | None = None
@@ -148,8 +149,26 @@ class Ingest:
         app_log = self._logs.get(app)
         if app_log is None:
             app_log = AppLog(self.log_dir / app)
+            app_log.set_hold(self._holds.get(app))
             self._logs[app] = app_log
         return app_log
+
+    # -- holds (any thread) ----------------------------------------------------
+
+    def hold(self, app: str, hold: Hold | None) -> None:
+        """Hold ``app``'s sealed segments back from some readers, or lift the hold (see :class:`hub.log.Hold`)."""
+        self._holds[app] = hold
+        app_log = self._logs.get(app)
+        if app_log is not None:
+            try:
+                app_log.set_hold(hold)
+            except OSError:
+                log.exception("ingest: handing %s's held segments to its readers failed; trying again", app)
+
+    def mark(self, app: str, site: str, stream: str, epoch: int) -> int | None:
+        """The last ``seq`` of ``site``'s ``stream`` in ``epoch`` that ``app``'s log holds (None: none yet)."""
+        app_log = self._logs.get(app)
+        return None if app_log is None else app_log.hwm.marks.get((site, stream, epoch))
 
     def _next_seal(self) -> float | None:
         """Seconds until the next app log is due to be sealed (None: nothing to seal)."""
@@ -229,7 +248,7 @@ class Ingest:
             return
         app_log = self._app_log(app)
         fresh: list[Record] = [r for r in records if app_log.hwm.accept(r)]
-        app_log.append(encode_records(fresh))
+        app_log.append(encode_records(fresh), max((r.event_time for r in fresh), default=None))
         if fresh:
             touched.add(app)
         self._counters.count(app, records, fresh, now)

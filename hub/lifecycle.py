@@ -322,6 +322,13 @@ class Lifecycle:
                     out[name]["operators"] = operator_rates(observed)
         return out
 
+    def watermarked_readers(self, name: str) -> frozenset[str]:
+        """The log readers of app ``name``'s queries that run a window at the hub."""
+        with self.lock:
+            deployed = self.apps.get(name)
+            queries = deployed.queries.values() if deployed is not None else ()
+            return frozenset(q.reader for q in queries if q.watermarked)
+
     def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
         """The queries of app ``name`` that have not yet written a handover share ending at a switch, for people.
 

@@ -33,6 +33,12 @@ its checkpoint, and deletes each link once its batch is committed
 (``cleanSource``). :mod:`hub.spark_source` is the one place that turns a
 log into a DataFrame.
 
+A :class:`Hold` keeps the sealed segments holding a record at or after a
+given event time from some inboxes (the queries that run a window) until
+it is lifted, while a moved replica's old owner still owes the hub earlier
+records (:mod:`hub.handover_hold`); the writer knows each segment's latest
+event time from what it appended.
+
 A segment is deleted from the log once every reader is past it: an inbox
 reader is at its oldest unprocessed link (or at ``.from`` when its inbox is
 empty), a byte-offset reader at its committed offset.
@@ -48,10 +54,11 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +79,10 @@ FROM_FILE = ".from"
 LOCK_FILE = ".lock"
 SEAL_INTERVAL_S = 0.1
 """While records arrive, the active segment is sealed at most this often (a bound on the added latency)."""
+HELD_SEAL_INTERVAL_S = 0.5
+"""The seal interval while a :class:`Hold` is on: the held segments reach a window's query in few micro-batches."""
+KNOWN_TIMES = 10_000
+"""How many sealed segments' latest event times a writer remembers (older ones are never held)."""
 
 
 def segment_name(base: int) -> str:
@@ -393,22 +404,49 @@ def inbox_positions(log_dir: Path) -> dict[str, int]:
     return out
 
 
-def distribute(log_dir: Path) -> None:
-    """Link every sealed segment into each subscribed inbox that does not have it yet."""
+@dataclass(frozen=True)
+class Hold:
+    """Sealed segments with a record at or after ``from_time`` wait before they reach the inboxes of ``readers``.
+
+    The writer's way to keep a window query's watermark below ``from_time``
+    while a site still owes it earlier records (:mod:`hub.handover_hold`):
+    the segments stay in the log, in order, and reach those inboxes together
+    once the hold is lifted, so the late records and the later ones are read
+    in the same micro-batch. Other readers get every segment as it is sealed.
+    """
+
+    from_time: float
+    readers: frozenset[str]
+
+
+def distribute(log_dir: Path, hold: Hold | None = None, latest: Mapping[int, float] | None = None) -> None:
+    """Link every sealed segment into each subscribed inbox that does not have it yet.
+
+    With ``hold``, a held reader's inbox gets the sealed segments up to the
+    first one whose latest event time (``latest``, by segment offset; unknown:
+    none) is at or after the hold's ``from_time``, and the rest later.
+    """
     with _inbox_lock(log_dir):
         sealed, active = _sealed(log_dir)
         try:
             folders = [Path(e.path) for e in os.scandir(log_dir / INBOX_DIR) if e.is_dir()]
         except FileNotFoundError:
             return
+        times = latest or {}
         for folder in folders:
             linked = _linked_to(folder)
             if linked is None or linked >= active:
                 continue
+            block = hold.from_time if hold is not None and folder.name in hold.readers else math.inf
+            upto = active
             for base, path in sealed:
-                if base >= linked:
-                    _link(path, folder)
-            _set_linked_to(folder, active)
+                if base < linked:
+                    continue
+                if times.get(base, -math.inf) >= block:
+                    upto = base
+                    break
+                _link(path, folder)
+            _set_linked_to(folder, upto)
 
 
 def sealed_tail(log_dir: Path) -> int:
@@ -544,6 +582,10 @@ class AppLog:
                     os.fsync(fh.fileno())
         self._fh = self._path.open("ab")
         self.position = self._base + self._path.stat().st_size
+        self._latest = -math.inf
+        self.latest: dict[int, float] = {}
+        """The latest event time in each segment this writer sealed, by offset (at most :data:`KNOWN_TIMES`)."""
+        self.hold: Hold | None = None
         self.hwm = self._recover_marks()
         self._dirty = False
         if self.position > self._base:
@@ -573,20 +615,27 @@ class AppLog:
         hwm.position = self.position
         return hwm
 
-    def append(self, data: bytes) -> None:
-        """Append encoded lines (not yet durable: call :meth:`flush`)."""
+    def append(self, data: bytes, latest: float | None = None) -> None:
+        """Append encoded lines whose latest event time is ``latest`` (not yet durable: call :meth:`flush`)."""
         if not data:
             return
         if self.position - self._base >= self.segment_bytes:
             self._roll()
         self._fh.write(data)
         self.position += len(data)
+        if latest is not None and latest > self._latest:
+            self._latest = latest
         self._dirty = True
 
     def _roll(self) -> None:
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
+        if self._latest > -math.inf:  # known before the segment counts as sealed
+            self.latest[self._base] = self._latest
+            while len(self.latest) > KNOWN_TIMES:
+                del self.latest[next(iter(self.latest))]
+        self._latest = -math.inf
         self._base = self.position
         self._path = self.dir / segment_name(self._base)
         self._fh = self._path.open("ab")
@@ -605,15 +654,23 @@ class AppLog:
         if self.position == self._base:
             return False
         self._roll()
-        distribute(self.dir)
+        distribute(self.dir, self.hold, self.latest)
         collect_garbage(self.dir)
         return True
+
+    def set_hold(self, hold: Hold | None) -> None:
+        """Hold sealed segments back from some readers (:class:`Hold`), or lift the hold (``None``)."""
+        if hold == self.hold:
+            return
+        distribute(self.dir, hold, self.latest)
+        self.hold = hold
 
     def seal_due_at(self) -> float | None:
         """The :func:`time.monotonic` time the active segment should be sealed at (None if it is empty)."""
         if self.position == self._base:
             return None
-        return self._sealed_at + self.seal_interval
+        interval = self.seal_interval if self.hold is None else max(self.seal_interval, HELD_SEAL_INTERVAL_S)
+        return self._sealed_at + interval
 
     def seal_if_due(self, now: float | None = None) -> bool:
         """Seal (see :meth:`seal`) if the last seal is :attr:`seal_interval` old; return whether it did."""

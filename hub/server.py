@@ -17,6 +17,7 @@ import logging
 import signal
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,9 @@ from spanedge.sites import Sites
 from spanedge.tokens import Tokens
 
 log = logging.getLogger(__name__)
+
+HOLD_CHECK_S = 0.25
+"""How often the hub looks at which windows wait for an old owner's last records (:mod:`hub.handover_hold`)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class Hub:
         )
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._holder: threading.Thread | None = None
 
     def start(self) -> Hub:
         """Connect to the broker, resume the deployed apps, start the data plane and the periodic checks.
@@ -116,6 +121,9 @@ class Hub:
             self.ingest.start()
         self._ticker = threading.Thread(target=self._tick, name="spanedge-drift", daemon=True)
         self._ticker.start()
+        if self.engine is not None and self.ingest is not None:
+            self._holder = threading.Thread(target=self._hold_windows, name="spanedge-window-holds", daemon=True)
+            self._holder.start()
         return self
 
     def _start_data_plane(self) -> None:
@@ -153,11 +161,27 @@ class Hub:
                 except Exception:
                     log.exception("restarting failed queries failed")
 
+    def _hold_windows(self) -> None:
+        """Keep each app's hub windows from reading past a switch whose old owner still owes records.
+
+        See :mod:`hub.handover_hold`; the holds are set on the ingest's logs.
+        """
+        from hub.log import Hold
+
+        while not self._stop.wait(HOLD_CHECK_S):
+            try:
+                for app, start in self.coordinator.window_holds(lambda a: partial(self.ingest.mark, a)).items():
+                    readers = self.engine.watermarked_readers(app)
+                    self.ingest.hold(app, Hold(start, readers) if start is not None and readers else None)
+            except Exception:
+                log.exception("holding the hub's windows for an old owner's last records failed")
+
     def stop(self) -> None:
         """Stop drift checks, the engine, ingest and the control connection."""
         self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join(timeout=5)
+        for thread in (self._ticker, self._holder):
+            if thread is not None:
+                thread.join(timeout=5)
         for part in (self.engine, self.ingest):
             if part is not None:
                 try:

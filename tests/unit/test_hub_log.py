@@ -243,3 +243,32 @@ def test_marks_written_without_epochs_are_epoch_0() -> None:
     assert HighWaterMarks.from_json(old) == HighWaterMarks({("s1", "x", 0): 9}, 7)
     with pytest.raises(ValueError, match="malformed"):
         HighWaterMarks.from_json(orjson.dumps({"position": 7, "marks": [["s1", "x"]]}))
+
+
+def test_a_hold_keeps_segments_with_later_records_from_its_readers_until_it_is_lifted(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path, seal_interval=0)
+    ingest_log.subscribe(tmp_path, "window")
+    ingest_log.subscribe(tmp_path, "stateless")
+
+    def seal(site: str, seqs: range, t0: float) -> str:
+        fresh = [r for r in recs(site, "x", seqs, t0) if app_log.hwm.accept(r)]
+        app_log.append(encode_records(fresh), max(r.event_time for r in fresh))
+        app_log.flush()
+        assert app_log.seal()
+        return ingest_log.segments(tmp_path)[-2][1].name
+
+    before = seal("s1", range(3), 1000.0)  # event times 1000-1002
+    app_log.set_hold(ingest_log.Hold(1005.0, frozenset({"window"})))
+    assert app_log.seal_due_at() is None  # nothing to seal
+    edge = seal("s1", range(3, 6), 1000.0)  # 1003-1005: reaches the hold's time
+    late = seal("s2", range(2), 1001.0)  # an owed site's earlier records, after it
+    assert names(ingest_log.inbox(tmp_path, "window")) == [before]
+    assert names(ingest_log.inbox(tmp_path, "stateless")) == [before, edge, late]
+    assert ingest_log.inbox_position(tmp_path, "window") == ingest_log.inbox_position(tmp_path, "stateless")
+    assert ingest_log.sealed_tail(tmp_path) > int(edge.removesuffix(".jsonl"))
+    app_log.append(encode_records(recs("s3", "x", range(1), 900.0)), 900.0)
+    assert app_log.seal_due_at() == pytest.approx(app_log._sealed_at + ingest_log.HELD_SEAL_INTERVAL_S)
+    app_log.set_hold(None)  # the owed records are in: the held segments come together, in order
+    assert names(ingest_log.inbox(tmp_path, "window")) == [before, edge, late]
+    app_log.seal()
+    assert len(names(ingest_log.inbox(tmp_path, "window"))) == 4

@@ -1,0 +1,155 @@
+"""Holding a hub window's later records back while the old owner of a moved replica still owes it earlier ones.
+
+Spark keeps one watermark per query, moved by every site's records. When a
+replica moves away from a spoke at switch time T, its old owner finishes
+the windows before T and sends their results; if it is held up (restarting,
+or cut off across T), the other sites' records from T on move the hub
+window's watermark past the windows those results belong to, and Spark
+drops them as late.
+
+So while the plan lists such a handover and its old owner has not
+delivered its part, the hub's ingest holds the app's sealed log segments
+that contain a record at or after T back from the queries that run a window
+(:class:`hub.log.Hold`): their watermark stays below T. The old owner says
+when its part is done: once it drops the replicas it handed over, its
+heartbeats list each of them with the last sequence number it gave each
+stream it sent for them (``handed_over``, :func:`parse_reports`). The hold
+ends when the log holds every one of those records, and the held segments
+reach the window queries together, the owed records among them, so one
+micro-batch reads them all.
+
+The hold also ends, with a warning, when the old owner is gone (silent for
+the grace period: what it held is lost with it) or :data:`DEFAULT_LIMIT_S`
+after T (the hub's windows then come out without what is still owed, as
+before). Only a handover whose old owner is a spoke that no longer runs the
+replica holds anything: a spoke that keeps some of a split replica's keys
+never drops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from spanedge.plan import Handover, Plan
+
+log = logging.getLogger("hub.coordinator")
+
+REPORT_FIELD = "handed_over"
+"""The heartbeat field listing the handovers whose part the sending site has finished."""
+DEFAULT_LIMIT_S = 30.0
+"""How long after a switch the hub waits at most for its old owner's last records."""
+
+#: (site, stream, epoch, last seq): the last record of one stream an old owner sent for its part.
+Sent = tuple[str, str, int, int]
+#: The last ``seq`` of a (site, stream, epoch) an app's log holds, or None (:meth:`hub.ingest.Ingest.mark`).
+Mark = Callable[[str, str, int], int | None]
+
+
+def parse_reports(beat: Mapping[str, Any]) -> dict[tuple[str, str, float], tuple[Sent, ...]]:
+    """The finished handover parts a heartbeat lists: ``{(app, replica, switch_at): sent}``; malformed entries skipped."""
+    out: dict[tuple[str, str, float], tuple[Sent, ...]] = {}
+    entries = beat.get(REPORT_FIELD)
+    if not isinstance(entries, list):
+        return out
+    for entry in entries:
+        try:
+            key = (str(entry["app"]), str(entry["replica"]), float(entry["switch_at"]))
+            out[key] = tuple((str(s[0]), str(s[1]), int(s[2]), int(s[3])) for s in entry["sent"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+    return out
+
+
+class HandoverHolds:
+    """What each app's hub windows wait for: the old owners' reports, and when to stop waiting.
+
+    ``clock`` gives the time switches are compared with (epoch seconds).
+    """
+
+    def __init__(self, limit_s: float = DEFAULT_LIMIT_S, clock: Callable[[], float] = time.time) -> None:
+        """Wait at most ``limit_s`` after a switch."""
+        self.limit_s = limit_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._reports: dict[tuple[str, str, float, str], tuple[Sent, ...]] = {}
+        self._given_up: set[tuple[str, str, float, str]] = set()
+        self._owed: set[tuple[str, str, float, str]] = set()
+
+    def observe(self, site: str, beat: Mapping[str, Any]) -> None:
+        """Take the finished handover parts a heartbeat of ``site`` lists."""
+        reports = parse_reports(beat)
+        if not reports:
+            return
+        with self._lock:
+            for (app, replica, switch), sent in reports.items():
+                self._reports[(app, replica, switch, site)] = sent
+
+    def owed(self, plan: Plan, mark: Mark, gone: Callable[[str], bool]) -> list[Handover]:
+        """The handovers of ``plan`` whose old owner has not delivered its part yet and may still.
+
+        Args:
+            plan: the app's plan in force.
+            mark: the last ``seq`` the app's log holds of a (site, stream, epoch).
+            gone: whether a site is gone for good.
+        """
+        now = self._clock()
+        owed: list[Handover] = []
+        given_up: dict[tuple[float, str, str], list[str]] = {}
+        listed = set()
+        for h in plan.handovers:
+            if h.source == plan.hub or h.source in {owner for _, _, owner, _ in plan.owners(h.replica)}:
+                continue
+            key = (plan.app, h.replica, h.switch_at, h.source)
+            listed.add(key)
+            with self._lock:
+                sent = self._reports.get(key)
+            if sent is not None and all((mark(site, stream, epoch) or 0) >= seq for site, stream, epoch, seq in sent):
+                continue
+            if gone(h.source) or now > h.switch_at + self.limit_s:
+                if key not in self._given_up:
+                    self._given_up.add(key)
+                    why = f"{h.source} is gone" if gone(h.source) else f"{self.limit_s:.0f} s after the switch"
+                    given_up.setdefault((h.switch_at, h.source, why), []).append(h.replica)
+                continue
+            owed.append(h)
+        for (switch, site, why), replicas in given_up.items():
+            log.warning(
+                "app %s: the hub's windows no longer wait for %s's last records of %s (switch %.3f): %s",
+                plan.app,
+                site,
+                ", ".join(sorted(replicas)),
+                switch,
+                why,
+            )
+        self._log_changes(plan.app, {(plan.app, h.replica, h.switch_at, h.source) for h in owed}, now)
+        with self._lock:  # reports of handovers the plan no longer lists are done with
+            for stale in [k for k in self._reports if k[0] == plan.app and k not in listed]:
+                del self._reports[stale]
+        return owed
+
+    def _log_changes(self, app: str, owed: set[tuple[str, str, float, str]], now: float) -> None:
+        """Log the handovers of ``app`` the hub's windows start waiting for, or stop waiting for as delivered."""
+        before = {k for k in self._owed if k[0] == app}
+        delivered = before - owed - self._given_up
+        for keys, text in (
+            (owed - before, "from {switch:.3f} on, the hub's windows wait for {site}'s last records of"),
+            (delivered, "{ago:.1f} s after the switch, the hub's windows have {site}'s last records of"),
+        ):
+            groups: dict[tuple[float, str], list[str]] = {}
+            for _, replica, switch, site in sorted(keys):
+                groups.setdefault((switch, site), []).append(replica)
+            for (switch, site), replicas in groups.items():
+                log.info(
+                    "app %s: %s %s", app, text.format(switch=switch, site=site, ago=now - switch), ", ".join(replicas)
+                )
+        self._owed = (self._owed - before) | owed
+
+    def hold_from(self, plan: Plan, mark: Mark, gone: Callable[[str], bool]) -> float | None:
+        """The event time from which ``plan``'s hub windows wait (the earliest owed switch), or None."""
+        start = min((h.switch_at for h in self.owed(plan, mark, gone)), default=math.inf)
+        return None if math.isinf(start) else start
