@@ -212,9 +212,13 @@ class Agent:
             self.site_broker.closed(closed)
 
     def _retire_drained(self) -> None:
-        """Drop the replicas handed over to another site once their last window here fired."""
+        """Report the handover parts here that emitted everything; drop them once their last window here fired."""
         if not any(p.handovers for p in self.plans.values()):
             return
+        delivered = self.apps.newly_delivered()
+        if delivered:
+            self.processor.flush()  # the parts' last results are committed before their sequence numbers are read
+            self.apps.record_sent(delivered)
         if not any(pipeline.drained() for pipeline in self.pipelines.values()):
             return
         self.processor.flush()  # their last results and the snapshot without them are committed first

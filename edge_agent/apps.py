@@ -11,7 +11,7 @@ from edge_agent.config import AgentConfig
 from edge_agent.outbox import Outbox
 from edge_agent.plans import app_of
 from spanedge.errors import SpanEdgeError
-from spanedge.plan import Plan
+from spanedge.plan import Handover, Plan
 from spanedge.runtime import Pipeline, from_plan
 
 log = logging.getLogger("spanedge.agent")
@@ -49,25 +49,48 @@ class Apps:
             if not done:
                 continue
             plan = self.plans[name]
-            moves = {h.replica: h for h in plan.handovers if h.source == self.config.site}
-            for replica in done:
-                h = moves.get(replica)
-                if h is None:
-                    continue
-                self.retired.add((name, replica, h.switch_at))
-                group = plan.assignment(replica).group or self.config.site
-                last = self.outbox.last_seqs(name, group, h.epoch)
-                self.sent[(name, replica, h.switch_at)] = [[group, stream, h.epoch, seq] for stream, seq in last]
+            moves = self._moves(name)
+            self.retired.update((name, replica, moves[replica].switch_at) for replica in done if replica in moves)
+            self.record_sent([(name, replica) for replica in done])
             log.info("app %s: handed over %s; the new owner has the later windows", name, ", ".join(done))
             self.apply_one(plan)
             rebuilt.append(name)
         return rebuilt
 
+    def _moves(self, name: str) -> dict[str, Handover]:
+        """The handovers of app ``name``'s plan that this site is the old owner of, by replica."""
+        plan = self.plans.get(name)
+        return {h.replica: h for h in plan.handovers if h.source == self.config.site} if plan is not None else {}
+
+    def newly_delivered(self) -> list[tuple[str, str]]:
+        """``(app, replica)`` of the handover parts here that have emitted everything and are not reported yet.
+
+        The caller commits pending outputs, then calls :meth:`record_sent`.
+        """
+        out = []
+        for name, pipeline in self.pipelines.items():
+            done = pipeline.delivered()
+            moves = self._moves(name) if done else {}
+            out += [(name, r) for r in done if r in moves and (name, r, moves[r].switch_at) not in self.sent]
+        return out
+
+    def record_sent(self, parts: Iterable[tuple[str, str]]) -> None:
+        """Note the last sequence number of each stream the handover parts ``(app, replica)`` sent the hub."""
+        for name, replica in parts:
+            h = self._moves(name).get(replica)
+            if h is None:
+                continue
+            group = self.plans[name].assignment(replica).group or self.config.site
+            last = self.outbox.last_seqs(name, group, h.epoch)
+            self.sent[(name, replica, h.switch_at)] = [[group, stream, h.epoch, seq] for stream, seq in last]
+
     def handed_over(self) -> list[dict[str, Any]]:
         """The handovers whose part here is done and that the plans still list, with what the part sent last.
 
-        The hub holds its windows' later records back until its log holds
-        those records (:mod:`hub.handover_hold`); the heartbeat carries this list.
+        A part counts once it has emitted everything (:meth:`newly_delivered`),
+        or at the latest once it is dropped. The hub holds its windows' later
+        records back until its log holds those records
+        (:mod:`hub.handover_hold`); the heartbeat carries this list.
         """
         out = []
         for (name, replica, switch), sent in sorted(self.sent.items()):

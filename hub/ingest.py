@@ -148,8 +148,7 @@ class Ingest:
     def _app_log(self, app: str) -> AppLog:
         app_log = self._logs.get(app)
         if app_log is None:
-            app_log = AppLog(self.log_dir / app)
-            app_log.set_hold(self._holds.get(app))
+            app_log = AppLog(self.log_dir / app, hold=self._holds.get(app))
             self._logs[app] = app_log
         return app_log
 

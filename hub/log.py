@@ -56,6 +56,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -419,6 +420,25 @@ class Hold:
     readers: frozenset[str]
 
 
+_EVENT_TIME = re.compile(rb'"seq":-?[0-9]+,"event_time":(-?[0-9.eE+-]+)')
+"""A log line's own event time (:func:`encode_records` writes ``seq`` then ``event_time``, before the value)."""
+
+
+def _unhanded_times(log_dir: Path, readers: Iterable[str]) -> dict[int, float]:
+    """The latest event time of each sealed segment not yet handed to one of ``readers``, read from its lines."""
+    linked = [at for r in readers if (at := _linked_to(inbox(log_dir, r))) is not None]
+    if not linked:
+        return {}
+    sealed, _ = _sealed(log_dir)
+    times = {}
+    for base, path in sealed:
+        if base >= min(linked):
+            found = [float(m) for m in _EVENT_TIME.findall(path.read_bytes())]
+            if found:
+                times[base] = max(found)
+    return times
+
+
 def distribute(log_dir: Path, hold: Hold | None = None, latest: Mapping[int, float] | None = None) -> None:
     """Link every sealed segment into each subscribed inbox that does not have it yet.
 
@@ -559,9 +579,17 @@ class AppLog:
     """
 
     def __init__(
-        self, log_dir: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES, seal_interval: float = SEAL_INTERVAL_S
+        self,
+        log_dir: Path,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        seal_interval: float = SEAL_INTERVAL_S,
+        hold: Hold | None = None,
     ) -> None:
-        """Open (or create) the log in ``log_dir``."""
+        """Open (or create) the log in ``log_dir``, its sealed segments held back as ``hold`` says.
+
+        With a hold, the latest event times of the sealed segments its readers
+        have not been handed yet are read back from the segments.
+        """
         self.dir = log_dir
         self.segment_bytes = segment_bytes
         self.seal_interval = seal_interval
@@ -585,14 +613,16 @@ class AppLog:
         self._latest = -math.inf
         self.latest: dict[int, float] = {}
         """The latest event time in each segment this writer sealed, by offset (at most :data:`KNOWN_TIMES`)."""
-        self.hold: Hold | None = None
         self.hwm = self._recover_marks()
         self._dirty = False
         if self.position > self._base:
             self._roll()
         if not (log_dir / FORMAT_FILE).exists():  # lines from here on embed object values
             _write_atomic(log_dir / FORMAT_FILE, json.dumps({"objects_from": self.position}).encode(), fsync=True)
-        distribute(log_dir)  # segments sealed just before a crash
+        self.hold = hold
+        if hold is not None:
+            self.latest.update(_unhanded_times(log_dir, hold.readers))
+        distribute(log_dir, hold, self.latest)  # segments sealed just before a crash
 
     def _recover_marks(self) -> HighWaterMarks:
         path = self.dir / HWM_FILE

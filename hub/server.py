@@ -116,6 +116,8 @@ class Hub:
         if self.config.spark:
             self._start_data_plane()
         self.coordinator.resume()
+        if self.engine is not None and self.ingest is not None:
+            self._hold_windows_once()  # before the ingest opens a log: what was held before a restart stays held
         if self.ingest is not None:
             # after the plans are back: a batch a site publishes for another checks them
             self.ingest.start()
@@ -166,15 +168,18 @@ class Hub:
 
         See :mod:`hub.handover_hold`; the holds are set on the ingest's logs.
         """
-        from hub.log import Hold
-
         while not self._stop.wait(HOLD_CHECK_S):
             try:
-                for app, start in self.coordinator.window_holds(lambda a: partial(self.ingest.mark, a)).items():
-                    readers = self.engine.watermarked_readers(app)
-                    self.ingest.hold(app, Hold(start, readers) if start is not None and readers else None)
+                self._hold_windows_once()
             except Exception:
                 log.exception("holding the hub's windows for an old owner's last records failed")
+
+    def _hold_windows_once(self) -> None:
+        from hub.log import Hold
+
+        for app, start in self.coordinator.window_holds(lambda a: partial(self.ingest.mark, a)).items():
+            readers = self.engine.watermarked_readers(app)
+            self.ingest.hold(app, Hold(start, readers) if start is not None and readers else None)
 
     def stop(self) -> None:
         """Stop drift checks, the engine, ingest and the control connection."""

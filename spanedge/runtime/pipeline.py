@@ -403,9 +403,34 @@ class Pipeline:
             return []
         return list(ends) if self.watermark >= max(ends.values()) else []
 
+    def delivered(self) -> list[str]:
+        """Replicas this site hands over whose part has emitted all it ever will, possibly before :meth:`drained`.
+
+        The watermark has passed the end of the last window the part owns
+        (plus the allowed lateness), or the switch for a record-level replica;
+        the part is dropped later, with the margin :meth:`drained` keeps.
+        Empty while any is still owed.
+        """
+        ends = {n.replica: end for n in self.nodes if (end := _delivered_at(n)) is not None}
+        if not ends:
+            return []
+        return list(ends) if self.watermark >= max(ends.values()) else []
+
     def metrics(self) -> dict[str, dict[str, int]]:
         """Records in and out per replica."""
         return {n.replica: {"in": n.n_in, "out": n.n_out} for n in self.nodes}
+
+
+def _switch_of(node: Node) -> float | None:
+    """The switch time of ``node``'s part of a handover at this site; ``None`` if the node stays."""
+    window = node.window
+    if window is not None and window.shares is not None:
+        if not all(s.ends for s in window.shares):
+            return None
+        return max(s.start_before for s in window.shares)
+    if node.owns is not None and node.owns[1] < math.inf:
+        return node.owns[1]
+    return None
 
 
 def _leaves(node: Node) -> float | None:
@@ -414,17 +439,19 @@ def _leaves(node: Node) -> float | None:
     A session window's part lasts until the sessions it owns have fired
     (:meth:`WindowState.session_part_done_at`).
     """
+    switch = _switch_of(node)
     window = node.window
-    if window is not None and window.shares is not None:
-        if not all(s.ends for s in window.shares):
-            return None
-        switch = max(s.start_before for s in window.shares)
-    elif node.owns is not None and node.owns[1] < math.inf:
-        switch = node.owns[1]
-    else:
-        return None
-    if window is None:
+    if switch is None or window is None:
         return switch
     if window.spec.kind is WindowKind.SESSION:
         return window.session_part_done_at(switch)
     return switch + window.horizon()
+
+
+def _delivered_at(node: Node) -> float | None:
+    """Where the watermark must be for ``node``'s part of a handover to have emitted everything; ``None`` if it stays."""
+    switch = _switch_of(node)
+    window = node.window
+    if switch is None or window is None or window.spec.kind is WindowKind.SESSION:
+        return _leaves(node)
+    return window.last_end_before(switch) + window.lateness

@@ -443,6 +443,15 @@ class WindowState:
             self.errors.append(f"window [{start}, {end}) of key {key!r}: {exc}")
             return (key, start, end, {})
 
+    def last_end_before(self, switch: float) -> float:
+        """The end of the last tumbling or sliding window that starts before ``switch`` (starts are slide multiples)."""
+        size = self.spec.size or 1.0
+        slide = self.spec.slide or size
+        k = math.floor(switch / slide)
+        if k * slide >= switch:
+            k -= 1
+        return k * slide + size
+
     def horizon(self) -> float:
         """How far past the start of its last window the watermark must be for that window to fire."""
         span = self.spec.gap if self.spec.kind is WindowKind.SESSION else self.spec.size

@@ -165,13 +165,19 @@ def test_an_old_owner_reports_the_last_record_it_sent_for_a_part_it_finished(
     plan = apps.plans["cold-chain"]
     moved = dataclasses.replace(plan, handovers=(Handover("unit_stats@truck-7", "truck-7", "warehouse-north", 1040.0),))
     apps.plans["cold-chain"] = moved
-    monkeypatch.setattr(apps.pipelines["cold-chain"], "drained", lambda: ["unit_stats@truck-7"])  # its part ended
+    assert apps.newly_delivered() == []  # its last window before the switch has not fired yet
+    pipeline = apps.pipelines["cold-chain"]
+    monkeypatch.setattr(pipeline, "delivered", lambda: ["unit_stats@truck-7"])  # now it has
+    assert apps.newly_delivered() == [("cold-chain", "unit_stats@truck-7")]
+    apps.record_sent(apps.newly_delivered())
+    sent = [["truck-7", "unit_stats", 0, 1]]
+    reported = [{"app": "cold-chain", "replica": "unit_stats@truck-7", "switch_at": 1040.0, "sent": sent}]
+    assert apps.handed_over() == reported
+    assert apps.newly_delivered() == []  # reported once
+    monkeypatch.setattr(pipeline, "drained", lambda: ["unit_stats@truck-7"])  # dropped later
     monkeypatch.setattr(apps, "apply_one", lambda plan: None)  # the rebuild is another test's
     assert apps.retire_drained() == ["cold-chain"]
-    sent = [["truck-7", "unit_stats", 0, 1]]
-    assert apps.handed_over() == [
-        {"app": "cold-chain", "replica": "unit_stats@truck-7", "switch_at": 1040.0, "sent": sent}
-    ]
+    assert apps.handed_over() == reported
     apps.plans["cold-chain"] = plan  # a later plan without the handover: nothing left to report
     assert apps.handed_over() == []
     outbox.close()

@@ -171,3 +171,20 @@ def test_a_replan_hands_over_what_moves_between_spokes_and_nothing_else() -> Non
     again = dataclasses.replace(make_plan("big2", 5, 4))
     assert stamp_handovers(again, stamped, app, T0 + 100.0).handovers == stamped.handovers
     assert stamp_handovers(again, stamped, app, T0 + 1000.0).handovers == ()
+
+
+@pytest.mark.parametrize("slide", [None, 5.0], ids=["tumbling", "sliding"])
+def test_the_old_owner_has_emitted_its_part_once_its_last_window_fired(slide: float | None) -> None:
+    app = make_app(slide)
+    old = build(app, moved_plan(), "big1")
+    emitted: list[Any] = []
+    last_end = SWITCH + (5.0 if slide else 0.0)  # of the last window starting before the switch
+    for t in (SWITCH - 1, last_end - 0.1, last_end + 0.4, last_end + 0.6):
+        assert old.delivered() == []  # the watermark (0.5 s behind) is before the last window's end
+        old.process("readings@tiny", orjson.dumps({"k": "a", "x": 1, "ts": t}))
+        emitted += [r.value for r in old.take().to_hub]
+    assert set(old.delivered()) == {"double@tiny", "win@tiny"}
+    assert old.drained() == []  # dropped later, a whole window past the switch
+    ends = sorted(v["window_end"] for v in emitted)
+    assert ends[-1] == last_end  # every window it owns came out
+    assert all(v["window_start"] < SWITCH for v in emitted)

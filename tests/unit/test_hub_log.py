@@ -272,3 +272,21 @@ def test_a_hold_keeps_segments_with_later_records_from_its_readers_until_it_is_l
     assert names(ingest_log.inbox(tmp_path, "window")) == [before, edge, late]
     app_log.seal()
     assert len(names(ingest_log.inbox(tmp_path, "window"))) == 4
+
+
+def test_a_log_reopened_under_a_hold_keeps_back_what_it_held(tmp_path: Path) -> None:
+    hold = ingest_log.Hold(1005.0, frozenset({"window"}))
+    app_log = AppLog(tmp_path, seal_interval=0, hold=hold)
+    ingest_log.subscribe(tmp_path, "window")
+    for site, t0 in (("s1", 1000.0), ("s2", 1003.0)):  # event times 1000-1002, then 1003-1005
+        fresh = [r for r in recs(site, "x", range(3), t0) if app_log.hwm.accept(r)]
+        app_log.append(encode_records(fresh), max(r.event_time for r in fresh))
+        app_log.flush()
+        app_log.seal()
+    sealed = [path.name for _, path in ingest_log.segments(tmp_path)[:-1]]
+    assert names(ingest_log.inbox(tmp_path, "window")) == sealed[:1]
+    app_log.close()  # the hub restarts: the writer knew the segments' times, the new one reads them back
+    again = AppLog(tmp_path, seal_interval=0, hold=hold)
+    assert names(ingest_log.inbox(tmp_path, "window")) == sealed[:1]
+    again.set_hold(None)
+    assert names(ingest_log.inbox(tmp_path, "window")) == sealed
