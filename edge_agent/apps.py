@@ -94,10 +94,8 @@ class Apps:
         """
         out = []
         for (name, replica, switch), sent in sorted(self.sent.items()):
-            plan = self.plans.get(name)
-            if plan is not None and any(
-                (h.replica, h.switch_at, h.source) == (replica, switch, self.config.site) for h in plan.handovers
-            ):
+            h = self._moves(name).get(replica)
+            if h is not None and h.switch_at == switch:
                 out.append({"app": name, "replica": replica, "switch_at": switch, "sent": sent})
         return out
 

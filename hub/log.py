@@ -430,9 +430,10 @@ def _unhanded_times(log_dir: Path, readers: Iterable[str]) -> dict[int, float]:
     if not linked:
         return {}
     sealed, _ = _sealed(log_dir)
+    first = min(linked)
     times = {}
     for base, path in sealed:
-        if base >= min(linked):
+        if base >= first:
             found = [float(m) for m in _EVENT_TIME.findall(path.read_bytes())]
             if found:
                 times[base] = max(found)

@@ -169,17 +169,17 @@ class Hub:
         See :mod:`hub.handover_hold`; the holds are set on the ingest's logs.
         """
         while not self._stop.wait(HOLD_CHECK_S):
-            try:
-                self._hold_windows_once()
-            except Exception:
-                log.exception("holding the hub's windows for an old owner's last records failed")
+            self._hold_windows_once()
 
     def _hold_windows_once(self) -> None:
         from hub.log import Hold
 
-        for app, start in self.coordinator.window_holds(lambda a: partial(self.ingest.mark, a)).items():
-            readers = self.engine.watermarked_readers(app)
-            self.ingest.hold(app, Hold(start, readers) if start is not None and readers else None)
+        try:
+            for app, start in self.coordinator.window_holds(lambda a: partial(self.ingest.mark, a)).items():
+                readers = self.engine.watermarked_readers(app)
+                self.ingest.hold(app, Hold(start, readers) if start is not None and readers else None)
+        except Exception:
+            log.exception("holding the hub's windows for an old owner's last records failed")
 
     def stop(self) -> None:
         """Stop drift checks, the engine, ingest and the control connection."""
