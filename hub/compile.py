@@ -167,6 +167,11 @@ class Compiler:
         """Whether the query of sink replica ``sink`` runs a window at the hub (and so keeps a watermark)."""
         return any(self.replicas.op(a).kind == Kind.WINDOW for a in self._at_hub_from([sink]))
 
+    def python_operators(self, sink: str) -> set[str]:
+        """The record-level operators (map, filter, flat_map) the query of sink replica ``sink`` runs at the hub."""
+        ops = (self.replicas.op(a) for a in self._at_hub_from([sink]))
+        return {op.name for op in ops if op.record_level}
+
     def _stateful_upstream(self, replicas: list[str]) -> bool:
         """Whether a hub window or transform (which may keep state) is upstream of ``replicas`` in their query."""
         ups = [u.replica for r in replicas for u in self.replicas.upstream(r)]

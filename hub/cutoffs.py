@@ -63,7 +63,10 @@ class Share:
     def owns(self, stream: str, event_time: float) -> bool:
         """Whether a result of ``stream`` at ``event_time`` is this query's to write."""
         lag = self.lags.get(stream, 0.0)
-        origin = event_time - lag + _EPSILON if lag else event_time
+        return self.holds(event_time - lag + _EPSILON if lag else event_time)
+
+    def holds(self, origin: float) -> bool:
+        """Whether ``origin`` (a record's own event time) lies in this query's intervals."""
         return any(lo <= origin < hi for lo, hi in self.intervals)
 
     def select(self, table: pa.Table) -> tuple[pa.Table, int]:

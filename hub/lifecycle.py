@@ -142,7 +142,9 @@ class Lifecycle:
             self.log_dir(app.name).mkdir(parents=True, exist_ok=True)
             self._replace(app.name, old, keep, built)
             self._retire_earlier_runs(app.name, [*old.values(), *keep.values()], built)
-            self._share(app, plan.version, graph, {**keep, **{slot: q for slot, (q, _) in built.items()}}, sides)
+            queries = {**keep, **{slot: q for slot, (q, _) in built.items()}}
+            self._share(app, plan.version, graph, queries, sides)
+            _name_letter_filers(wanted, queries)
             if sides:  # a query that starts now reads the log from now on: the switch is still ahead
                 log_dir = self.log_dir(app.name)
                 for q, _ in built.values():
@@ -208,7 +210,7 @@ class Lifecycle:
             msg = f"sink {op.describe()}: unknown sink kind {op.sink.kind!r}"
             raise InvalidDataflow(msg)
         hub = compiler.replicas.hub
-        broker = self.sites.site(hub).mqtt() if op.sink.kind == "mqtt" else None
+        broker = self.sites.site(hub).mqtt()  # the sink's target, or only its dead letters' topic
         batch_sink = BatchSink(
             sink.replica, op.sink.kind, op.sink.target, checkpoint / "sink.json", self.memory, broker
         )
@@ -424,6 +426,24 @@ def unchanged(
 def before_slot(sink: str) -> str:
     """The key, in :attr:`hub.queries.Deployed.queries`, of the query of ``sink`` under the old placement of a handover."""
     return f"{sink} (before handover)"
+
+
+def _name_letter_filers(wanted: dict[str, _Wanted], queries: dict[str, Query]) -> None:
+    """Tell each query's sink whose dead letters it files: each hub operator's, by one sink only.
+
+    An operator upstream of several sinks runs in each of their queries; the
+    first of those sinks by name files its letters (both queries of that sink
+    during a handover, each its share).
+    """
+    runs = {slot: compiler.python_operators(a.replica) for slot, (a, compiler, _) in wanted.items()}
+    filer: dict[str, str] = {}
+    for slot, ops in runs.items():
+        sink = wanted[slot][0].replica
+        for op in ops:
+            filer[op] = min(filer.get(op, sink), sink)
+    for slot, q in queries.items():
+        sink = wanted[slot][0].replica
+        q.sink.letters_of = frozenset(op for op in runs.get(slot, ()) if filer[op] == sink)
 
 
 def _split(

@@ -18,8 +18,14 @@ sink names a staging directory for it (a Spark local property the tasks
 read) and empties it; after it, the sink gathers what the tasks staged,
 writes it to ``<state-dir>/dlq/<app>/<query>-batch-<id>.jsonl`` (atomically,
 so a replay overwrites), publishes each letter to
-``spanedge/v1/<app>/dlq/hub`` when the sink has the hub broker (MQTT sinks),
-counts them, and only then records the batch as completed.
+``spanedge/v1/<app>/dlq/hub`` (whatever the sink's kind, when it has the hub
+broker), counts them, and only then records the batch as completed.
+
+Every sink's query computes its own upstream operators, so an operator that
+feeds several sinks fails on a record once in each of their queries. Only
+one query files its letters: the one the deployment names for it
+(:attr:`BatchSink.letters_of`); and while a handover runs a sink's two
+queries side by side, the one whose share holds the record's event time.
 """
 
 from __future__ import annotations
@@ -139,6 +145,8 @@ class BatchSink:
         self.left_to_other = 0
         self.closer: WindowCloser | None = None
         """Closes the windows of a query in update mode (:mod:`hub.window_close`); None in append mode."""
+        self.letters_of: frozenset[str] | None = None
+        """The operators whose dead letters this query files (None: all of its own); others' queries file the rest."""
 
     def observed(self) -> dict[str, tuple[int, float]]:
         """The counts the sink observes itself, as :meth:`hub.operator_counts.ObservedCounts.of` gives Spark's."""
@@ -196,7 +204,7 @@ class BatchSink:
                     left,
                     share.describe(),
                 )
-        letters = staged_letters(staging)
+        letters = self._own_letters(staged_letters(staging))
         if table.num_rows:
             getattr(self, f"_write_{self.kind}")(table, batch_id)
         if letters:
@@ -205,8 +213,23 @@ class BatchSink:
         self.rows += table.num_rows
         self._save_last(batch_id)
 
+    def _own_letters(self, letters: list[bytes]) -> list[bytes]:
+        """The staged ``letters`` this query files: of the operators it files for, with an origin in its share."""
+        if self.letters_of is None and self.share is None:
+            return letters
+        kept = []
+        for line in letters:
+            letter = orjson.loads(line)
+            if self.letters_of is not None and letter.get("operator") not in self.letters_of:
+                continue  # another sink's query files this operator's letters
+            at = letter.get("event_time")
+            if self.share is not None and at is not None and not self.share.holds(float(at)):
+                continue  # the other query of the handover files it
+            kept.append(line)
+        return kept
+
     def _write_dead_letters(self, letters: list[bytes], batch_id: int) -> None:
-        """File the batch's dead letters, publish them to the app's hub dead-letter topic if there is a broker."""
+        """File the batch's dead letters and publish them to the app's hub dead-letter topic (with a broker)."""
         self.dead_letters.mkdir(parents=True, exist_ok=True)
         final = self.dead_letters / f"{self.query}-batch-{batch_id:012d}.jsonl"
         tmp = self.dead_letters / f".{final.name}.tmp"

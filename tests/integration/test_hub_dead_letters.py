@@ -128,3 +128,43 @@ def test_records_a_global_map_raises_on_go_to_the_dead_letters(
         collector.close()
         engine.stop()
         ingest.stop()
+
+
+def test_a_map_feeding_two_sinks_dead_letters_each_record_once_also_for_a_memory_sink(
+    spark: Any, mosquitto: Any, tmp_path: Path
+) -> None:
+    """Both sinks' queries run ``calibrate``; one of them files and publishes its letters, the memory sink's included."""
+    name = "dead-twice"
+    app = App(name)
+    scaled = app.source("a", time_field="t").map(calibrate)
+    scaled.sink(sinks.memory(f"{name}-kept"), name="kept")
+    scaled.sink(sinks.mqtt(f"{name}/out"), name="out")
+    sites = parse_sites(SITES.replace("BROKER", mosquitto.url))
+    hub_ops = {"calibrate", "kept", "out"}
+    plan = make_plan(app, sites, at_hub=hub_ops, singletons=hub_ops)
+    rows = _rows()
+    bad = sorted(i for i, r in enumerate(rows) if isinstance(r["x"], str))
+    dlq = topics.dlq(name, "hub")
+    collector = Collector(mosquitto.url, f"{name}/out", dlq)
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id=f"hub-test-{name}")
+    ingest.start()
+    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+    publisher = Publisher(mosquitto.url, name)
+    try:
+        engine.deploy(app, plan)
+        publisher.send([Record("s1", "a", i, r["t"], r["id"], r) for i, r in enumerate(rows)])
+        good = len(rows) - len(bad)
+        wait_for(lambda: len(collector.get(dlq)) >= len(bad), 90, "the dead letters")
+        # a later record: once both sinks have it, both queries are past every batch with a failing record
+        publisher.send([Record("s1", "a", 100, T0 + 60, "z", {"id": "z", "t": T0 + 60, "x": 1.0})])
+        wait_for(lambda: len(collector.get(f"{name}/out")) == good + 1, 90, "the MQTT sink's results")
+        wait_for(lambda: len(engine.memory(f"{name}-kept")) == good + 1, 90, "the memory sink's results")
+        letters = collector.get(dlq)
+        assert sorted(d["seq"] for d in letters) == bad  # once each, not once per sink's query
+        assert {d["operator"] for d in letters} == {"calibrate"}
+        assert sorted(d["seq"] for d in _dead_files(tmp_path, name)) == bad
+    finally:
+        publisher.close()
+        collector.close()
+        engine.stop()
+        ingest.stop()
