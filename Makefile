@@ -1,4 +1,4 @@
-# Two commands: `make demo` runs the bundled example, `make test` runs the tests.
+# Two commands: `make demo` runs the bundled examples, `make test` runs the tests.
 # Both create .venv with Python 3.11+ and install what they need.
 PYTHON ?= python3
 VENV := .venv
@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/spanedge deploy examples/cold_chain/app.py --sites examples/cold_chain/sites.yaml --dry-run --compare central,local-first
 	$(BIN)/spanedge simulate examples/cold_chain/sites.yaml examples/cold_chain/app.py --duration 60
+	$(BIN)/spanedge deploy examples/smart_farm/app.py --sites examples/smart_farm/sites.yaml --dry-run --compare central,local-first
+	$(BIN)/spanedge simulate examples/smart_farm/sites.yaml examples/smart_farm/app.py --duration 80 --fault latency:barn:300@20s
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

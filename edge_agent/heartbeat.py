@@ -112,6 +112,7 @@ def heartbeat(
     clock_offset_ms: float | None,
     cpu_budget: float | None = None,
     handed_over: list[dict[str, Any]] | None = None,
+    state_bytes: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
     """Assemble one heartbeat message (JSON-ready).
 
@@ -119,7 +120,9 @@ def heartbeat(
     is less than ``sites.yaml`` declares (see :class:`CpuBudget`); None leaves it out.
     ``handed_over`` lists the handovers whose part this site has finished, with
     the last record it sent of each stream (:meth:`edge_agent.apps.Apps.handed_over`);
-    empty or None leaves it out.
+    empty or None leaves it out. ``state_bytes`` gives, per app, the bytes of
+    state each window replica holds here (what its snapshot would take); the
+    hub weighs moving a replica by it and shows it in the plan history.
     """
     beat = {
         "site": site,
@@ -140,4 +143,6 @@ def heartbeat(
         beat["cpu_budget"] = cpu_budget
     if handed_over:
         beat["handed_over"] = handed_over
+    if state_bytes:
+        beat["state_bytes"] = state_bytes
     return beat

@@ -209,4 +209,5 @@ class Telemetry:
             clock_offset_ms=self.clock.offset_ms,
             cpu_budget=self.budget.read(),
             handed_over=handed_over,
+            state_bytes={name: sizes for name, p in pipelines.items() if (sizes := p.state_bytes())},
         )

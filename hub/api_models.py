@@ -168,6 +168,13 @@ class MoveModel(BaseModel):
     switch_at: float | None = Field(
         default=None, description="the handover's event time (epoch seconds): the new owner's windows start there"
     )
+    state_bytes: int | None = Field(
+        default=None, description="the state the replica held at its old site at the re-plan, as that site reported"
+    )
+    handed_over_at: float | None = Field(
+        default=None, description="when the hub had every result the old owner owed for the move (epoch seconds)"
+    )
+    handover_s: float | None = Field(default=None, description="seconds from the re-plan to handed_over_at")
 
 
 class KeyMoveModel(MoveModel):

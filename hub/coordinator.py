@@ -194,7 +194,8 @@ class Coordinator:
             owners = old.plan if old is not None else None
             plan = self._plan(app, owners, source=source, filename=filename, slo_ms=slo_ms, weights=weights)
             reason = plan_history.deploy_reason(old, source)
-            entry = plan_history.history_entry(plan, self._clock(), reason, owners)
+            state = self.registry.state_bytes(app.name, owners) if owners is not None else None
+            entry = plan_history.history_entry(plan, self._clock(), reason, owners, state)
             request: dict[str, Any] = {"source": source, "filename": filename, "app_name": app_name, "slo_ms": slo_ms}
             request["weights"] = dict(weights) if weights else None
             record = plan_history.deployed_record(app, plan, old, entry, basis(self.registry, app), **request)
@@ -328,7 +329,25 @@ class Coordinator:
         ``mark_of(app)`` gives the last ``seq`` the app's log holds of a (site,
         stream, epoch) (see :mod:`hub.handover_hold`).
         """
-        return {r.name: self.holds.hold_from(r.plan, mark_of(r.name), self.gone) for r in self.records()}
+        holds = {r.name: self.holds.hold_from(r.plan, mark_of(r.name), self.gone) for r in self.records()}
+        self._note_handed_over()
+        return holds
+
+    def _note_handed_over(self) -> None:
+        """Mark in each app's history the moves whose old owner has now delivered its part (the handover time)."""
+        done = self.holds.take_delivered()
+        if not done:
+            return
+        with self._lock:
+            for app, replica, site, at in done:
+                old = self._records.get(app)
+                record = plan_history.handed_over(old, replica, site, at) if old is not None else None
+                if record is None:
+                    continue
+                self._records[app] = record
+                if self.store is not None:
+                    self.store.save_app(record)
+                log.info("app %r: %s handed over: the hub has its old owner %s's part", app, replica, site)
 
     def gone(self, site: str) -> bool:
         """True while ``site`` counts as gone: silent for longer than the grace period."""
@@ -443,7 +462,8 @@ class Coordinator:
                 else:
                     self._attempts[name] = last_attempt
                 return None
-            record, changed = plan_history.replanned(old, plan, self._clock(), reason, basis(self.registry, app))
+            state = self.registry.state_bytes(name, old.plan)
+            record, changed = plan_history.replanned(old, plan, self._clock(), reason, basis(self.registry, app), state)
             self._install(app, record, old.plan if changed else None, changed=changed)
         took = 1000 * (time.perf_counter() - started)
         log.info("app %r re-planned (%s): v%d (%.0f ms)", name, record.history[-1].reason, record.plan.version, took)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from hub.handover import key_moves
@@ -40,14 +41,21 @@ def deployed_record(
     )
 
 
-def replanned(old: AppRecord, plan: Plan, at: float, reason: str, basis: dict[str, Any]) -> tuple[AppRecord, bool]:
+def replanned(
+    old: AppRecord,
+    plan: Plan,
+    at: float,
+    reason: str,
+    basis: dict[str, Any],
+    state_bytes: Mapping[str, float] | None = None,
+) -> tuple[AppRecord, bool]:
     """The record of an app re-planned at ``at``, and whether its placement changed.
 
     Only a changed placement becomes the plan in force; otherwise the new totals and
-    baselines are recorded under the version that stays.
+    baselines are recorded under the version that stays. ``state_bytes``: see :func:`history_entry`.
     """
     if placement(plan) != placement(old.plan):
-        entry, changed = history_entry(plan, at, reason, old.plan), True
+        entry, changed = history_entry(plan, at, reason, old.plan, state_bytes), True
     else:
         entry = dataclasses.replace(
             history_entry(plan, at, f"{reason}; placement unchanged", None), version=old.plan.version, changed=False
@@ -61,17 +69,21 @@ def last_planned(record: AppRecord) -> float:
     return record.history[-1].at if record.history else record.deployed_at
 
 
-def history_entry(plan: Plan, at: float, reason: str, previous: Plan | None) -> HistoryEntry:
+def history_entry(
+    plan: Plan, at: float, reason: str, previous: Plan | None, state_bytes: Mapping[str, float] | None = None
+) -> HistoryEntry:
     """The history entry of ``plan``: its totals and baselines, and what moved since ``previous``.
 
-    A replica split by key or merged back adds why to the reason.
+    A replica split by key or merged back adds why to the reason. A moved
+    replica whose old site reported the bytes of state it held (``state_bytes``,
+    by replica) carries them in its move.
     """
     return HistoryEntry(
         plan.version,
         at,
         reason + (_key_changes(previous, plan) if previous is not None else ""),
         dataclasses.asdict(plan.totals),
-        moved=moves(previous, plan) if previous is not None else [],
+        moved=_with_state(moves(previous, plan), state_bytes or {}) if previous is not None else [],
         baselines={name: dataclasses.asdict(t) for name, t in plan.baselines.items()},
     )
 
@@ -98,6 +110,35 @@ def moves(old: Plan, new: Plan) -> list[dict[str, Any]]:
             switch_at = switches.get((a.replica, before[a.replica], a.site, 0, KEY_SPACE))
             out.append(move if switch_at is None else {**move, "switch_at": switch_at})
     return out
+
+
+def _with_state(moved: list[dict[str, Any]], state_bytes: Mapping[str, float]) -> list[dict[str, Any]]:
+    """``moved`` with ``"state_bytes"`` on each whole-replica move whose replica's state size is known."""
+    return [
+        {**m, "state_bytes": round(state_bytes[m["replica"]])} if m["replica"] in state_bytes and "keys" not in m else m
+        for m in moved
+    ]
+
+
+def handed_over(record: AppRecord, replica: str, source: str, at: float) -> AppRecord | None:
+    """``record`` with the latest move of ``replica`` away from ``source`` marked as handed over at ``at``.
+
+    The move gains ``"handed_over_at"`` and ``"handover_s"`` (from the re-plan
+    that made it); None if no such move waits for it.
+    """
+    for i in range(len(record.history) - 1, -1, -1):
+        entry = record.history[i]
+        for j, m in enumerate(entry.moved):
+            if m.get("replica") != replica or m.get("from") != source:
+                continue
+            if "handed_over_at" in m:
+                return None
+            moved = list(entry.moved)
+            moved[j] = {**m, "handed_over_at": at, "handover_s": round(at - entry.at, 3)}
+            history = list(record.history)
+            history[i] = dataclasses.replace(entry, moved=moved)
+            return dataclasses.replace(record, history=history)
+    return None
 
 
 def _key_moves(

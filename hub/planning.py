@@ -33,8 +33,9 @@ class Planner(Protocol):
         slo_ms: float | None,
         version: int,
         previous: Plan | None = None,
+        state_bytes: Mapping[str, float] | None = None,
     ) -> Plan:
-        """Return the plan of ``app`` (a re-plan of ``previous``, if given)."""
+        """Return the plan of ``app`` (a re-plan of ``previous``, whose replicas hold ``state_bytes``, if given)."""
         ...
 
 
@@ -68,6 +69,7 @@ def default_planner(
     slo_ms: float | None,
     version: int,
     previous: Plan | None = None,
+    state_bytes: Mapping[str, float] | None = None,
     hysteresis: float = HYSTERESIS,
     noise_margin: float = NOISE_MARGIN,
     migration_weight: float | None = None,
@@ -81,7 +83,8 @@ def default_planner(
     by more than the hysteresis: ``hysteresis``, or ``noise_margin`` times
     the measured links' relative spread if that is more
     (:func:`noise_hysteresis`); ties go to the sites it used (see
-    :func:`placement.solve`). The hub plans with the defaults; a planner
+    :func:`placement.solve`), and moving a replica costs its ``state_bytes``
+    (by replica, as the sites report them) times the link's cost. The hub plans with the defaults; a planner
     without hysteresis or migration cost is
     ``functools.partial(default_planner, hysteresis=0, noise_margin=0, migration_weight=0)``.
     """
@@ -98,7 +101,8 @@ def default_planner(
         raise ValueError(msg) from None
     before = None
     if previous is not None:
-        before = placement.Previous.of(previous, hysteresis=noise_hysteresis(latency_rows, hysteresis, noise_margin))
+        spread = noise_hysteresis(latency_rows, hysteresis, noise_margin)
+        before = placement.Previous.of(previous, state_bytes, hysteresis=spread)
     return placement.solve(
         app, sites, latency=matrix, weights=w, slo_ms=slo_ms, version=version, baselines=BASELINES, previous=before
     )
@@ -141,13 +145,17 @@ def plan_app(
 
     The plan carries the app's source and file name, whatever planner made it.
     ``previous`` (the plan in force, for a re-plan) goes to the planner only
-    when given, so planners without that parameter still plan first versions.
+    when given, with the bytes of state its replicas hold as their sites last
+    reported (``state_bytes``), so planners without those parameters still
+    plan first versions.
     """
     sites = registry.effective_sites(app.source_streams())
     # the checks the planner makes, in its order, whatever planner is plugged in
     sites.check_app_streams(app.source_streams(), app.name)
     app.graph()
-    replan = {"previous": previous} if previous is not None else {}
+    replan: dict[str, Any] = {}
+    if previous is not None:
+        replan = {"previous": previous, "state_bytes": registry.state_bytes(app.name, previous)}
     plan = planner(
         app,
         sites,

@@ -11,6 +11,7 @@ source. The coordinator places apps with those measurements (declared
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,6 +22,7 @@ import orjson
 
 from hub.links import WINDOW_S, Links, pair
 from placement.latency import LatencyMatrix
+from spanedge.plan import Plan
 from spanedge.sites import Sites
 
 log = logging.getLogger(__name__)
@@ -232,6 +234,23 @@ class SiteRegistry:
                 if m is not None and key in latencies and now - m.updated_at <= self.stale_after_s:
                     latencies[key] = round(m.p50_ms, 3)
         return latencies
+
+    def state_bytes(self, app: str, plan: Plan) -> dict[str, float]:
+        """The bytes of state each replica of ``plan`` holds where the plan runs it, as that site last reported.
+
+        Agents report the size of each window replica's snapshot in their
+        heartbeats (``state_bytes``, per app); replicas without a report are left out.
+        """
+        with self._lock:
+            reports = {name: s.heartbeat.get("state_bytes") for name, s in self._state.items()}
+        out: dict[str, float] = {}
+        for a in plan.assignments:
+            per_app = reports.get(a.site)
+            sizes = per_app.get(app) if isinstance(per_app, dict) else None
+            n = sizes.get(a.replica) if isinstance(sizes, dict) else None
+            if isinstance(n, int | float) and not isinstance(n, bool) and math.isfinite(n) and n >= 0:
+                out[a.replica] = float(n)
+        return out
 
     def stream_rate(self, stream: str, site: str) -> float | None:
         """The smoothed measured rate of ``stream`` at ``site`` while the site is alive, or None."""

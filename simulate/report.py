@@ -186,12 +186,22 @@ def plan_history_of(placement: Any, t0: float) -> list[str]:
     for h in history if isinstance(history, list) else []:
         if not isinstance(h, dict):
             continue
-        moved = ", ".join(f"{m['replica']} {m['from']}->{m['to']}" for m in h.get("moved") or [])
+        moved = ", ".join(_move(m) for m in h.get("moved") or [])
         at = float(h.get("at", t0)) - t0
         lines.append(
             f"plan v{h.get('version')} at {at:+.1f} s: {h.get('reason')}" + (f"; moved {moved}" if moved else "")
         )
     return lines
+
+
+def _move(m: dict[str, Any]) -> str:
+    """One move of a history entry: the replica, its sites, its state's size and when its handover was done."""
+    notes = []
+    if isinstance(m.get("state_bytes"), int):
+        notes.append(f"state {_bytes(m['state_bytes'])}")
+    if isinstance(m.get("handover_s"), int | float):
+        notes.append(f"handed over {m['handover_s']:.1f} s after the re-plan")
+    return f"{m['replica']} {m['from']}->{m['to']}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def plan_changes_of(placement: Any) -> int | None:

@@ -447,9 +447,11 @@
   function moveItem(m) {
     const keys = m.keys ? ` (${m.keys})` : "";
     const at = isNum(m.switch_at) ? `, windows from ${clock(m.switch_at)}` : "";
+    const state = isNum(m.state_bytes) ? `, state ${bytes(m.state_bytes)}` : "";
+    const done = isNum(m.handover_s) ? `, handed over in ${num(m.handover_s, 1)} s` : "";
     return h("div", {
       "data-testid": "moved", "data-replica": m.replica, "data-from": m.from, "data-to": m.to,
-      text: `${m.replica}${keys}: ${m.from} → ${m.to}${at}`,
+      text: `${m.replica}${keys}: ${m.from} → ${m.to}${at}${state}${done}`,
     });
   }
 

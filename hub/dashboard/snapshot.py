@@ -46,9 +46,19 @@ class OperatorView(TypedDict):
 
 
 MoveView = TypedDict(
-    "MoveView", {"replica": str, "from": str, "to": str, "keys": str | None, "switch_at": float | None}
+    "MoveView",
+    {
+        "replica": str,
+        "from": str,
+        "to": str,
+        "keys": str | None,
+        "switch_at": float | None,
+        "state_bytes": float | None,
+        "handover_s": float | None,
+    },
 )
-"""A replica (or a key range of one) whose site changed with a plan version, and the handover's switch time."""
+"""A replica (or a key range of one) whose site changed with a plan version: the handover's switch time,
+the state the replica held at its old site, and how long after the re-plan the old site had handed it over."""
 
 
 class HistoryView(TypedDict):
@@ -386,6 +396,8 @@ def _move_view(move: Mapping[str, Any]) -> MoveView:
         "to": str(move.get("to", "")),
         "keys": str(keys) if keys else None,
         "switch_at": _number(move.get("switch_at")),
+        "state_bytes": _number(move.get("state_bytes")),
+        "handover_s": _number(move.get("handover_s")),
     }
 
 

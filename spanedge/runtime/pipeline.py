@@ -360,6 +360,10 @@ class Pipeline:
             except InvalidSnapshot as exc:
                 log.warning("window %s: %s; its open windows start empty", replica, exc)
 
+    def state_bytes(self) -> dict[str, int]:
+        """The size of each window replica's state here, as its snapshot would serialise it (bytes of JSON)."""
+        return {n.replica: len(orjson.dumps(self.snapshot_operator(n.replica).to_data())) for n in self.windows}
+
     def snapshot_operator(self, replica: str) -> OperatorSnapshot:
         """The state of one stateful replica here.
 

@@ -25,6 +25,11 @@ def test_the_moved_windows_come_out_once_with_every_record(move_run: Any) -> Non
     handovers = {h["replica"]: h for h in placement["handovers"]}
     switch = handovers["probe_means@field-east"]["switch_at"]
     assert switch % 10 == 0  # on the 10 s windows' bounds
+    # the history says what the window held at the barn and when the barn had handed it over
+    move = next(m for m in moves[0]["moved"] if m["replica"] == "probe_means@field-east")
+    assert move["state_bytes"] > 0, move
+    assert move["handed_over_at"] > switch, (move, switch)
+    assert move["handover_s"] == pytest.approx(move["handed_over_at"] - moves[0]["at"], abs=1e-3)
     assert move_run.report.plan_changes >= 1
     valves = next(c for c in move_run.report.sinks if c.sink == "valve_bus")
     assert valves.checked > 0

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from hub import plan_history
 from hub.coordinator import Coordinator
 from hub.distribution import PlanDistributor, SiteApp, read_plan_message, site_view
 from hub.planning import load_app
@@ -69,6 +70,7 @@ def fake_planner(
     slo_ms: float | None,
     version: int,
     previous: Plan | None = None,
+    state_bytes: Any = None,
 ) -> Plan:
     """Sources at their sites; the rest at the hub, or at site 'a' if a's link to the hub is slow."""
     hub = sites.hubs[0].name
@@ -561,3 +563,51 @@ def test_the_pair_latencies_of_a_record_are_stored_packed_and_load_back(tmp_path
     plain = AppRecord("plain", APP, "app.py", demo, basis={"latency": {"a|b": 1.0, "b|c": 2.0}, "rates": {}})
     StateStore(tmp_path).save_app(plain)
     assert StateStore(tmp_path).load_apps()[1].basis == plain.basis
+
+
+def _fast_again(coordinator: Coordinator, clock: Clock, **extra: Any) -> None:
+    """Half a minute of a's hub link back at 10 ms: three probes, so the link's estimate follows."""
+    for _ in range(3):
+        clock.now += 10
+        coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 10, "samples": 3}}, **extra))
+
+
+def test_a_replan_weighs_and_records_the_state_the_moved_replica_held(sites: Sites, clock: Clock) -> None:
+    coordinator, _, _ = make(sites, clock)
+    given: list[Any] = []
+
+    def remembering(app: App, sites: Sites, **options: Any) -> Plan:
+        given.append(options.get("state_bytes"))
+        return fake_planner(app, sites, **options)
+
+    coordinator.planner = remembering
+    coordinator.deploy(APP, "app.py")
+    clock.now += 31  # the hub link of a slows down: 'double' moves from the hub to a
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.check_drift() == ["demo"]
+    assert all("state_bytes" not in m for m in coordinator.record("demo").history[-1].moved)  # the hub reports none
+    _fast_again(coordinator, clock, state_bytes={"demo": {"double": 2048}})  # 'double' holds 2 kB at a
+    assert coordinator.check_drift() == ["demo"]  # it moves back, and its state counts
+    assert given == [None, {}, {"double": 2048.0}]
+    moved = {m["replica"]: m for m in coordinator.record("demo").history[-1].moved}
+    assert (moved["double"]["from"], moved["double"]["to"], moved["double"]["state_bytes"]) == ("a", "cloud", 2048)
+    assert "state_bytes" not in moved["out"]  # a reported nothing for it
+
+
+def test_the_history_marks_when_the_old_owner_handed_a_move_over(sites: Sites, clock: Clock) -> None:
+    coordinator, _, _ = make(sites, clock)
+    coordinator.deploy(APP, "app.py")
+    clock.now += 31
+    coordinator.registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": 400, "samples": 3}}))
+    assert coordinator.check_drift() == ["demo"]
+    _fast_again(coordinator, clock)
+    assert coordinator.check_drift() == ["demo"]
+    record = coordinator.record("demo")
+    at = record.history[-1].at
+    marked = plan_history.handed_over(record, "double", "a", at + 12.5)
+    assert marked is not None
+    moved = {m["replica"]: m for m in marked.history[-1].moved}
+    assert (moved["double"]["handed_over_at"], moved["double"]["handover_s"]) == (at + 12.5, 12.5)
+    assert "handover_s" not in moved["out"]
+    assert plan_history.handed_over(marked, "double", "a", at + 20) is None  # once
+    assert plan_history.handed_over(record, "double", "b", at) is None  # b gave nothing up

@@ -195,7 +195,14 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
         "site over its CPU budget",
         {"objective": 1.0},
         moved=[
-            {"replica": "to_celsius@truck-7", "from": "truck-7", "to": "warehouse-north", "switch_at": 940.0},
+            {
+                "replica": "to_celsius@truck-7",
+                "from": "truck-7",
+                "to": "warehouse-north",
+                "switch_at": 940.0,
+                "state_bytes": 3200,
+                "handover_s": 14.5,
+            },
             {"replica": "stats@truck-9", "from": "truck-9", "to": "truck-7", "keys": "keys [50%, 100%)"},
         ],
         baselines={"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}},
@@ -204,8 +211,24 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
     first, second = view["history"]
     assert (first["moved"], first["baselines"]) == ([], {})  # not the current version: nothing to show
     assert second["moved"] == [
-        {"replica": "to_celsius@truck-7", "from": "truck-7", "to": "warehouse-north", "keys": None, "switch_at": 940.0},
-        {"replica": "stats@truck-9", "from": "truck-9", "to": "truck-7", "keys": "keys [50%, 100%)", "switch_at": None},
+        {
+            "replica": "to_celsius@truck-7",
+            "from": "truck-7",
+            "to": "warehouse-north",
+            "keys": None,
+            "switch_at": 940.0,
+            "state_bytes": 3200.0,
+            "handover_s": 14.5,
+        },
+        {
+            "replica": "stats@truck-9",
+            "from": "truck-9",
+            "to": "truck-7",
+            "keys": "keys [50%, 100%)",
+            "switch_at": None,
+            "state_bytes": None,
+            "handover_s": None,
+        },
     ]
     assert second["baselines"] == {"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}}
 

@@ -188,3 +188,16 @@ def test_the_old_owner_has_emitted_its_part_once_its_last_window_fired(slide: fl
     ends = sorted(v["window_end"] for v in emitted)
     assert ends[-1] == last_end  # every window it owns came out
     assert all(v["window_start"] < SWITCH for v in emitted)
+
+
+def test_a_pipeline_reports_the_size_of_each_window_replica_s_state() -> None:
+    app = make_app(None)
+    pipeline = build(app, make_plan("big1", 1, 1), "big1")
+    empty = pipeline.state_bytes()
+    assert set(empty) == {"win@tiny"}  # windows only: record-level replicas hold nothing
+    for t in (T0 + 1, T0 + 2):
+        for k in ("a", "b", "c"):
+            pipeline.process("readings@tiny", orjson.dumps({"k": k, "x": 1, "ts": t}))
+    sizes = pipeline.state_bytes()
+    assert sizes["win@tiny"] > empty["win@tiny"]  # three keys' open windows
+    assert sizes["win@tiny"] == len(orjson.dumps(pipeline.snapshot_operator("win@tiny").to_data()))

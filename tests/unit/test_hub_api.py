@@ -66,6 +66,7 @@ def planner(
     slo_ms: float | None,
     version: int,
     previous: Plan | None = None,
+    state_bytes: Any = None,
 ) -> Plan:
     if slo_ms is not None and slo_ms < 1:
         msg = f"app '{app.name}': no placement meets the latency SLO of {slo_ms} ms"
@@ -506,9 +507,10 @@ def test_the_placement_history_shows_what_moved_and_the_baselines(client: TestCl
     coordinator.replan("demo", "latency a–cloud 40→10 ms")
     history = client.get("/apps/demo/placement", headers=AUTH).json()["history"]
     (handover,) = coordinator.record("demo").plan.handovers
+    unknown = {"state_bytes": None, "handed_over_at": None, "handover_s": None}  # no heartbeat, no hold here
     assert [(h["version"], h["moved"]) for h in history] == [
         (1, []),
-        (2, [{"replica": "parse@a", "from": "a", "to": "cloud", "switch_at": handover.switch_at}]),
+        (2, [{"replica": "parse@a", "from": "a", "to": "cloud", "switch_at": handover.switch_at, **unknown}]),
     ]
     assert history[1]["baselines"]["central"]["objective"] == 2.0
     assert history[1]["baselines"]["local-first"]["worst_latency_ms"] == 60

@@ -44,6 +44,10 @@ def test_the_windows_wait_from_the_switch_until_the_log_holds_the_old_owners_las
     assert hold_from() == T
     logged[("field-east", "w", 1)] = 7
     assert hold_from() is None
+    assert holds.take_delivered() == [("farm", "w@field-east", "barn", T + 2)]  # the handover's end, once
+    now[0] = T + 3
+    assert hold_from() is None
+    assert holds.take_delivered() == []
     assert [r.getMessage() for r in caplog.records] == [
         "app farm: from 1000.000 on, the hub's windows wait for barn's last records of w@field-east",
         "app farm: 2.0 s after the switch, the hub's windows have barn's last records of w@field-east",

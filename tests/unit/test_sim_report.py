@@ -209,3 +209,27 @@ def test_session_windows_close_after_the_gap() -> None:
         for i in evaluate(app, {"clicks": items}).sinks["out"]
     )
     assert got == [("a", 0.0, 11.5, 3), ("a", 20.0, 29.9, 2), ("b", 1.0, 6.0, 1)]
+
+
+def test_the_plan_history_shows_each_move_s_state_and_handover_time() -> None:
+    from simulate.report import plan_history_of
+
+    placement = {
+        "history": [
+            {"version": 1, "at": 100.0, "reason": "deployed", "moved": []},
+            {
+                "version": 2,
+                "at": 130.0,
+                "reason": "latency barn–shed",
+                "moved": [
+                    {"replica": "w@f", "from": "barn", "to": "shed", "state_bytes": 3200, "handover_s": 14.25},
+                    {"replica": "m@f", "from": "barn", "to": "shed"},
+                ],
+            },
+        ]
+    }
+    assert plan_history_of(placement, 100.0) == [
+        "plan v1 at +0.0 s: deployed",
+        "plan v2 at +30.0 s: latency barn–shed; moved w@f barn->shed (state 3.2 kB, handed over 14.2 s after the"
+        " re-plan), m@f barn->shed",
+    ]
