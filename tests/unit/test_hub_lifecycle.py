@@ -115,3 +115,47 @@ def test_a_watermarked_query_is_not_done_before_a_batch_reports_its_watermark() 
     assert _reported_watermark(reported, watermarked=True) == 1795579200.0
     assert _reported_watermark(handle(None), watermarked=False) is None  # no batch yet
     assert _reported_watermark(None, watermarked=True) is None
+
+
+class _FakeQuery:
+    """A query whose start is recorded; its handle reports a batch once ``ran`` is set."""
+
+    def __init__(self, name: str, started: list[str]) -> None:
+        self.replica = name
+        self.checkpoint = Path("/state") / name
+        self.reader = name
+        self.handle: Any = None
+        self._started = started
+
+    def start(self, app: str, df: Any, trigger: str) -> Any:
+        self._started.append(self.replica)
+        self.handle = SimpleNamespace(isActive=True, lastProgress=None, name=self.replica)
+        return self.handle
+
+
+def test_queries_start_one_after_another_only_until_the_driver_has_run_a_batch(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import hub.lifecycle as lifecycle_module
+
+    started: list[str] = []
+    waited: list[str] = []
+
+    def await_first_batch(handle: Any) -> None:
+        waited.append(handle.name)
+        handle.lastProgress = {"batchId": 0}  # the query ran its first batch
+
+    monkeypatch.setattr(lifecycle_module, "await_first_batch", await_first_batch)
+    monkeypatch.setattr(lifecycle_module.ingest_log, "subscribe", lambda *args: None)
+    lifecycle = Lifecycle(None, tmp_path, None, None, None, "1 second")  # type: ignore[arg-type]
+
+    def deploy(app: str, names: list[str]) -> None:
+        deployed = SimpleNamespace(app=SimpleNamespace(name=app), queries={})
+        lifecycle.apps[app] = deployed  # type: ignore[assignment]
+        built = {n: (_FakeQuery(n, started), None) for n in names}
+        lifecycle._start(deployed, built)  # type: ignore[arg-type]
+
+    deploy("first", ["a", "b", "c"])  # a fresh driver: b waits for a's first batch; by then the driver is warm
+    assert (started, waited) == (["a", "b", "c"], ["a"])
+    deploy("second", ["d", "e"])  # a re-plan on a warm driver: no first batch to wait for
+    assert (started, waited) == (["a", "b", "c", "d", "e"], ["a"])
