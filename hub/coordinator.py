@@ -455,14 +455,14 @@ class Coordinator:
             self._attempts[name] = self._clock()
             old, app = self._records[name], self._apps[name]
             request = {"source": old.source, "filename": old.filename, "slo_ms": old.slo_ms, "weights": old.weights}
-            plan = self._plan(app, old.plan, previous=old.plan, **request)
+            state = self.registry.state_bytes(name, old.plan)  # the same sizes for the planner and the history
+            plan = self._plan(app, old.plan, previous=old.plan, state_bytes=state, **request)
             if not forced and self._settle.blocks(name, old.plan, plan, app):
                 if last_attempt is None:
                     del self._attempts[name]
                 else:
                     self._attempts[name] = last_attempt
                 return None
-            state = self.registry.state_bytes(name, old.plan)
             record, changed = plan_history.replanned(old, plan, self._clock(), reason, basis(self.registry, app), state)
             self._install(app, record, old.plan if changed else None, changed=changed)
         took = 1000 * (time.perf_counter() - started)

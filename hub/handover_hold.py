@@ -79,8 +79,8 @@ class HandoverHolds:
         self._reports: dict[tuple[str, str, float, str], tuple[Sent, ...]] = {}
         self._given_up: set[tuple[str, str, float, str]] = set()
         self._owed: set[tuple[str, str, float, str]] = set()
-        self._delivered: dict[tuple[str, str, float, str], float] = {}
-        self._untaken: list[tuple[str, str, float, str]] = []
+        self._delivered: set[tuple[str, str, float, str]] = set()
+        self._untaken: list[tuple[str, str, str, float]] = []  # (app, replica, old owner, when delivered)
 
     def observe(self, site: str, beat: Mapping[str, Any]) -> None:
         """Take the finished handover parts a heartbeat of ``site`` lists."""
@@ -113,8 +113,8 @@ class HandoverHolds:
             if sent is not None and all((mark(site, stream, epoch) or 0) >= seq for site, stream, epoch, seq in sent):
                 with self._lock:
                     if key not in self._delivered:
-                        self._delivered[key] = now
-                        self._untaken.append(key)
+                        self._delivered.add(key)
+                        self._untaken.append((plan.app, h.replica, h.source, now))
                 continue
             if gone(h.source) or now > h.switch_at + self.limit_s:
                 if key not in self._given_up:
@@ -136,18 +136,14 @@ class HandoverHolds:
         with self._lock:  # reports of handovers the plan no longer lists are done with
             for stale in [k for k in self._reports if k[0] == plan.app and k not in listed]:
                 del self._reports[stale]
-            for stale in [k for k in self._delivered if k[0] == plan.app and k not in listed]:
-                del self._delivered[stale]
+            self._delivered -= {k for k in self._delivered if k[0] == plan.app and k not in listed}
         return owed
 
     def take_delivered(self) -> list[tuple[str, str, str, float]]:
         """The handovers found delivered since the last call: (app, replica, old owner, when the hub had it all)."""
         with self._lock:
             taken, self._untaken = self._untaken, []
-            return [
-                (app, replica, site, self._delivered.get((app, replica, switch, site), self._clock()))
-                for app, replica, switch, site in taken
-            ]
+            return taken
 
     def _log_changes(self, app: str, owed: set[tuple[str, str, float, str]], now: float) -> None:
         """Log the handovers of ``app`` the hub's windows start waiting for, or stop waiting for as delivered."""

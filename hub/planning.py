@@ -140,22 +140,21 @@ def plan_app(
     weights: Mapping[str, float] | None,
     slo_ms: float | None,
     previous: Plan | None = None,
+    state_bytes: Mapping[str, float] | None = None,
 ) -> Plan:
     """Plan version ``version`` of ``app`` with the measured rates and latencies.
 
     The plan carries the app's source and file name, whatever planner made it.
     ``previous`` (the plan in force, for a re-plan) goes to the planner only
-    when given, with the bytes of state its replicas hold as their sites last
-    reported (``state_bytes``), so planners without those parameters still
-    plan first versions.
+    when given, with ``state_bytes`` (the bytes of state its replicas hold, as
+    their sites last reported: :meth:`SiteRegistry.state_bytes`), so planners
+    without those parameters still plan first versions.
     """
     sites = registry.effective_sites(app.source_streams())
     # the checks the planner makes, in its order, whatever planner is plugged in
     sites.check_app_streams(app.source_streams(), app.name)
     app.graph()
-    replan: dict[str, Any] = {}
-    if previous is not None:
-        replan = {"previous": previous, "state_bytes": registry.state_bytes(app.name, previous)}
+    replan: dict[str, Any] = {"previous": previous, "state_bytes": state_bytes} if previous is not None else {}
     plan = planner(
         app,
         sites,
