@@ -7,6 +7,8 @@ every other record reaches the sink, also through a window after the map.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,29 @@ def _app(name: str, windowed: bool) -> App:
     return app
 
 
+@contextmanager
+def _running(
+    spark: Any, mosquitto: Any, tmp_path: Path, app: App, hub_ops: set[str]
+) -> Iterator[tuple[Collector, Engine, Publisher]]:
+    """``app`` deployed at a hub with ``hub_ops`` there: a collector of its ``out`` and dead-letter topics, the engine, a publisher."""
+    name = app.name
+    sites = parse_sites(SITES.replace("BROKER", mosquitto.url))
+    plan = make_plan(app, sites, at_hub=hub_ops, singletons=hub_ops)
+    collector = Collector(mosquitto.url, f"{name}/out", topics.dlq(name, "hub"))
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id=f"hub-test-{name}")
+    ingest.start()
+    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+    publisher = Publisher(mosquitto.url, name)
+    try:
+        engine.deploy(app, plan)
+        yield collector, engine, publisher
+    finally:
+        publisher.close()
+        collector.close()
+        engine.stop()
+        ingest.stop()
+
+
 def _dead_files(state: Path, app: str) -> list[dict[str, Any]]:
     return [
         orjson.loads(line)
@@ -71,20 +96,12 @@ def test_records_a_global_map_raises_on_go_to_the_dead_letters(
 ) -> None:
     name = "dead-window" if windowed else "dead-map"
     app = _app(name, windowed)
-    sites = parse_sites(SITES.replace("BROKER", mosquitto.url))
     hub_ops = {"calibrate", "w", "out"} if windowed else {"calibrate", "out"}
-    plan = make_plan(app, sites, at_hub=hub_ops, singletons=hub_ops)
     rows = _rows()
     bad = {i for i, r in enumerate(rows) if isinstance(r["x"], str)}
     good = [r for i, r in enumerate(rows) if i not in bad]
     dlq = topics.dlq(name, "hub")
-    collector = Collector(mosquitto.url, f"{name}/out", dlq)
-    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id=f"hub-test-{name}")
-    ingest.start()
-    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
-    publisher = Publisher(mosquitto.url, name)
-    try:
-        engine.deploy(app, plan)
+    with _running(spark, mosquitto, tmp_path, app, hub_ops) as (collector, _, publisher):
         publisher.send([Record("s1", "a", i, r["t"], r["id"], r) for i, r in enumerate(rows)])
         if windowed:  # move the watermark past every window
             publisher.send([Record("s1", "a", 100, T0 + 60, "z", {"id": "z", "t": T0 + 60, "x": 0.0})])
@@ -123,11 +140,6 @@ def test_records_a_global_map_raises_on_go_to_the_dead_letters(
         wait_for(lambda: counted in render_metrics([], [], []), 30, "the dead letters in the metrics")
         (line,) = (li for li in render_metrics([], [], []).splitlines() if li.startswith(counted))
         assert float(line.rsplit(" ", 1)[1]) == len(bad)
-    finally:
-        publisher.close()
-        collector.close()
-        engine.stop()
-        ingest.stop()
 
 
 def test_a_map_feeding_two_sinks_dead_letters_each_record_once_also_for_a_memory_sink(
@@ -139,19 +151,10 @@ def test_a_map_feeding_two_sinks_dead_letters_each_record_once_also_for_a_memory
     scaled = app.source("a", time_field="t").map(calibrate)
     scaled.sink(sinks.memory(f"{name}-kept"), name="kept")
     scaled.sink(sinks.mqtt(f"{name}/out"), name="out")
-    sites = parse_sites(SITES.replace("BROKER", mosquitto.url))
-    hub_ops = {"calibrate", "kept", "out"}
-    plan = make_plan(app, sites, at_hub=hub_ops, singletons=hub_ops)
     rows = _rows()
     bad = sorted(i for i, r in enumerate(rows) if isinstance(r["x"], str))
     dlq = topics.dlq(name, "hub")
-    collector = Collector(mosquitto.url, f"{name}/out", dlq)
-    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id=f"hub-test-{name}")
-    ingest.start()
-    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
-    publisher = Publisher(mosquitto.url, name)
-    try:
-        engine.deploy(app, plan)
+    with _running(spark, mosquitto, tmp_path, app, {"calibrate", "kept", "out"}) as (collector, engine, publisher):
         publisher.send([Record("s1", "a", i, r["t"], r["id"], r) for i, r in enumerate(rows)])
         good = len(rows) - len(bad)
         wait_for(lambda: len(collector.get(dlq)) >= len(bad), 90, "the dead letters")
@@ -163,8 +166,3 @@ def test_a_map_feeding_two_sinks_dead_letters_each_record_once_also_for_a_memory
         assert sorted(d["seq"] for d in letters) == bad  # once each, not once per sink's query
         assert {d["operator"] for d in letters} == {"calibrate"}
         assert sorted(d["seq"] for d in _dead_files(tmp_path, name)) == bad
-    finally:
-        publisher.close()
-        collector.close()
-        engine.stop()
-        ingest.stop()
