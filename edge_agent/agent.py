@@ -259,5 +259,11 @@ class Agent:
     def heartbeat(self) -> dict[str, Any]:
         """The current heartbeat message."""
         return self.telemetry.heartbeat(
-            self.pipelines, self.outbox, self.inbox, self.dlq_count, self.late_count, self.apps.handed_over()
+            self.pipelines,
+            self.outbox,
+            self.inbox,
+            self.dlq_count,
+            self.late_count,
+            self.apps.handed_over(),
+            self.processor.checkpointer.frontiers,
         )

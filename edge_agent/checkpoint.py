@@ -68,6 +68,8 @@ class Checkpointer:
         self._after = Committed()
         self._dirty: set[str] = set()
         self.last_commit = time.monotonic()
+        #: each app's frontier at the last commit: the event time below which it sends the hub nothing after it
+        self.frontiers: dict[str, float] = {}
 
     def collect(self, app: str) -> None:
         """Take the outputs of ``app``'s pipeline into the pending commit."""
@@ -94,7 +96,10 @@ class Checkpointer:
         states = {app: encode(self.pipelines[app]) for app in self._dirty if app in self.pipelines}
         if extra:
             states.update(extra)
-        stored = self.outbox.commit(self._records, states)
+        # every output so far is in this commit, so later ones lie at or past each pipeline's frontier now
+        frontiers = {app: f for app, p in self.pipelines.items() if (f := p.frontier()) is not None}
+        stored = self.outbox.commit(self._records, states, frontiers)
+        self.frontiers = frontiers
         done, self._after = self._after, Committed()
         done.stored = stored
         self._records = {}

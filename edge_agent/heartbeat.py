@@ -113,6 +113,7 @@ def heartbeat(
     cpu_budget: float | None = None,
     handed_over: list[dict[str, Any]] | None = None,
     state_bytes: dict[str, dict[str, int]] | None = None,
+    complete: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """Assemble one heartbeat message (JSON-ready).
 
@@ -123,6 +124,9 @@ def heartbeat(
     empty or None leaves it out. ``state_bytes`` gives, per app, the bytes of
     state each window replica holds here (what its snapshot would take); the
     hub weighs moving a replica by it and shows it in the plan history.
+    ``complete`` gives, per app sending to the hub, the event time below which
+    this site sends it nothing more (None: idle); the hub's windows wait for
+    the slowest live site (:mod:`hub.site_frontiers`). Empty or None leaves it out.
     """
     beat = {
         "site": site,
@@ -145,4 +149,6 @@ def heartbeat(
         beat["handed_over"] = handed_over
     if state_bytes:
         beat["state_bytes"] = state_bytes
+    if complete:
+        beat["complete"] = complete
     return beat

@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     app TEXT NOT NULL, stream TEXT NOT NULL, site TEXT NOT NULL,
     seq INTEGER NOT NULL, t REAL NOT NULL, k TEXT, v BLOB NOT NULL, size INTEGER NOT NULL,
-    epoch INTEGER NOT NULL DEFAULT 0
+    epoch INTEGER NOT NULL DEFAULT 0, w REAL
 );
 CREATE TABLE IF NOT EXISTS seqs (
     app TEXT NOT NULL, site TEXT NOT NULL, stream TEXT NOT NULL, epoch INTEGER NOT NULL DEFAULT 0,
@@ -59,6 +59,9 @@ INSERT INTO seqs_by_epoch (app, site, stream, epoch, seq) SELECT app, site, stre
 DROP TABLE seqs;
 ALTER TABLE seqs_by_epoch RENAME TO seqs;
 """
+
+# an outbox written before records carried their app's frontier: its records announce none
+_ADD_FRONTIERS = "ALTER TABLE outbox ADD COLUMN w REAL"
 
 # acknowledged ids come as one JSON array (text): fixed statements, prepared once
 _ACKED_TOTALS = "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox WHERE id IN (SELECT value FROM json_each(?))"
@@ -113,6 +116,8 @@ class Outbox:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(outbox)")}
         if "epoch" not in columns:
             self._db.executescript(f"BEGIN;{_ADD_EPOCHS}COMMIT;")
+        if "w" not in columns:
+            self._db.execute(_ADD_FRONTIERS)
         row = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox").fetchone()
         self.records, self.bytes = int(row[0]), int(row[1])
         self._seqs: dict[SeqKey, int] = self._load_seqs()
@@ -120,8 +125,18 @@ class Outbox:
         self.dropped = int(counters.get("dropped", 0))
         self.sent = int(counters.get("sent", 0))
 
-    def commit(self, records: Mapping[str, Iterable[HubRecord]], states: Mapping[str, bytes] | None = None) -> int:
+    def commit(
+        self,
+        records: Mapping[str, Iterable[HubRecord]],
+        states: Mapping[str, bytes] | None = None,
+        frontiers: Mapping[str, float] | None = None,
+    ) -> int:
         """Append records (by app) and store snapshots (by app) in one transaction.
+
+        ``frontiers`` gives, by app, the event time below which the app sends
+        the hub nothing after these records (:meth:`spanedge.runtime.Pipeline.frontier`);
+        the last record of the app stored here carries it, and the batch that
+        sends that record announces it (``complete``).
 
         Returns:
             The number of records stored (fewer than given if the ``newest`` policy refused some).
@@ -132,8 +147,9 @@ class Outbox:
             db.execute("BEGIN IMMEDIATE")
             try:
                 touched: set[SeqKey] = set()
-                rows = []
+                rows: list[tuple[Any, ...]] = []
                 for app, recs in records.items():
+                    first = len(rows)
                     for r in recs:
                         ident = (app, r.site, r.stream, r.epoch)
                         seq = self._seqs.get(ident, 0) + 1
@@ -144,14 +160,17 @@ class Outbox:
                         if self.policy == "newest" and self.bytes + size > self.max_bytes:
                             self.dropped += 1
                             continue
-                        rows.append((app, r.stream, r.site, r.epoch, seq, r.event_time, r.key, value, size))
+                        rows.append((app, r.stream, r.site, r.epoch, seq, r.event_time, r.key, value, size, None))
                         self.records += 1
                         self.bytes += size
                         stored += 1
+                    frontier = (frontiers or {}).get(app)
+                    if frontier is not None and len(rows) > first:
+                        rows[-1] = (*rows[-1][:-1], frontier)
                 if rows:
                     db.executemany(
-                        "INSERT INTO outbox (app, stream, site, epoch, seq, t, k, v, size)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO outbox (app, stream, site, epoch, seq, t, k, v, size, w)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         rows,
                     )
                 if touched:
@@ -211,7 +230,7 @@ class Outbox:
         """Return up to ``max_records`` records after ``after_id``, in order, as batches."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, app, stream, site, epoch, seq, t, k, v FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
+                "SELECT id, app, stream, site, epoch, seq, t, k, v, w FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
                 (after_id, max_records),
             ).fetchall()
         out: list[Batch] = []
@@ -254,6 +273,12 @@ class Outbox:
             row = self._db.execute("SELECT blob FROM state WHERE app = ?", (app,)).fetchone()
         return None if row is None else bytes(row[0])
 
+    def oldest(self, app: str) -> float | None:
+        """The earliest event time among ``app``'s records still here (None: none)."""
+        with self._lock:
+            row = self._db.execute("SELECT MIN(t) FROM outbox WHERE app = ?", (app,)).fetchone()
+        return None if row[0] is None else float(row[0])
+
     def stats(self) -> dict[str, int]:
         """Backlog and counters: records, bytes, dropped, sent."""
         return {"records": self.records, "bytes": self.bytes, "dropped": self.dropped, "sent": self.sent}
@@ -269,10 +294,14 @@ def _encode(rows: list[Any]) -> Batch:
     fields: dict[str, Any] = {"v": VERSION, "app": app, "site": site, "stream": stream}
     if epoch:
         fields["epoch"] = int(epoch)
+    # every record after a record with a frontier lies at or past it: so do those after this batch
+    announced = [r[9] for r in rows if r[9] is not None]
+    if announced:
+        fields["complete"] = max(announced)
     head = orjson.dumps(fields)
     parts = [
         b'{"seq":%d,"t":%s,"k":%s,"v":%s}' % (seq, orjson.dumps(t), orjson.dumps(k), bytes(v))
-        for _, _, _, _, _, seq, t, k, v in rows
+        for _, _, _, _, _, seq, t, k, v, _ in rows
     ]
     payload = head[:-1] + b',"records":[' + b",".join(parts) + b"]}"
     return Batch(app, site, stream, tuple(r[0] for r in rows), payload, int(epoch))

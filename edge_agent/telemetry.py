@@ -27,6 +27,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spanedge.agent")
 
+IDLE_AFTER_S = 10.0
+"""An app whose input has been silent this long, with nothing of it in the outbox, holds no hub window back."""
+
+
+def frontiers(
+    pipelines: Mapping[str, Pipeline], committed: Mapping[str, float], outbox: Outbox
+) -> dict[str, float | None]:
+    """Per app sending to the hub: the event time below which this site sends it nothing more (see :mod:`hub.site_frontiers`).
+
+    ``committed`` holds each app's frontier at the last commit; a record of
+    the app still in the outbox lowers it to that record's event time. An app
+    whose input has been idle for :data:`IDLE_AFTER_S`, with nothing in the
+    outbox, is ``None``: the hub's windows do not wait for it.
+    """
+    out: dict[str, float | None] = {}
+    for app, frontier in committed.items():
+        pipeline = pipelines.get(app)
+        if pipeline is None:
+            continue
+        pending = outbox.oldest(app)
+        if pending is None:
+            out[app] = None if pipeline.idle_for() >= IDLE_AFTER_S else frontier
+        else:
+            out[app] = min(frontier, pending)
+    return out
+
 
 async def peer_roundtrip_ms(broker: Broker) -> float | None:
     """The round trip to a peer's ``broker``, logged in as the sites file says (so the probe can ping).
@@ -180,8 +206,13 @@ class Telemetry:
         dlq: int,
         late: int,
         handed_over: list[dict[str, Any]] | None = None,
+        committed: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
-        """The heartbeat message for the agent's current state (``handed_over``: see :func:`heartbeat`)."""
+        """The heartbeat message for the agent's current state.
+
+        ``handed_over``: see :func:`heartbeat`; ``committed``: each app's
+        frontier at the last commit (see :func:`frontiers`).
+        """
         counts: dict[str, dict[str, int]] = {}
         lags = []
         for name, pipeline in pipelines.items():
@@ -210,4 +241,5 @@ class Telemetry:
             cpu_budget=self.budget.read(),
             handed_over=handed_over,
             state_bytes={name: sizes for name, p in pipelines.items() if (sizes := p.state_bytes())},
+            complete=frontiers(pipelines, committed or {}, outbox),
         )

@@ -28,6 +28,7 @@ from hub.handover_hold import HandoverHolds, Mark
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
 from hub.settling import SettleWatch
+from hub.site_frontiers import SiteFrontiers
 from hub.site_health import HealthPolicy, SiteHealth, capped_sites, planned_load, with_capacity
 from hub.state import AppRecord, StateStore
 from spanedge.app import App
@@ -121,6 +122,7 @@ class Coordinator:
         self._settle = SettleWatch(clock, handover_delay_s, self._hub_unsettled)
         self._forced: set[str] = set()  # apps with a site gone for good among their pending changes
         self.holds = HandoverHolds(clock=clock)  # hub windows waiting for an old owner's last records
+        self.frontiers = SiteFrontiers()  # hub windows waiting for the slowest live site
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -321,15 +323,24 @@ class Coordinator:
         with self._health_lock:
             self.health.observe(site, data, self._clock())
         self.holds.observe(site, data)
+        self.frontiers.observe(site, data)
         return True
 
     def window_holds(self, mark_of: Callable[[str], Mark]) -> dict[str, float | None]:
-        """Per app, the event time from which its hub windows wait for an old owner's last records, or None.
+        """Per app, the event time from which its hub windows wait, or None.
 
-        ``mark_of(app)`` gives the last ``seq`` the app's log holds of a (site,
-        stream, epoch) (see :mod:`hub.handover_hold`).
+        They wait for an old owner's last records (``mark_of(app)`` gives the
+        last ``seq`` the app's log holds of a (site, stream, epoch), see
+        :mod:`hub.handover_hold`) and for the slowest live site
+        (:mod:`hub.site_frontiers`), whichever is earlier.
         """
-        holds = {r.name: self.holds.hold_from(r.plan, mark_of(r.name), self.gone) for r in self.records()}
+        holds: dict[str, float | None] = {}
+        for r in self.records():
+            starts = (
+                self.holds.hold_from(r.plan, mark_of(r.name), self.gone),
+                self.frontiers.hold_from(r.name, self.gone),
+            )
+            holds[r.name] = min((s for s in starts if s is not None), default=None)
         self._note_handed_over()
         return holds
 

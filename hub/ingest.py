@@ -17,6 +17,8 @@ a replica placement runs elsewhere. The injected ``may_publish`` policy
 (:mod:`hub.publishers`) decides whether the publishing site may carry that
 site's stream; a refused batch is dead-lettered and counted as
 ``site_mismatch``. Dedupe is by the envelope's site, stream and epoch.
+A batch's ``complete`` (the publisher's frontier) goes to ``on_complete``
+once the batch's records are in the log (:mod:`hub.site_frontiers`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,8 @@ class Ingest:
     ``may_publish(app, topic_site, envelope_site, stream)`` says whether the
     site of a data topic may publish a batch of another site's stream (the
     default: never; :func:`hub.publishers.from_plans` allows what plans assign).
+    ``on_complete(app, site, complete)`` hears each batch's frontier, after
+    its records are durable in the log.
     """
 
     def __init__(
@@ -64,10 +69,12 @@ class Ingest:
         client_id: str = "spanedge-hub-ingest",
         *,
         may_publish: PublishPolicy = own_sites_only,
+        on_complete: Callable[[str, str, float], None] | None = None,
     ) -> None:
         """Prepare the client; nothing connects until :meth:`start`."""
         self.broker = broker
         self.may_publish = may_publish
+        self.on_complete = on_complete
         self.log_dir = Path(log_dir)
         self.client_id = client_id
         self._queue: queue.Queue[mqtt.MQTTMessage | None] = queue.Queue()
@@ -213,14 +220,16 @@ class Ingest:
 
     def _write_group(self, group: list[mqtt.MQTTMessage]) -> None:
         touched: set[str] = set()
+        completes: dict[tuple[str, str], float] = {}
         now = time.time()
         for message in group:
             parsed = topics.parse_data(message.topic)
             if parsed is None:
                 continue
-            self._accept(message, parsed, now, touched)
+            self._accept(message, parsed, now, touched, completes)
         for app in touched:
             self._logs[app].flush()
+        self._announce(completes)
         self._counters.add("commits")
         client = self._client
         if client is None:
@@ -229,7 +238,24 @@ class Ingest:
             if message.qos > 0:
                 client.ack(message.mid, message.qos)
 
-    def _accept(self, message: mqtt.MQTTMessage, parsed: tuple[str, str, str], now: float, touched: set[str]) -> None:
+    def _announce(self, completes: dict[tuple[str, str], float]) -> None:
+        """Pass the frontiers of the batches just written to ``on_complete``."""
+        if self.on_complete is None:
+            return
+        for (app, site), complete in completes.items():
+            try:
+                self.on_complete(app, site, complete)
+            except Exception:
+                log.exception("ingest: taking the frontier of %s for app %s failed", site, app)
+
+    def _accept(
+        self,
+        message: mqtt.MQTTMessage,
+        parsed: tuple[str, str, str],
+        now: float,
+        touched: set[str],
+        completes: dict[tuple[str, str], float],
+    ) -> None:
         topic_app, _, topic_site = parsed
         try:
             check_app_name(topic_app, f"topic {message.topic}")
@@ -239,7 +265,7 @@ class Ingest:
             self._counters.add("malformed")
             return
         try:
-            app, records = check_batch(message.topic, parsed, bytes(message.payload), self.may_publish)
+            app, records, complete = check_batch(message.topic, parsed, bytes(message.payload), self.may_publish)
         except ValueError as exc:
             if isinstance(exc, SiteMismatch):
                 self._counters.add("site_mismatch")
@@ -250,6 +276,8 @@ class Ingest:
         app_log.append(encode_records(fresh), max((r.event_time for r in fresh), default=None))
         if fresh:
             touched.add(app)
+        if complete is not None:
+            completes[(app, topic_site)] = max(complete, completes.get((app, topic_site), complete))
         self._counters.count(app, records, fresh, now)
 
     def _dead_letter(self, app: str, site: str, message: mqtt.MQTTMessage, reason: str) -> None:

@@ -81,7 +81,9 @@ LOCK_FILE = ".lock"
 SEAL_INTERVAL_S = 0.1
 """While records arrive, the active segment is sealed at most this often (a bound on the added latency)."""
 HELD_SEAL_INTERVAL_S = 0.5
-"""The seal interval while a :class:`Hold` is on: the held segments reach a window's query in few micro-batches."""
+"""The seal interval while a :class:`Hold` holds many segments back: they reach a window's query in few micro-batches."""
+HELD_MANY = 10
+"""From this many segments held back, the log is sealed every :data:`HELD_SEAL_INTERVAL_S` (a brief hold keeps 0.1 s)."""
 KNOWN_TIMES = 10_000
 """How many sealed segments' latest event times a writer remembers (older ones are never held)."""
 
@@ -440,19 +442,23 @@ def _unhanded_times(log_dir: Path, readers: Iterable[str]) -> dict[int, float]:
     return times
 
 
-def distribute(log_dir: Path, hold: Hold | None = None, latest: Mapping[int, float] | None = None) -> None:
+def distribute(log_dir: Path, hold: Hold | None = None, latest: Mapping[int, float] | None = None) -> int:
     """Link every sealed segment into each subscribed inbox that does not have it yet.
 
     With ``hold``, a held reader's inbox gets the sealed segments up to the
     first one whose latest event time (``latest``, by segment offset; unknown:
     none) is at or after the hold's ``from_time``, and the rest later.
+
+    Returns:
+        The most sealed segments an inbox is still waiting for (0 without a hold).
     """
+    held = 0
     with _inbox_lock(log_dir):
         sealed, active = _sealed(log_dir)
         try:
             folders = [Path(e.path) for e in os.scandir(log_dir / INBOX_DIR) if e.is_dir()]
         except FileNotFoundError:
-            return
+            return held
         times = latest or {}
         for folder in folders:
             linked = _linked_to(folder)
@@ -465,9 +471,11 @@ def distribute(log_dir: Path, hold: Hold | None = None, latest: Mapping[int, flo
                     continue
                 if times.get(base, -math.inf) >= block:
                     upto = base
+                    held = max(held, sum(1 for b, _ in sealed if b >= base))
                     break
                 _link(path, folder)
             _set_linked_to(folder, upto)
+    return held
 
 
 def sealed_tail(log_dir: Path) -> int:
@@ -595,6 +603,7 @@ class AppLog:
         self.segment_bytes = segment_bytes
         self.seal_interval = seal_interval
         self._sealed_at = 0.0
+        self._held = 0  # the most sealed segments a held reader waits for
         log_dir.mkdir(parents=True, exist_ok=True)
         segs = segments(log_dir)
         if not segs:
@@ -623,7 +632,7 @@ class AppLog:
         self.hold = hold
         if hold is not None:
             self.latest.update(_unhanded_times(log_dir, hold.readers))
-        distribute(log_dir, hold, self.latest)  # segments sealed just before a crash
+        self._held = distribute(log_dir, hold, self.latest)  # segments sealed just before a crash
 
     def _recover_marks(self) -> HighWaterMarks:
         path = self.dir / HWM_FILE
@@ -685,7 +694,7 @@ class AppLog:
         if self.position == self._base:
             return False
         self._roll()
-        distribute(self.dir, self.hold, self.latest)
+        self._held = distribute(self.dir, self.hold, self.latest)
         collect_garbage(self.dir)
         return True
 
@@ -693,14 +702,15 @@ class AppLog:
         """Hold sealed segments back from some readers (:class:`Hold`), or lift the hold (``None``)."""
         if hold == self.hold:
             return
-        distribute(self.dir, hold, self.latest)
+        self._held = distribute(self.dir, hold, self.latest)
         self.hold = hold
 
     def seal_due_at(self) -> float | None:
         """The :func:`time.monotonic` time the active segment should be sealed at (None if it is empty)."""
         if self.position == self._base:
             return None
-        interval = self.seal_interval if self.hold is None else max(self.seal_interval, HELD_SEAL_INTERVAL_S)
+        slow = self.hold is not None and self._held >= HELD_MANY
+        interval = max(self.seal_interval, HELD_SEAL_INTERVAL_S) if slow else self.seal_interval
         return self._sealed_at + interval
 
     def seal_if_due(self, now: float | None = None) -> bool:

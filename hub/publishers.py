@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from spanedge.envelope import Record, decode_batch
+from spanedge.envelope import Batch, Record, decode_batch
 from spanedge.errors import InvalidName
 from spanedge.names import check_site_name
 from spanedge.plan import Plan, replica_id
@@ -73,23 +73,22 @@ class SiteMismatch(ValueError):
     """A batch carries records of a site its publisher may not publish for."""
 
 
-def check_batch(
-    topic: str, parsed: tuple[str, str, str], payload: bytes, may_publish: PublishPolicy
-) -> tuple[str, list[Record]]:
+def check_batch(topic: str, parsed: tuple[str, str, str], payload: bytes, may_publish: PublishPolicy) -> Batch:
     """Decode the batch ``payload`` that came on data ``topic`` (parsed as app, stream, site) and check it.
 
     A site publishes its own records, and those of the replicas its plans run
     there for other sites (``may_publish``).
 
     Returns:
-        ``(app, records)``.
+        ``(app, records, complete)``.
 
     Raises:
         SiteMismatch: records of another site the publisher may not carry.
         ValueError: a malformed batch, or one naming another app than its topic.
     """
     topic_app, topic_stream, topic_site = parsed
-    app, records = decode_batch(payload)
+    batch = decode_batch(payload)
+    app, records = batch.app, batch.records
     if app != topic_app:
         msg = f"batch says app {app!r} but was published on {topic}"
         raise ValueError(msg)
@@ -100,7 +99,7 @@ def check_batch(
             f"a site may publish only its own and those of the replicas its plans assign it"
         )
         raise SiteMismatch(msg)
-    return app, records
+    return batch
 
 
 def _may_carry(may_publish: PublishPolicy, app: str, topic_stream: str, topic_site: str, record: Record) -> bool:

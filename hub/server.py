@@ -149,6 +149,7 @@ class Hub:
             self.state_dir / "ingest",
             client_id=f"spanedge-hub-ingest-{self.site.name}",
             may_publish=from_plans(self.coordinator.plans_of),
+            on_complete=self.coordinator.frontiers.advance,
         )
 
     def _tick(self) -> None:
@@ -164,9 +165,9 @@ class Hub:
                     log.exception("restarting failed queries failed")
 
     def _hold_windows(self) -> None:
-        """Keep each app's hub windows from reading past a switch whose old owner still owes records.
+        """Keep each app's hub windows from reading past what an old owner or a live site still owes them.
 
-        See :mod:`hub.handover_hold`; the holds are set on the ingest's logs.
+        See :mod:`hub.handover_hold` and :mod:`hub.site_frontiers`; the holds are set on the ingest's logs.
         """
         while not self._stop.wait(HOLD_CHECK_S):
             self._hold_windows_once()
@@ -179,7 +180,7 @@ class Hub:
                 readers = self.engine.watermarked_readers(app)
                 self.ingest.hold(app, Hold(start, readers) if start is not None and readers else None)
         except Exception:
-            log.exception("holding the hub's windows for an old owner's last records failed")
+            log.exception("holding the hub's windows for the records sites still owe them failed")
 
     def stop(self) -> None:
         """Stop drift checks, the engine, ingest and the control connection."""

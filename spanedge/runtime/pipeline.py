@@ -333,6 +333,34 @@ class Pipeline:
             return None
         return max(0.0, self.clock() - self.watermark)
 
+    def frontier(self) -> float | None:
+        """The event time below which this pipeline sends the hub nothing more; ``None`` if unknown.
+
+        Also ``None`` if it sends the hub nothing. A record-level output keeps
+        its input's event time, at or past the watermark unless the record came
+        later than ``out_of_orderness`` allows (such a record can be late at
+        the hub); a window's result is bounded by
+        :meth:`~spanedge.runtime.windows.WindowState.earliest_result`. Unknown
+        before the watermark, or before a window of it has fired.
+        """
+        if not math.isfinite(self.watermark):
+            return None
+        sending = [n for n in self.nodes if n.to_hub]
+        if not sending:
+            return None
+        bounds = [self.watermark] if any(n.window is None for n in sending) else []
+        for node in self.windows:
+            assert node.window is not None
+            bound = node.window.earliest_result(self.watermark)
+            if bound is None:
+                return None
+            bounds.append(bound)
+        return min(bounds)
+
+    def idle_for(self) -> float:
+        """Seconds of agent clock since the last record with a usable event time (or since the pipeline was built)."""
+        return max(0.0, self.clock() - self.last_record)
+
     def snapshot(self) -> dict[str, Any]:
         """Every replica's state and the event-time progress as JSON-ready data."""
         return {

@@ -28,6 +28,7 @@ from typing import Any
 from spanedge.aggregations import Agg
 from spanedge.keyrange import Share, key_hash
 from spanedge.operators import WindowKind, WindowSpec
+from spanedge.runtime.operators import WINDOW_TIME_OFFSET
 
 
 class FieldError(ValueError):
@@ -451,6 +452,20 @@ class WindowState:
         if k * slide >= switch:
             k -= 1
         return k * slide + size
+
+    def earliest_result(self, watermark: float) -> float | None:
+        """The lowest event time a result of this window can still carry (a result's is its end less the offset).
+
+        A session ends a gap after a record that is not late, so past the
+        watermark less the allowed lateness. A tumbling or sliding window takes
+        records of any window that ends after the last one fired, so the next
+        window end after that; ``None`` (no bound) while none has fired.
+        """
+        if self.spec.kind is WindowKind.SESSION:
+            return watermark - self.lateness - WINDOW_TIME_OFFSET
+        if self.fired_through == -math.inf:
+            return None
+        return self.fired_through + (self.spec.slide or self._size) - WINDOW_TIME_OFFSET
 
     def horizon(self) -> float:
         """How far past the start of its last window the watermark must be for that window to fire."""

@@ -91,8 +91,10 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
 SMART_FARM = EXAMPLES / "smart_farm"
 
 
-def simulate_smart_farm(directory: Path, duration: float, faults: list[str], tweak: dict[str, Any]) -> Any:
-    """Run the smart-farm example on secured brokers with its simulation section updated by ``tweak``."""
+def simulate_smart_farm(
+    directory: Path, duration: float, faults: list[str], tweak: dict[str, Any], app: Path | None = None
+) -> Any:
+    """Run the smart-farm example (or ``app`` on its sites) on secured brokers, its simulation section updated by ``tweak``."""
     from simulate.runner import Options, run
 
     data = yaml.safe_load((SMART_FARM / "sites.yaml").read_text())
@@ -102,7 +104,7 @@ def simulate_smart_farm(directory: Path, duration: float, faults: list[str], twe
     sites.write_text(yaml.safe_dump(data, sort_keys=False))
     opts = Options(
         sites=sites,
-        app=SMART_FARM / "app.py",
+        app=app or SMART_FARM / "app.py",
         duration=duration,
         faults=faults,
         mode="managed",

@@ -24,7 +24,7 @@ def test_records_keep_order_and_get_contiguous_seqs(tmp_path: Path) -> None:
     batches = box.batches(0, 100)
     decoded = [decode_batch(b.payload) for b in batches]
     assert [(b.stream, len(b.ids)) for b in batches] == [("a", 5), ("b", 1), ("a", 1)]
-    assert [r.seq for _, recs in decoded for r in recs] == [1, 2, 3, 4, 5, 1, 6]
+    assert [r.seq for _, recs, _ in decoded for r in recs] == [1, 2, 3, 4, 5, 1, 6]
     assert decoded[0][0] == "app"
     assert decoded[0][1][0].value["i"] == 0
     assert decoded[0][1][0].key == "000"
@@ -224,3 +224,42 @@ def test_ack_takes_any_number_of_ids(tmp_path: Path) -> None:
     box.ack(ids)  # all of them, in one call
     assert box.stats() == {"records": 0, "bytes": 0, "dropped": 0, "sent": 40_000}
     assert box.batches(0, 10) == []
+
+
+def test_a_batch_announces_the_frontier_of_the_last_commit_it_carries(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", i) for i in range(3)], "other": [_rec("a", 9)]}, frontiers={"app": 5.0})
+    box.commit({"app": [_rec("a", 3)]})  # a commit without a frontier
+    box.commit({"app": [_rec("b", 4), _rec("a", 5)]}, frontiers={"app": 7.5})
+    batches = box.batches(0, 100, batch_size=2)
+    announced = [(b.app, b.stream, len(b.ids), decode_batch(b.payload).complete) for b in batches]
+    # the frontier rides on the commit's last record of its app: only the batch carrying it announces it
+    assert announced == [
+        ("app", "a", 2, None),
+        ("app", "a", 1, 5.0),
+        ("other", "a", 1, None),
+        ("app", "a", 1, None),
+        ("app", "b", 1, None),
+        ("app", "a", 1, 7.5),
+    ]
+    assert box.oldest("app") == 0.0
+    assert box.oldest("missing") is None
+    box.ack(batches[0].ids)
+    assert box.oldest("app") == 2.0
+
+
+def test_an_outbox_written_before_frontiers_keeps_its_backlog(tmp_path: Path) -> None:
+    import sqlite3
+
+    box = Outbox(tmp_path / "o.db")
+    box.commit({"app": [_rec("a", 1)]})
+    box.close()
+    db = sqlite3.connect(tmp_path / "o.db")
+    db.execute("ALTER TABLE outbox DROP COLUMN w")
+    db.commit()
+    db.close()
+    again = Outbox(tmp_path / "o.db")
+    again.commit({"app": [_rec("a", 2)]}, frontiers={"app": 2.0})
+    (batch,) = again.batches(0, 100)
+    assert [r.seq for r in decode_batch(batch.payload).records] == [1, 2]
+    assert decode_batch(batch.payload).complete == 2.0

@@ -611,3 +611,20 @@ def test_the_history_marks_when_the_old_owner_handed_a_move_over(sites: Sites, c
     assert "handover_s" not in moved["out"]
     assert plan_history.handed_over(marked, "double", "a", at + 20) is None  # once
     assert plan_history.handed_over(record, "double", "b", at) is None  # b gave nothing up
+
+
+def test_the_hub_windows_wait_for_the_slowest_site_that_announces_a_frontier(sites: Sites, clock: Clock) -> None:
+    coordinator, _, _ = make(sites, clock)
+    coordinator.deploy(APP, "app.py")
+
+    def no_mark(site: str, stream: str, epoch: int) -> int | None:
+        return None
+
+    assert coordinator.window_holds(lambda app: no_mark) == {"demo": None}
+    coordinator.heartbeat("a", heartbeat("a", complete={"demo": 1_000.0}))
+    coordinator.heartbeat("b", heartbeat("b", complete={"demo": 980.0}))
+    assert coordinator.window_holds(lambda app: no_mark) == {"demo": 980.0}
+    coordinator.frontiers.advance("demo", "b", 1_003.0)  # a batch of b's arrived
+    assert coordinator.window_holds(lambda app: no_mark) == {"demo": 1_000.0}
+    coordinator.heartbeat("a", heartbeat("a", complete={"demo": None}))  # a's input went idle
+    assert coordinator.window_holds(lambda app: no_mark) == {"demo": 1_003.0}

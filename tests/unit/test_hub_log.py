@@ -267,11 +267,15 @@ def test_a_hold_keeps_segments_with_later_records_from_its_readers_until_it_is_l
     assert ingest_log.inbox_position(tmp_path, "window") == ingest_log.inbox_position(tmp_path, "stateless")
     assert ingest_log.sealed_tail(tmp_path) > int(edge.removesuffix(".jsonl"))
     app_log.append(encode_records(recs("s3", "x", range(1), 900.0)), 900.0)
-    assert app_log.seal_due_at() == pytest.approx(app_log._sealed_at + ingest_log.HELD_SEAL_INTERVAL_S)
+    assert app_log.seal_due_at() == pytest.approx(app_log._sealed_at)  # two held back: sealed as often as ever
+    more = [seal("s1", range(10 + 3 * i, 13 + 3 * i), 1000.0) for i in range(ingest_log.HELD_MANY - 2)]
+    app_log.append(encode_records(recs("s3", "x", range(1, 2), 900.0)), 900.0)
+    assert app_log.seal_due_at() == pytest.approx(app_log._sealed_at + ingest_log.HELD_SEAL_INTERVAL_S)  # many
     app_log.set_hold(None)  # the owed records are in: the held segments come together, in order
-    assert names(ingest_log.inbox(tmp_path, "window")) == [before, edge, late]
+    assert names(ingest_log.inbox(tmp_path, "window")) == [before, edge, late, *more]
     app_log.seal()
-    assert len(names(ingest_log.inbox(tmp_path, "window"))) == 4
+    assert len(names(ingest_log.inbox(tmp_path, "window"))) == 4 + len(more)
+    assert app_log.seal_due_at() is None
 
 
 def test_a_log_reopened_under_a_hold_keeps_back_what_it_held(tmp_path: Path) -> None:

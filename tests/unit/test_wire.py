@@ -13,9 +13,19 @@ from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals, replica_id
 
 def test_batch_round_trip() -> None:
     records = [Record("truck-7", "stats", i, 1700000000.0 + i, "u1", {"n": i}) for i in range(3)]
-    app, back = decode_batch(encode_batch("cold-chain", records))
+    app, back, complete = decode_batch(encode_batch("cold-chain", records))
     assert app == "cold-chain"
     assert back == records
+    assert complete is None  # no frontier announced
+
+
+def test_a_batch_may_announce_its_publishers_frontier() -> None:
+    records = [Record("barn", "dry", 1, 1700000000.0, None, {"n": 1})]
+    assert decode_batch(encode_batch("farm", records, complete=1700000004.5)).complete == 1700000004.5
+    old = b'{"v": 1, "app": "farm", "site": "barn", "stream": "dry", "records": [{"seq": 1, "t": 1.0, "v": 2}]}'
+    for bad in (b'"x"', b"true", b"[1]"):
+        with pytest.raises(ValueError, match="complete must be an event time"):
+            decode_batch(old[:-1] + b', "complete": ' + bad + b"}")
 
 
 def test_a_batch_carries_the_ownership_epoch_of_its_stream() -> None:

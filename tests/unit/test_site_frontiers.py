@@ -1,0 +1,130 @@
+"""A watermark per site: what agents announce as their frontier, and how the hub's windows wait for the slowest."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge_agent.outbox import Outbox
+from edge_agent.telemetry import IDLE_AFTER_S, frontiers
+from hub.site_frontiers import SiteFrontiers, parse_report
+from spanedge import App, agg
+from spanedge.runtime import HubRecord, Pipeline, edge_part
+from tests.unit.test_agent_idle import Clock
+
+
+def _windowed(lateness: float) -> App:
+    app = App("farm")
+    win = app.source("s", time_field="t").window(
+        name="win", key="k", size=10, allowed_lateness=lateness, aggs={"n": agg.count()}
+    )
+    win.transform(lambda df: df, name="at_hub")  # the window's results cross to the hub
+    return app
+
+
+def _forwarding() -> App:
+    app = App("farm")
+    app.source("s", time_field="t").filter(lambda r: r["k"] != "x").transform(lambda df: df, name="at_hub")
+    return app
+
+
+def _feed(pipe: Pipeline, key: str, t: float) -> list[float]:
+    pipe.process("s@a", orjson.dumps({"k": key, "t": t}))
+    return [r.event_time for r in pipe.take().to_hub]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lateness=st.sampled_from([0.0, 2.5, 10.0]),
+    out_of_orderness=st.sampled_from([0.0, 1.0, 4.0]),
+    steps=st.lists(st.tuples(st.sampled_from("abc"), st.floats(0, 6)), min_size=1, max_size=60),
+)
+def test_no_window_result_comes_below_a_frontier_announced_before_it(
+    lateness: float, out_of_orderness: float, steps: list[tuple[str, float]]
+) -> None:
+    clock = Clock(1_000.0)
+    pipe = edge_part(_windowed(lateness), "a", clock=clock, out_of_orderness=out_of_orderness)
+    announced = -math.inf
+    t = 100.0
+    for key, jump in steps:
+        t += jump - 2.0  # records go back in time as well as forward
+        for stamp in _feed(pipe, key, t):
+            assert stamp >= announced
+        frontier = pipe.frontier()
+        if frontier is not None:
+            announced = max(announced, frontier)
+    pipe.flush()
+    assert all(r.event_time >= announced for r in pipe.take().to_hub)
+
+
+def test_a_frontier_needs_a_watermark_and_an_output_to_the_hub() -> None:
+    clock = Clock(1_000.0)
+    pipe = edge_part(_windowed(0.0), "a", clock=clock, out_of_orderness=1.0)
+    assert pipe.frontier() is None  # no record yet
+    _feed(pipe, "a", 100.0)
+    assert pipe.frontier() is None  # no window fired yet: a late record may still open any earlier one
+    assert _feed(pipe, "a", 111.0) == [110.0 - 0.001]  # [100, 110) fired
+    assert pipe.frontier() == 120.0 - 0.001  # the next window's end, less the results' offset
+    local = App("farm")
+    local.source("s", time_field="t").window(name="win", key="k", size=10, aggs={"n": agg.count()})
+    quiet = edge_part(local, "a", clock=clock)
+    _feed(quiet, "a", 100.0)
+    assert quiet.frontier() is None  # it sends the hub nothing
+
+
+def test_a_forwarded_record_keeps_its_time_at_or_past_the_frontier_within_the_disorder() -> None:
+    pipe = edge_part(_forwarding(), "a", clock=Clock(1_000.0), out_of_orderness=2.0)
+    assert _feed(pipe, "a", 100.0) == [100.0]
+    assert pipe.frontier() == 98.0  # the watermark
+    assert _feed(pipe, "b", 98.5) == [98.5]  # within the disorder: past the frontier
+
+
+def _hub_record(t: float) -> HubRecord:
+    return HubRecord("at_hub", "a", t, None, {"t": t}, orjson.dumps({"t": t}))
+
+
+def test_the_heartbeat_frontier_waits_for_the_outbox_and_lets_an_idle_app_go(tmp_path: Path) -> None:
+    clock = Clock(1_000.0)
+    pipe = edge_part(_forwarding(), "a", clock=clock)
+    _feed(pipe, "a", 100.0)
+    box = Outbox(tmp_path / "o.db")
+    committed = {"farm": 100.0 - 0.001}
+    assert frontiers({"farm": pipe}, committed, box) == {"farm": 100.0 - 0.001}
+    box.commit({"farm": [_hub_record(97.0)]})
+    clock.now += IDLE_AFTER_S
+    assert frontiers({"farm": pipe}, committed, box) == {"farm": 97.0}  # a record still to send: never idle
+    box.ack(box.batches(0, 10)[0].ids)
+    assert frontiers({"farm": pipe}, committed, box) == {"farm": None}  # idle, nothing owed
+    assert frontiers({}, committed, box) == {}  # an app this site no longer runs
+
+
+def test_the_hub_waits_for_the_lowest_frontier_of_the_live_sites_that_list_the_app() -> None:
+    gone: set[str] = set()
+    fronts = SiteFrontiers()
+    assert fronts.hold_from("farm", gone.__contains__) is None  # nobody announced anything
+    fronts.advance("farm", "barn", 150.0)  # a batch before any heartbeat: barn holds nothing back yet
+    assert fronts.hold_from("farm", gone.__contains__) is None
+    fronts.observe("barn", {"complete": {"farm": 120.0}})  # an older heartbeat: the batch's is higher
+    fronts.observe("west", {"complete": {"farm": 130.0, "other": 5.0}})
+    assert fronts.frontiers("farm") == {"barn": 150.0, "west": 130.0}
+    assert fronts.hold_from("farm", gone.__contains__) == 130.0
+    fronts.observe("west", {"complete": {"farm": None}})  # idle
+    assert fronts.hold_from("farm", gone.__contains__) == 150.0
+    fronts.advance("farm", "west", 131.0)  # it sends again
+    assert fronts.hold_from("farm", gone.__contains__) == 131.0
+    gone.add("west")  # silent past the grace period: what it owes comes late
+    assert fronts.hold_from("farm", gone.__contains__) == 150.0
+    gone.clear()
+    fronts.observe("west", {"apps": []})  # it no longer sends the app to the hub
+    assert fronts.hold_from("farm", gone.__contains__) == 150.0
+    assert fronts.hold_from("other", gone.__contains__) is None
+
+
+def test_malformed_frontier_reports_are_skipped() -> None:
+    beat = {"complete": {"a": 1.5, "b": None, "c": "soon", "d": True, "e": math.inf, "f": 3}}
+    assert parse_report(beat) == {"a": 1.5, "b": None, "f": 3.0}
+    assert parse_report({"complete": [1, 2]}) == {}
