@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,6 +46,7 @@ def metrics_router(
     def metrics() -> PlainTextResponse:
         """Prometheus text: per site and operator rates, backlog, ingest lag, Spark batch duration."""
         registry = coordinator.registry
+        now = time.time()
         apps = [
             {
                 "app": r.name,
@@ -52,6 +54,7 @@ def metrics_router(
                 "replicas": len(r.plan.assignments),
                 "wan_bytes_per_s": r.plan.totals.wan_bytes_per_s,
                 "worst_latency_ms": r.plan.totals.worst_latency_ms,
+                "frontier_lag_s": {site: now - f for site, f in coordinator.frontiers.frontiers(r.name).items()},
             }
             for r in coordinator.records()
         ]

@@ -67,7 +67,8 @@ def render_metrics(
     Args:
         sites: ``SiteRegistry.status()`` rows.
         links: ``SiteRegistry.matrix()`` rows.
-        apps: ``{"app", "version", "replicas", "wan_bytes_per_s", "worst_latency_ms"}`` per deployed app.
+        apps: ``{"app", "version", "replicas", "wan_bytes_per_s", "worst_latency_ms", "frontier_lag_s"}``
+            per deployed app (``frontier_lag_s``: seconds per site, see :mod:`hub.site_frontiers`).
         ingest: ``Ingest.stats()``, if the data plane runs.
         engine: ``Engine.metrics()`` (``{app: {name: number | {...}}}``), if the engine runs.
     """
@@ -83,6 +84,14 @@ def render_metrics(
         out.add("spanedge_app_replicas", app.get("replicas"), labels)
         out.add("spanedge_app_wan_bytes_per_second", app.get("wan_bytes_per_s"), labels, help="planned WAN traffic")
         out.add("spanedge_app_worst_latency_seconds", app.get("worst_latency_ms"), labels, help="planned", scale=1e-3)
+        for site, lag in sorted((app.get("frontier_lag_s") or {}).items()):
+            out.add(
+                "spanedge_hub_site_frontier_lag_seconds",
+                lag,
+                {"app": app["app"], "site": site},
+                help="the hub's clock less the event time the site has sent the app everything before; "
+                "the app's hub windows wait for the live site furthest behind",
+            )
     if ingest is not None:
         _add_ingest(out, ingest)
     if engine is not None:

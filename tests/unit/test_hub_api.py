@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -328,6 +329,7 @@ def test_metrics_are_prometheus_text(client: TestClient, coordinator: Coordinato
     }
     coordinator.registry.heartbeat("a", orjson.dumps(hb))
     deploy(client)
+    coordinator.frontiers.observe("a", {"complete": {"demo": time.time() - 1.5}})
     answer = client.get("/metrics", headers=AUTH)
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain; version=")
@@ -347,6 +349,10 @@ def test_metrics_are_prometheus_text(client: TestClient, coordinator: Coordinato
         "# TYPE process_cpu_seconds_total counter",
     ):
         assert line in text.splitlines(), line
+    (lag,) = [
+        ln for ln in text.splitlines() if ln.startswith('spanedge_hub_site_frontier_lag_seconds{app="demo",site="a"}')
+    ]
+    assert 1.5 <= float(lag.split()[-1]) < 60
     assert 'spanedge_site_up{site="cloud"}' not in text  # the hub site runs no agent
     names = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
     assert len(names) == len(set(names))
