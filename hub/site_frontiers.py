@@ -105,7 +105,7 @@ class SiteFrontiers:
             if (app, site) not in self._gone:
                 self._gone.add((app, site))
                 log.warning(
-                    "app %s: the hub's windows no longer wait for %s (gone): its records before %.3f not yet "
+                    "app %s: the hub's windows stop waiting for %s (gone): its records before %.3f not yet "
                     "received will come late",
                     app,
                     site,
@@ -126,5 +126,5 @@ class SiteFrontiers:
                 )
             elif behind <= BEHIND_LOG_S / 2 and (app, site) in self._behind:
                 self._behind.discard((app, site))
-                log.info("app %s: %s has caught up; the hub's windows no longer wait for it", app, site)
+                log.info("app %s: %s has caught up with the other sites", app, site)
         self._behind -= {(a, s) for a, s in self._behind if a == app and s not in live}

@@ -336,25 +336,23 @@ class Pipeline:
     def frontier(self) -> float | None:
         """The event time below which this pipeline sends the hub nothing more; ``None`` if unknown.
 
-        Also ``None`` if it sends the hub nothing. A record-level output keeps
-        its input's event time, at or past the watermark unless the record came
-        later than ``out_of_orderness`` allows (such a record can be late at
-        the hub); a window's result is bounded by
-        :meth:`~spanedge.runtime.windows.WindowState.earliest_result`. Unknown
-        before the watermark, or before a window of it has fired.
+        Also ``None`` if it sends the hub nothing more at all. A record-level
+        output keeps its input's event time, at or past the watermark unless
+        the record came later than ``out_of_orderness`` allows (such a record
+        can be late at the hub); a window's result is bounded by
+        :meth:`~spanedge.runtime.windows.WindowState.earliest_result`, with
+        the same exception. Only the replicas whose results still reach the
+        hub count: not a window that feeds local sinks only, nor a part of a
+        handover that has emitted all it owned. Unknown before the watermark.
         """
-        if not math.isfinite(self.watermark):
+        wm = self.watermark
+        if not math.isfinite(wm):
             return None
-        sending = [n for n in self.nodes if n.to_hub]
-        if not sending:
+        feeding = _feeding_hub(self.nodes, wm)
+        if not feeding:
             return None
-        bounds = [self.watermark] if any(n.window is None for n in sending) else []
-        for node in self.windows:
-            assert node.window is not None
-            bound = node.window.earliest_result(self.watermark)
-            if bound is None:
-                return None
-            bounds.append(bound)
+        bounds = [wm] if any(n.to_hub and n.window is None for n in feeding) else []
+        bounds += [n.window.earliest_result(wm) for n in feeding if n.window is not None]
         return min(bounds)
 
     def idle_for(self) -> float:
@@ -451,6 +449,37 @@ class Pipeline:
     def metrics(self) -> dict[str, dict[str, int]]:
         """Records in and out per replica."""
         return {n.replica: {"in": n.n_in, "out": n.n_out} for n in self.nodes}
+
+
+def _feeding_hub(nodes: list[Node], watermark: float) -> list[Node]:
+    """The nodes (in topological order) whose records may still reach the hub, at ``watermark``."""
+    feeding: set[int] = set()
+    for node in reversed(nodes):
+        if _emitted_all(node, watermark):
+            continue
+        sends = node.to_hub and not _sent_hub_all(node, watermark)
+        if sends or any(id(child) in feeding for child in node.children):
+            feeding.add(id(node))
+    return [n for n in nodes if id(n) in feeding]
+
+
+def _emitted_all(node: Node, watermark: float) -> bool:
+    """Whether ``node`` is a part of a handover here that has emitted all it owned."""
+    done = _delivered_at(node)
+    return done is not None and watermark >= done
+
+
+def _sent_hub_all(node: Node, watermark: float) -> bool:
+    """Whether ``node`` feeds a handover to the hub and has sent it every record it owes."""
+    before = node.hub_before
+    if before == math.inf:
+        return False
+    window = node.window
+    if window is None:
+        return watermark >= before
+    if window.spec.kind is WindowKind.SESSION:
+        return watermark >= window.session_part_done_at(before)
+    return watermark >= window.last_end_before(before) + window.lateness
 
 
 def _switch_of(node: Node) -> float | None:

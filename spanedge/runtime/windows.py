@@ -453,19 +453,16 @@ class WindowState:
             k -= 1
         return k * slide + size
 
-    def earliest_result(self, watermark: float) -> float | None:
-        """The lowest event time a result of this window can still carry (a result's is its end less the offset).
+    def earliest_result(self, watermark: float) -> float:
+        """The lowest event time a result of this window can still carry, at ``watermark``.
 
-        A session ends a gap after a record that is not late, so past the
-        watermark less the allowed lateness. A tumbling or sliding window takes
-        records of any window that ends after the last one fired, so the next
-        window end after that; ``None`` (no bound) while none has fired.
+        A result carries its window's end less :data:`WINDOW_TIME_OFFSET`, and
+        every window still to fire ends past the watermark less the allowed
+        lateness, unless a record later than the pipeline's
+        ``out_of_orderness`` opens one that ends before (a tumbling or sliding
+        window takes records of any window it has not fired).
         """
-        if self.spec.kind is WindowKind.SESSION:
-            return watermark - self.lateness - WINDOW_TIME_OFFSET
-        if self.fired_through == -math.inf:
-            return None
-        return self.fired_through + (self.spec.slide or self._size) - WINDOW_TIME_OFFSET
+        return watermark - self.lateness - WINDOW_TIME_OFFSET
 
     def horizon(self) -> float:
         """How far past the start of its last window the watermark must be for that window to fire."""

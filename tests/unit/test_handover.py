@@ -178,12 +178,16 @@ def test_the_old_owner_has_emitted_its_part_once_its_last_window_fired(slide: fl
     app = make_app(slide)
     old = build(app, moved_plan(), "big1")
     emitted: list[Any] = []
+    fronts: list[float | None] = []
     last_end = SWITCH + (5.0 if slide else 0.0)  # of the last window starting before the switch
     for t in (SWITCH - 1, last_end - 0.1, last_end + 0.4, last_end + 0.6):
         assert old.delivered() == []  # the watermark (0.5 s behind) is before the last window's end
         old.process("readings@tiny", orjson.dumps({"k": "a", "x": 1, "ts": t}))
         emitted += [r.value for r in old.take().to_hub]
+        fronts.append(old.frontier())
+    assert fronts[-2] is not None  # still owed: its next window's end
     assert set(old.delivered()) == {"double@tiny", "win@tiny"}
+    assert old.frontier() is None  # it sends the hub nothing more: the hub's windows no longer wait for it
     assert old.drained() == []  # dropped later, a whole window past the switch
     ends = sorted(v["window_end"] for v in emitted)
     assert ends[-1] == last_end  # every window it owns came out
