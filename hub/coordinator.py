@@ -28,7 +28,7 @@ from hub.handover_hold import HandoverHolds, Mark
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
 from hub.settling import SettleWatch
-from hub.site_frontiers import SiteFrontiers
+from hub.site_frontiers import SiteFrontiers, window_grid
 from hub.site_health import HealthPolicy, SiteHealth, capped_sites, planned_load, with_capacity
 from hub.state import AppRecord, StateStore
 from spanedge.app import App
@@ -123,6 +123,7 @@ class Coordinator:
         self._forced: set[str] = set()  # apps with a site gone for good among their pending changes
         self.holds = HandoverHolds(clock=clock)  # hub windows waiting for an old owner's last records
         self.frontiers = SiteFrontiers()  # hub windows waiting for the slowest live site
+        self._grids: dict[str, tuple[int, float]] = {}  # per app: (plan version, its hub windows' grid)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -343,6 +344,18 @@ class Coordinator:
             holds[r.name] = min((s for s in starts if s is not None), default=None)
         self._note_handed_over()
         return holds
+
+    def window_grid(self, name: str) -> float:
+        """The grid the ends of app ``name``'s hub windows lie on (0: unknown app, or no window at the hub)."""
+        with self._lock:
+            record, app = self._records.get(name), self._apps.get(name)
+        if record is None or app is None:
+            return 0.0
+        version, grid = self._grids.get(name, (None, 0.0))
+        if version != record.plan.version:
+            grid = window_grid(app, record.plan)
+            self._grids[name] = (record.plan.version, grid)
+        return grid
 
     def _note_handed_over(self) -> None:
         """Mark in each app's history the moves whose old owner has now delivered its part (the handover time)."""

@@ -273,7 +273,8 @@ class Ingest:
             return
         app_log = self._app_log(app)
         fresh: list[Record] = [r for r in records if app_log.hwm.accept(r)]
-        app_log.append(encode_records(fresh), max((r.event_time for r in fresh), default=None))
+        times = [r.event_time for r in fresh]
+        app_log.append(encode_records(fresh), max(times, default=None), min(times, default=None))
         if fresh:
             touched.add(app)
         if complete is not None:

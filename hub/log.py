@@ -35,9 +35,11 @@ log into a DataFrame.
 
 A :class:`Hold` keeps the sealed segments holding a record at or after a
 given event time from some inboxes (the queries that run a window) until
-it is lifted, while a moved replica's old owner still owes the hub earlier
-records (:mod:`hub.handover_hold`); the writer knows each segment's latest
-event time from what it appended.
+it is lifted, while a moved replica's old owner or a site that is behind
+still owes the hub earlier records (:mod:`hub.handover_hold`,
+:mod:`hub.site_frontiers`), and never hands a query a run of segments that
+would close a window of a record still waiting in the log; the writer knows
+each segment's earliest and latest event time from what it appended.
 
 A segment is deleted from the log once every reader is past it: an inbox
 reader is at its oldest unprocessed link (or at ``.from`` when its inbox is
@@ -412,14 +414,33 @@ class Hold:
     """Sealed segments with a record at or after ``from_time`` wait before they reach the inboxes of ``readers``.
 
     The writer's way to keep a window query's watermark below ``from_time``
-    while a site still owes it earlier records (:mod:`hub.handover_hold`):
-    the segments stay in the log, in order, and reach those inboxes together
-    once the hold is lifted, so the late records and the later ones are read
-    in the same micro-batch. Other readers get every segment as it is sealed.
+    while a site still owes it earlier records (:mod:`hub.handover_hold`,
+    :mod:`hub.site_frontiers`): the segments stay in the log, in order, and
+    reach those inboxes once the hold moves past them. Other readers get
+    every segment as it is sealed.
     """
 
     from_time: float
     readers: frozenset[str]
+    grid: float = 0.0
+    """The shortest slide (or size, or gap) of the readers' windows, or 0: the windows' ends lie on this grid.
+
+    With a grid, a held reader also gets no segment whose release would
+    move its watermark past the end of a window that a record still waiting
+    in a later segment (or the active one) belongs to: such a prefix waits
+    until it can take that record along. Without one, segments are released
+    by ``from_time`` alone.
+    """
+
+
+def closes_before(watermark: float, earliest: float, grid: float) -> bool:
+    """Whether a watermark of ``watermark`` would close a window that a record at ``earliest`` falls in.
+
+    Windows end on multiples of ``grid`` (a record at ``t`` falls in one that
+    ends at the first multiple past ``t``, or later), so the record is safe
+    while that end lies past the watermark.
+    """
+    return grid > 0 and math.isfinite(earliest) and (math.floor(earliest / grid) + 1) * grid <= watermark
 
 
 _EVENT_TIME = re.compile(rb'"seq":-?[0-9]+,"event_time":(-?[0-9.eE+-]+)')
@@ -442,12 +463,22 @@ def _unhanded_times(log_dir: Path, readers: Iterable[str]) -> dict[int, float]:
     return times
 
 
-def distribute(log_dir: Path, hold: Hold | None = None, latest: Mapping[int, float] | None = None) -> int:
+def distribute(
+    log_dir: Path,
+    hold: Hold | None = None,
+    latest: Mapping[int, float] | None = None,
+    earliest: Mapping[int, float] | None = None,
+    active_earliest: float = math.inf,
+) -> int:
     """Link every sealed segment into each subscribed inbox that does not have it yet.
 
-    With ``hold``, a held reader's inbox gets the sealed segments up to the
+    With ``hold``, a held reader's inbox gets the sealed segments before the
     first one whose latest event time (``latest``, by segment offset; unknown:
-    none) is at or after the hold's ``from_time``, and the rest later.
+    none) is at or after the hold's ``from_time``, and the rest later. With
+    a grid, it gets the longest such run of segments whose latest event time
+    closes no window of a record in a later segment (``earliest``: each
+    segment's earliest event time, unknown: none; ``active_earliest``: the
+    active segment's), see :class:`Hold`.
 
     Returns:
         The most sealed segments an inbox is still waiting for (0 without a hold).
@@ -464,18 +495,38 @@ def distribute(log_dir: Path, hold: Hold | None = None, latest: Mapping[int, flo
             linked = _linked_to(folder)
             if linked is None or linked >= active:
                 continue
-            block = hold.from_time if hold is not None and folder.name in hold.readers else math.inf
-            upto = active
-            for base, path in sealed:
-                if base < linked:
-                    continue
-                if times.get(base, -math.inf) >= block:
-                    upto = base
-                    held = max(held, sum(1 for b, _ in sealed if b >= base))
-                    break
+            waiting = [(base, path) for base, path in sealed if base >= linked]
+            if hold is None or folder.name not in hold.readers:
+                count = len(waiting)
+            else:
+                count = _releasable(waiting, hold, times, earliest or {}, active_earliest)
+                held = max(held, len(waiting) - count)
+            for _, path in waiting[:count]:
                 _link(path, folder)
-            _set_linked_to(folder, upto)
+            _set_linked_to(folder, waiting[count][0] if count < len(waiting) else active)
     return held
+
+
+def _releasable(
+    waiting: list[tuple[int, Path]],
+    hold: Hold,
+    latest: Mapping[int, float],
+    earliest: Mapping[int, float],
+    active_earliest: float,
+) -> int:
+    """How many of the ``waiting`` segments a reader under ``hold`` may have now (see :func:`distribute`)."""
+    after = [active_earliest] * (len(waiting) + 1)  # after[i]: the earliest event time past the first i segments
+    for i in range(len(waiting) - 1, -1, -1):
+        after[i] = min(after[i + 1], earliest.get(waiting[i][0], math.inf))
+    count = 0
+    newest = -math.inf
+    for i, (base, _) in enumerate(waiting):
+        newest = max(newest, latest.get(base, -math.inf))
+        if newest >= hold.from_time:
+            break
+        if not closes_before(newest, after[i + 1], hold.grid):
+            count = i + 1
+    return count
 
 
 def sealed_tail(log_dir: Path) -> int:
@@ -621,8 +672,11 @@ class AppLog:
         self._fh = self._path.open("ab")
         self.position = self._base + self._path.stat().st_size
         self._latest = -math.inf
+        self._earliest = math.inf
         self.latest: dict[int, float] = {}
         """The latest event time in each segment this writer sealed, by offset (at most :data:`KNOWN_TIMES`)."""
+        self.earliest: dict[int, float] = {}
+        """The earliest event time in each segment this writer sealed, by offset (as :attr:`latest`)."""
         self.hwm = self._recover_marks()
         self._dirty = False
         if self.position > self._base:
@@ -632,7 +686,7 @@ class AppLog:
         self.hold = hold
         if hold is not None:
             self.latest.update(_unhanded_times(log_dir, hold.readers))
-        self._held = distribute(log_dir, hold, self.latest)  # segments sealed just before a crash
+        self._held = distribute(log_dir, hold, self.latest, self.earliest)  # segments sealed just before a crash
 
     def _recover_marks(self) -> HighWaterMarks:
         path = self.dir / HWM_FILE
@@ -655,8 +709,8 @@ class AppLog:
         hwm.position = self.position
         return hwm
 
-    def append(self, data: bytes, latest: float | None = None) -> None:
-        """Append encoded lines whose latest event time is ``latest`` (not yet durable: call :meth:`flush`)."""
+    def append(self, data: bytes, latest: float | None = None, earliest: float | None = None) -> None:
+        """Append encoded lines with event times from ``earliest`` to ``latest`` (not yet durable: call :meth:`flush`)."""
         if not data:
             return
         if self.position - self._base >= self.segment_bytes:
@@ -665,6 +719,8 @@ class AppLog:
         self.position += len(data)
         if latest is not None and latest > self._latest:
             self._latest = latest
+        if earliest is not None and earliest < self._earliest:
+            self._earliest = earliest
         self._dirty = True
 
     def _roll(self) -> None:
@@ -675,7 +731,12 @@ class AppLog:
             self.latest[self._base] = self._latest
             while len(self.latest) > KNOWN_TIMES:
                 del self.latest[next(iter(self.latest))]
+        if self._earliest < math.inf:
+            self.earliest[self._base] = self._earliest
+            while len(self.earliest) > KNOWN_TIMES:
+                del self.earliest[next(iter(self.earliest))]
         self._latest = -math.inf
+        self._earliest = math.inf
         self._base = self.position
         self._path = self.dir / segment_name(self._base)
         self._fh = self._path.open("ab")
@@ -694,7 +755,7 @@ class AppLog:
         if self.position == self._base:
             return False
         self._roll()
-        self._held = distribute(self.dir, self.hold, self.latest)
+        self._held = distribute(self.dir, self.hold, self.latest, self.earliest, self._earliest)
         collect_garbage(self.dir)
         return True
 
@@ -702,7 +763,7 @@ class AppLog:
         """Hold sealed segments back from some readers (:class:`Hold`), or lift the hold (``None``)."""
         if hold == self.hold:
             return
-        self._held = distribute(self.dir, hold, self.latest)
+        self._held = distribute(self.dir, hold, self.latest, self.earliest, self._earliest)
         self.hold = hold
 
     def seal_due_at(self) -> float | None:

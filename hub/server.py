@@ -178,7 +178,8 @@ class Hub:
         try:
             for app, start in self.coordinator.window_holds(lambda a: partial(self.ingest.mark, a)).items():
                 readers = self.engine.watermarked_readers(app)
-                self.ingest.hold(app, Hold(start, readers) if start is not None and readers else None)
+                grid = self.coordinator.window_grid(app)
+                self.ingest.hold(app, Hold(start, readers, grid) if start is not None and readers else None)
         except Exception:
             log.exception("holding the hub's windows for the records sites still owe them failed")
 

@@ -29,7 +29,12 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spanedge.app import App
+    from spanedge.plan import Plan
 
 log = logging.getLogger("hub.coordinator")
 
@@ -37,6 +42,27 @@ REPORT_FIELD = "complete"
 """The heartbeat and batch field with the sending site's frontier."""
 BEHIND_LOG_S = 10.0
 """A site whose frontier trails another's of the same app by more than this is logged as holding the app back."""
+
+
+def window_grid(app: App, plan: Plan) -> float:
+    """The grid every end of ``app``'s hub windows lies on, in seconds (0: none at the hub).
+
+    Windows are aligned to the epoch, so a window's ends are its size past a
+    multiple of its slide; a session's end lies a gap past a record, which
+    the gap bounds as well. The grid is the greatest common divisor of
+    those, to the millisecond.
+    """
+    graph = app.graph()
+    spans = set()
+    for a in plan.assignments:
+        if a.site != plan.hub:
+            continue
+        spec = graph.op(a.operator).window
+        if spec is not None:
+            for span in (spec.gap,) if spec.gap else (spec.size, spec.slide):
+                if span:
+                    spans.add(max(1, round(span * 1000)))
+    return reduce(math.gcd, spans) / 1000 if spans else 0.0
 
 
 def parse_report(beat: Mapping[str, Any]) -> dict[str, float | None]:

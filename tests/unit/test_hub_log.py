@@ -294,3 +294,36 @@ def test_a_log_reopened_under_a_hold_keeps_back_what_it_held(tmp_path: Path) -> 
     assert names(ingest_log.inbox(tmp_path, "window")) == sealed[:1]
     again.set_hold(None)
     assert names(ingest_log.inbox(tmp_path, "window")) == sealed
+
+
+def test_a_held_reader_never_gets_a_window_end_past_a_record_still_waiting_in_the_log(tmp_path: Path) -> None:
+    """A cut-off site's backlog reaches the log after the others' later records: those wait to be read with it."""
+    app_log = AppLog(tmp_path, seal_interval=0)
+    ingest_log.subscribe(tmp_path, "window")
+
+    def seal(site: str, times: list[float]) -> str:
+        fresh = [Record(site, "x", int(t * 10), t, None, {"t": t}) for t in times]
+        app_log.append(encode_records(fresh), max(times), min(times))
+        app_log.flush()
+        assert app_log.seal()
+        return ingest_log.segments(tmp_path)[-2][1].name
+
+    app_log.set_hold(ingest_log.Hold(1008.0, frozenset({"window"}), grid=10.0))  # the cut-off site's frontier
+    first = seal("barn", [1005.0, 1009.0])  # 1009: past the hold
+    second = seal("barn", [1010.5, 1012.0])
+    assert names(ingest_log.inbox(tmp_path, "window")) == []
+    app_log.set_hold(ingest_log.Hold(1013.0, frozenset({"window"}), grid=10.0))  # the site is back, draining
+    backlog = seal("west", [1008.5, 1011.0])  # its records of the window [1000, 1010) come after barn's
+    # barn's two segments alone would close [1000, 1010) before west's 1008.5: all three go together
+    assert names(ingest_log.inbox(tmp_path, "window")) == [first, second, backlog]
+    later = seal("barn", [1013.0])  # at the hold's time: held
+    app_log.append(encode_records([Record("west", "x", 9999, 1009.5, None, {})]), 1009.5, 1009.5)  # not sealed
+    app_log.set_hold(ingest_log.Hold(1020.0, frozenset({"window"}), grid=10.0))
+    assert names(ingest_log.inbox(tmp_path, "window")) == [first, second, backlog]  # 1013 would close [1000, 1010)
+    app_log.flush()
+    assert app_log.seal()
+    last = ingest_log.segments(tmp_path)[-2][1].name
+    assert names(ingest_log.inbox(tmp_path, "window")) == [first, second, backlog, later, last]
+    assert ingest_log.closes_before(1010.0, 1009.5, 10.0)
+    assert not ingest_log.closes_before(1009.9, 1009.5, 10.0)
+    assert not ingest_log.closes_before(1e12, 1.0, 0.0)  # no grid: by the hold's time alone

@@ -129,3 +129,28 @@ def test_malformed_frontier_reports_are_skipped() -> None:
     beat = {"complete": {"a": 1.5, "b": None, "c": "soon", "d": True, "e": math.inf, "f": 3}}
     assert parse_report(beat) == {"a": 1.5, "b": None, "f": 3.0}
     assert parse_report({"complete": [1, 2]}) == {}
+
+
+def test_the_grid_of_the_hub_windows_divides_every_window_end() -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from hub.site_frontiers import window_grid
+    from spanedge.plan import Plan
+
+    app = App("grid")
+    src = app.source("s", time_field="t")
+    src.window(name="edge", key="k", size=7, aggs={"n": agg.count()})
+    src.window(name="half", key="k", size=30, aggs={"n": agg.count()}, scope="global")
+    src.window(name="hop", key="k", size=60, slide=45, aggs={"n": agg.count()}, scope="global")
+
+    def plan(*at_hub: str) -> Plan:
+        rows = [
+            SimpleNamespace(operator=name, site="cloud" if name in at_hub else "a")
+            for name in ("s", "edge", "half", "hop")
+        ]
+        return cast(Plan, SimpleNamespace(hub="cloud", assignments=rows))
+
+    assert window_grid(app, plan("half", "hop")) == 15.0  # ends on multiples of 30 and of 45
+    assert window_grid(app, plan("half")) == 30.0
+    assert window_grid(app, plan()) == 0.0  # the 7 s window runs at the edge: none at the hub
