@@ -65,26 +65,18 @@ def simulate_cold_chain(directory: Path, duration: float, faults: list[str], twe
 
 
 @pytest.fixture(scope="module")
-def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """40 s of sensor data, no faults; 5% malformed messages at warehouse-north only."""
-    _require_parts()
-    return simulate_cold_chain(
-        tmp_path_factory.mktemp("clean"),
-        duration=40,
-        faults=[],
-        tweak={"sensors": {"warehouse-north": {"malformed": 0.05}}},
-    )
-
-
-@pytest.fixture(scope="module")
 def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """50 s of sensor data: truck-9 partitioned for 20 s from 8 s, truck-7's agent SIGKILLed at 12 s."""
+    """50 s of sensor data: truck-9 partitioned for 20 s from 8 s, truck-7's agent SIGKILLed at 12 s.
+
+    warehouse-north, untouched by the faults, sends 5% malformed messages: one run checks the
+    results of a spoke left alone, one cut off, one killed and one fed bad input.
+    """
     _require_parts()
     return simulate_cold_chain(
         tmp_path_factory.mktemp("faults"),
         duration=50,
         faults=["partition:truck-9:20s@8s", "kill-agent:truck-7@12s"],
-        tweak={},
+        tweak={"sensors": {"warehouse-north": {"malformed": 0.05}}},
     )
 
 
@@ -113,10 +105,37 @@ def simulate_smart_farm(
     return asyncio.run(run(opts))
 
 
+#: field-west cut off from 4 s to 18 s, before the barn slows down in :func:`move_run`.
+CUT_WEST = "partition:field-west:14s@4s"
+#: The smart farm's one 30 s window, made 10 s where a cut must span one of its ends.
+FARM_WINDOW, SHORT_FARM_WINDOW = 'size="30s"', 'size="10s"'
+
+
+def short_farm_window(directory: Path) -> Path:
+    """The smart farm's app with its farm-wide window 10 s instead of 30 s, written to ``directory``."""
+    text = (SMART_FARM / "app.py").read_text()
+    assert text.count(FARM_WINDOW) == 1, f"examples/smart_farm/app.py changed: {FARM_WINDOW} not found once"
+    directory.mkdir(parents=True, exist_ok=True)
+    app = directory / "app.py"
+    app.write_text(text.replace(FARM_WINDOW, SHORT_FARM_WINDOW))
+    return app
+
+
 @pytest.fixture(scope="module")
 def move_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """80 s of probe data; barn's links slow down to 300 ms at 20 s, so field-east's offloaded windows move."""
+    """80 s of probe data: field-west cut off for 14 s from 4 s; barn's links slow to 300 ms at 20 s.
+
+    The slow barn makes a re-plan move field-east's offloaded windows away from it (20-50 s in).
+    Before that, field-west's cut holds the hub's farm-wide window back: it is 10 s here instead of
+    30 s, so that one of its ends falls within the cut however the run is timed. The cut heals
+    before the barn slows, so the two faults touch no link at the same time.
+    """
     _require_parts()
+    directory = tmp_path_factory.mktemp("move")
     return simulate_smart_farm(
-        tmp_path_factory.mktemp("move"), duration=80, faults=["latency:barn:300@20s"], tweak={"settle": "15s"}
+        directory,
+        duration=80,
+        faults=[CUT_WEST, "latency:barn:300@20s"],
+        tweak={"settle": "15s"},
+        app=short_farm_window(directory),
     )

@@ -1,4 +1,4 @@
-"""A re-plan moves a windowed replica between spokes mid-run: the handover loses and repeats nothing."""
+"""A re-plan moves a windowed replica between spokes mid-run, after a spoke was cut off: nothing lost or repeated."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from simulate.report import epoch
+from tests.e2e.conftest import CUT_WEST
 from tests.e2e.test_cold_chain import _assert_exact
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -38,3 +40,22 @@ def test_the_moved_windows_come_out_once_with_every_record(move_run: Any) -> Non
     _assert_exact(move_run)
     barn_log = (move_run.run_dir / "logs" / "agent-barn.log").read_text()
     assert any("handed over" in line and "probe_means@field-east" in line for line in barn_log.splitlines())
+
+
+def test_a_cut_off_spoke_holds_the_hub_windows_back_and_loses_nothing(move_run: Any) -> None:
+    """The farm-wide window (Spark, ``allowed_lateness`` 0) waits for field-west's queued dry readings."""
+    assert any(f"fault {CUT_WEST}" in e for e in move_run.events)
+    healed = move_run.started_at + 18
+    _assert_exact(move_run)
+    dashboard = next(c for c in move_run.report.sinks if c.sink == "farm_dashboard")
+    assert dashboard.checked > 0
+    cut = [
+        r
+        for r in move_run.collector.results
+        if r.sink == "farm_dashboard" and move_run.started_at + 4 < (epoch(r.value["window_end"]) or 0) < healed
+    ]
+    assert cut, "no farm-wide window ended within field-west's cut"
+    assert all(r.received_at > healed for r in cut), [(r.value, r.received_at - healed) for r in cut]
+    hub_log = (move_run.run_dir / "logs" / "hub.log").read_text()
+    assert "the hub's windows wait for field-west" in hub_log, move_run.run_dir
+    assert "field-west has caught up" in hub_log, move_run.run_dir

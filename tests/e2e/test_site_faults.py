@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import SMART_FARM, _require_parts, simulate_smart_farm
+from tests.e2e.conftest import _require_parts, simulate_smart_farm
 from tests.e2e.test_cold_chain import _assert_exact
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -32,24 +32,6 @@ def kill_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     _require_parts()
     return simulate_smart_farm(
         tmp_path_factory.mktemp("kill"), duration=90, faults=["kill-site:barn@20s"], tweak={"settle": "15s"}
-    )
-
-
-@pytest.fixture(scope="module")
-def partition_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """60 s of probe data; field-west, which filters its own dry readings for the hub, cut off for 15 s from 25 s.
-
-    The farm-wide window is 10 s here instead of 30 s, so that at least one
-    of its ends falls within the cut, wherever the run starts.
-    """
-    _require_parts()
-    directory = tmp_path_factory.mktemp("partition")
-    text = (SMART_FARM / "app.py").read_text()
-    assert text.count('size="30s"') == 1
-    app = directory / "app.py"
-    app.write_text(text.replace('size="30s"', 'size="10s"'))
-    return simulate_smart_farm(
-        directory, duration=60, faults=["partition:field-west:15s@25s"], tweak={"settle": "15s"}, app=app
     )
 
 
@@ -89,13 +71,3 @@ def test_a_dead_spoke_loses_only_what_it_held(kill_run: Any) -> None:
     switch = next(h["switch_at"] for h in placement["handovers"] if h["replica"] == "probe_means@field-east")
     after = [r for r in kill_run.collector.results if r.sink == "valve_bus" and r.value["at"] >= switch + 10]
     assert after, "no valve command of a window after the switch"
-
-
-def test_a_cut_off_spoke_holds_the_hub_windows_back_and_loses_nothing(partition_run: Any) -> None:
-    """The farm-wide window (Spark, ``allowed_lateness`` 0) waits for field-west's queued dry readings."""
-    _assert_exact(partition_run)
-    dashboard = next(c for c in partition_run.report.sinks if c.sink == "farm_dashboard")
-    assert dashboard.checked > 0
-    hub_log = (partition_run.run_dir / "logs" / "hub.log").read_text()
-    assert "the hub's windows wait for field-west" in hub_log, partition_run.run_dir
-    assert "field-west has caught up" in hub_log, partition_run.run_dir
