@@ -1,12 +1,16 @@
 """What one simulation runs: the options, the sites, the app, the faults, and the plan in standalone mode.
 
 :meth:`Scenario.load` reads and checks every input before anything starts,
-so bad input fails without leaving a run directory behind.
+so bad input fails without leaving a run directory behind. A run directory
+reused from an earlier run loses that run's output first (:func:`clear_run_dir`):
+its agents' outboxes and checkpoints and its hub's log would otherwise be
+restored into the new run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +29,14 @@ PLACEMENTS = ("ilp", "greedy", "central", "local-first")
 #: Baselines ``--compare`` can run next to the ILP.
 BASELINES = ("central", "local-first")
 MODES = ("auto", "managed", "standalone")
+#: What a simulation writes to its run directory (:func:`clear_run_dir` removes these, nothing else).
+RUN_OUTPUT = frozenset(
+    {
+        *("agents", "brokers", "hub", "logs", "sites"),
+        *("deploy.json", "events.log", "placement.json", "plan.json", "plan-key.pem"),
+        *("report.html", "report.json", "timeline.json"),
+    }
+)
 BROKERS = ("auto", "mosquitto", "amqtt")
 
 
@@ -138,6 +150,7 @@ class Scenario:
         run_dir = (opts.run_dir or Path(".spanedge") / "sim" / f"{stamp}-{label}").resolve()
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
+            clear_run_dir(run_dir)
         except OSError as exc:
             msg = (
                 f"cannot create the run directory {run_dir}: {exc.strerror or exc}; pass --run-dir in a writable place"
@@ -186,3 +199,20 @@ def place(scenario: Scenario) -> tuple[Path, str]:
         f"{site}: {', '.join(ops)}" for site, ops in by_site.items()
     )
     return path, summary
+
+
+def clear_run_dir(run_dir: Path) -> list[str]:
+    """Remove an earlier simulation's output from ``run_dir`` (the :data:`RUN_OUTPUT` names); return what went.
+
+    Anything else in the directory stays.
+    """
+    removed = []
+    for entry in sorted(run_dir.iterdir()):
+        if entry.name not in RUN_OUTPUT:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        removed.append(entry.name)
+    return removed

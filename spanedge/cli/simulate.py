@@ -65,7 +65,7 @@ def _choices(name: str) -> Callable[[click.Context, click.Parameter, str], list[
     shell_complete=_choices("MODES"),
 )
 @option("--seed", type=int, help="seed of the sensor data (default: the simulation section's)")
-@option("--run-dir", type=PATH, help="where logs, state and the report go")
+@option("--run-dir", type=PATH, help="where logs, state and the report go (an earlier run's there is replaced)")
 @option("--broker", default="auto", help="auto, mosquitto or amqtt", shell_complete=_choices("BROKERS"))
 @option("--spark-master", default="local[2]", help="Spark master URL for the hub")
 @option(

@@ -8,7 +8,7 @@ import pytest
 
 from simulate.errors import InvalidOption, SimulationError
 from simulate.faults import InvalidFault
-from simulate.scenario import PLACEMENTS, Options, Scenario, check_options
+from simulate.scenario import PLACEMENTS, Options, Scenario, check_options, clear_run_dir
 from simulate.sensor_fleet import SensorFleet
 from tests.conftest import EXAMPLES
 
@@ -92,3 +92,16 @@ def test_agents_subscribe_at_the_spokes_that_source_the_apps_streams(tmp_path: P
     scenario = Scenario.load(Options(farm / "sites.yaml", farm / "app.py", run_dir=tmp_path))
     assert scenario.spokes == ["barn", "shed", "field-east", "field-west"]
     assert scenario.source_sites == ["field-east", "field-west"]
+
+
+def test_a_reused_run_directory_loses_the_earlier_runs_output_and_nothing_else(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    outbox = run_dir / "agents" / "truck-7" / "outbox.db"
+    outbox.parent.mkdir(parents=True)
+    outbox.write_bytes(b"an earlier run's records")
+    (run_dir / "events.log").write_text("setup + 0.1s brokers\n")
+    (run_dir / "notes.txt").write_text("mine")
+    scenario = Scenario.load(Options(SITES, APP, run_dir=run_dir))
+    assert scenario.run_dir == run_dir.resolve()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]
+    assert clear_run_dir(run_dir) == []
