@@ -6,7 +6,9 @@ and discards the output of a batch it has already completed, which is what
 Spark replays after a crash (the batch still runs, so window state commits). Files are named by batch id and written atomically, so a
 replay of a half-written batch overwrites rather than duplicates; memory
 results are keyed by batch id. MQTT cannot take a message back: a crash in
-the middle of publishing a batch republishes that batch (at least once).
+the middle of publishing a batch republishes, when Spark replays it, only
+the messages the broker had not acknowledged (:mod:`hub.publish_progress`;
+at most the client's in-flight window, at least once).
 While a handover to or from the hub runs, a sink writes only its query's
 share of the results (:mod:`hub.cutoffs`) and counts the rest. The sink
 of a window query in update mode closes the windows itself
@@ -45,6 +47,7 @@ import orjson
 
 from hub.cutoffs import Share
 from hub.metrics import DEAD_LETTERS
+from hub.publish_progress import PublishProgress, publish_order
 from hub.python_operators import STAGING_PROPERTY
 from hub.window_close import OBSERVATION as CLOSED_COUNT
 from hub.window_close import WindowCloser
@@ -140,6 +143,11 @@ class BatchSink:
         self.rows = 0
         self._client: Any = None
         self._last = self._load_last()
+        self.progress = PublishProgress(state_file.with_name(f"{state_file.stem}.published"))
+        self._resume = 0
+        """Messages of the batch being written that the broker acknowledged in an earlier run of it."""
+        self._published = 0
+        """Messages of the batch being written passed so far, in publish order (skipped or published)."""
         self.share: Share | None = None
         """The part of the results this query writes while a handover to or from the hub runs (:mod:`hub.cutoffs`)."""
         self.left_to_other = 0
@@ -189,6 +197,7 @@ class BatchSink:
         shutil.rmtree(staging, ignore_errors=True)
 
     def _write_batch(self, df: DataFrame, batch_id: int, staging: Path) -> None:
+        self._resume, self._published = self.progress.acknowledged(batch_id), 0
         table = df.toArrow()
         if self.closer is not None:
             table = self.closer.close(table, batch_id)
@@ -281,16 +290,31 @@ class BatchSink:
         self._publish(self.target, table.column("value").to_pylist(), batch_id)
 
     def _publish(self, topic: str, payloads: list[Any], batch_id: int) -> None:
+        """Publish ``payloads`` at QoS 1 in publish order, less those an earlier run of the batch had acknowledged."""
+        ordered = publish_order(payloads)
+        first = self._published
+        skip = min(len(ordered), max(0, self._resume - first))
+        self._published += len(ordered)
+        if skip:
+            log.info(
+                "sink %s: batch %d: %d messages to %s the broker acknowledged before a restart, not published again",
+                self.name,
+                batch_id,
+                skip,
+                topic,
+            )
         client = self._mqtt_client()
-        infos = [client.publish(topic, value, qos=1) for value in payloads]
-        for info in infos:
+        infos = [client.publish(topic, value, qos=1) for value in ordered[skip:]]
+        for done, info in enumerate(infos, start=first + skip + 1):
             info.wait_for_publish(timeout=60)
             if not info.is_published():
                 msg = f"sink {self.name}: publishing batch {batch_id} to {topic} timed out"
                 raise TimeoutError(msg)
+            self.progress.record(batch_id, done)
 
     def close(self) -> None:
         """Disconnect from MQTT if connected."""
+        self.progress.close()
         if self._client is not None:
             self._client.disconnect()
             self._client.loop_stop()
