@@ -169,12 +169,12 @@ def test_sigkill_mid_stream_loses_and_repeats_nothing(mosquitto: Any, tmp_path: 
     assert got == expected_windows
 
 
-PUBLISHING_APP = '''
+PUBLISHING_APP = """
 from spanedge import App, sinks
 
 app = App("killpub")
 app.source("readings", time_field="ts").sink(sinks.mqtt("killpub/readings"), name="readings_out")
-'''
+"""
 
 
 class KillingCollector(Collector):
