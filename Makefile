@@ -28,8 +28,10 @@ lint: $(STAMP)
 system-packages:
 	@scripts/system-packages
 
+# The unit tests (no broker, no Spark) on both cores; then the rest, one test at a time.
 test: $(STAMP) lint system-packages
-	$(BIN)/pytest
+	$(BIN)/pytest tests/unit -n 2
+	$(BIN)/pytest tests/integration tests/e2e
 
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py
