@@ -47,7 +47,7 @@ import orjson
 
 from hub.cutoffs import Share
 from hub.metrics import DEAD_LETTERS
-from hub.publish_progress import PublishProgress, publish_order
+from hub.publish_progress import PublishProgress, digest, publish_order
 from hub.python_operators import STAGING_PROPERTY
 from hub.window_close import OBSERVATION as CLOSED_COUNT
 from hub.window_close import WindowCloser
@@ -144,10 +144,7 @@ class BatchSink:
         self._client: Any = None
         self._last = self._load_last()
         self.progress = PublishProgress(state_file.with_name(f"{state_file.stem}.published"))
-        self._resume = 0
-        """Messages of the batch being written that the broker acknowledged in an earlier run of it."""
-        self._published = 0
-        """Messages of the batch being written passed so far, in publish order (skipped or published)."""
+        self.letters_progress = PublishProgress(state_file.with_name(f"{state_file.stem}.published-letters"))
         self.share: Share | None = None
         """The part of the results this query writes while a handover to or from the hub runs (:mod:`hub.cutoffs`)."""
         self.left_to_other = 0
@@ -197,7 +194,6 @@ class BatchSink:
         shutil.rmtree(staging, ignore_errors=True)
 
     def _write_batch(self, df: DataFrame, batch_id: int, staging: Path) -> None:
-        self._resume, self._published = self.progress.acknowledged(batch_id), 0
         table = df.toArrow()
         if self.closer is not None:
             table = self.closer.close(table, batch_id)
@@ -248,7 +244,7 @@ class BatchSink:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
         if self.broker is not None:
-            self._publish(topics.dlq(self.app, "hub"), letters, batch_id)
+            self._publish(topics.dlq(self.app, "hub"), letters, batch_id, self.letters_progress)
         self.dead_lettered += len(letters)
         DEAD_LETTERS.add(self.app, self.query, len(letters))
         log.warning("sink %s: batch %d: %d dead letters in %s", self.name, batch_id, len(letters), final)
@@ -287,14 +283,13 @@ class BatchSink:
         return self._client
 
     def _write_mqtt(self, table: pa.Table, batch_id: int) -> None:
-        self._publish(self.target, table.column("value").to_pylist(), batch_id)
+        self._publish(self.target, table.column("value").to_pylist(), batch_id, self.progress)
 
-    def _publish(self, topic: str, payloads: list[Any], batch_id: int) -> None:
+    def _publish(self, topic: str, payloads: list[Any], batch_id: int, progress: PublishProgress) -> None:
         """Publish ``payloads`` at QoS 1 in publish order, less those an earlier run of the batch had acknowledged."""
         ordered = publish_order(payloads)
-        first = self._published
-        skip = min(len(ordered), max(0, self._resume - first))
-        self._published += len(ordered)
+        of = digest(topic, ordered)
+        skip = min(len(ordered), progress.acknowledged(batch_id, of))
         if skip:
             log.info(
                 "sink %s: batch %d: %d messages to %s the broker acknowledged before a restart, not published again",
@@ -305,16 +300,17 @@ class BatchSink:
             )
         client = self._mqtt_client()
         infos = [client.publish(topic, value, qos=1) for value in ordered[skip:]]
-        for done, info in enumerate(infos, start=first + skip + 1):
+        for done, info in enumerate(infos, start=skip + 1):
             info.wait_for_publish(timeout=60)
             if not info.is_published():
                 msg = f"sink {self.name}: publishing batch {batch_id} to {topic} timed out"
                 raise TimeoutError(msg)
-            self.progress.record(batch_id, done)
+            progress.record(batch_id, of, done)
 
     def close(self) -> None:
         """Disconnect from MQTT if connected."""
         self.progress.close()
+        self.letters_progress.close()
         if self._client is not None:
             self._client.disconnect()
             self._client.loop_stop()
