@@ -29,6 +29,7 @@ PLACEMENTS = ("ilp", "greedy", "central", "local-first")
 #: Baselines ``--compare`` can run next to the ILP.
 BASELINES = ("central", "local-first")
 MODES = ("auto", "managed", "standalone")
+BROKERS = ("auto", "mosquitto", "amqtt")
 #: What a simulation writes to its run directory (:func:`clear_run_dir` removes these, nothing else).
 RUN_OUTPUT = frozenset(
     {
@@ -37,7 +38,6 @@ RUN_OUTPUT = frozenset(
         *("report.html", "report.json", "timeline.json"),
     }
 )
-BROKERS = ("auto", "mosquitto", "amqtt")
 
 
 @dataclass
@@ -150,10 +150,17 @@ class Scenario:
         run_dir = (opts.run_dir or Path(".spanedge") / "sim" / f"{stamp}-{label}").resolve()
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            clear_run_dir(run_dir)
         except OSError as exc:
             msg = (
                 f"cannot create the run directory {run_dir}: {exc.strerror or exc}; pass --run-dir in a writable place"
+            )
+            raise InvalidOption(msg) from None
+        try:
+            clear_run_dir(run_dir)
+        except OSError as exc:
+            msg = (
+                f"cannot remove an earlier run's output from {run_dir}: {exc.strerror or exc}; "
+                "pass --run-dir a new or empty directory"
             )
             raise InvalidOption(msg) from None
         duration = opts.duration or sim.duration
