@@ -119,6 +119,12 @@ class Compiler:
         self._counts = _Counts()
         self._counted: dict[str, dict[str, list[Counted]]] = {}
         self._closing: str | None = None
+        #: per sink replica, the window-close mode its query keeps where it differs from ``close_windows``
+        self.modes: dict[str, bool] = {}
+
+    def closes(self, sink: str) -> bool:
+        """Whether the sink of ``sink`` closes its window at the watermark, if it reads one it can close."""
+        return self.modes.get(sink, self.close_windows)
 
     def counted(self, sink: str) -> dict[str, list[Counted]]:
         """What the observed counts of the query of sink replica ``sink`` stand for, by observation name.
@@ -147,12 +153,12 @@ class Compiler:
     def closing_window(self, sink: str) -> Operator | None:
         """The window the sink of ``sink`` closes itself (:mod:`hub.window_close`), if any.
 
-        Only with ``close_windows``: the window the sink reads directly, when every replica of it the
+        Only where the sink :meth:`closes` windows: the window the sink reads directly, when every replica of it the
         sink reads runs at the hub (alone, or merged per site) and its sink can
         close it (:func:`hub.spark_windows.closes_early`). Its query runs in update mode.
         """
         ups = self.replicas.upstream(sink)
-        if not self.close_windows or not ups or len({u.operator for u in ups}) != 1:
+        if not self.closes(sink) or not ups or len({u.operator for u in ups}) != 1:
             return None
         op = self.replicas.op(ups[0])
         if op.window is None or not closes_early(op.window):

@@ -48,14 +48,16 @@ class Engine:
         spark: SparkSession | None = None,
         spark_master: str = "local[2]",
         trigger: str = "500 milliseconds",
-        close_windows: bool = False,
+        close_windows: bool = True,
     ) -> None:
         """Use ``spark`` if given, else build a session (stopped by :meth:`stop` only if built here).
 
         ``trigger`` is the micro-batch interval (``"500 milliseconds"``), or
         ``"availableNow"`` to process what the log holds and stop (batch jobs, benchmarks).
         ``close_windows``: a sink that reads a window directly writes it as soon as
-        the watermark passes it, a micro-batch earlier (:mod:`hub.window_close`).
+        the watermark passes it (:mod:`hub.window_close`); else in the micro-batch
+        after (Spark's append mode). A running query keeps the mode its checkpoint
+        was started in (:func:`hub.lifecycle.keep_checkpoint_modes`).
         """
         from hub.late import LateRecords
         from hub.operator_counts import ObservedCounts

@@ -75,7 +75,7 @@ class Lifecycle:
         late: LateRecords,
         trigger: str,
         counts: ObservedCounts | None = None,
-        close_windows: bool = False,
+        close_windows: bool = True,
     ) -> None:
         """Run queries on ``spark`` with micro-batches every ``trigger`` (or ``availableNow``).
 
@@ -166,8 +166,10 @@ class Lifecycle:
         compiler = Compiler(self.spark, replicas, close_windows=self.close_windows)
         sinks = [a for a in plan.at(plan.hub) if replicas.op(a).kind is Kind.SINK]
         check_distinct((a.replica for a in sinks), app.name)
+        root = self.checkpoint_root(app.name)
+        keep_checkpoint_modes(compiler, [a.replica for a in sinks], root)
         wanted = {a.replica: (a, compiler, compiler.fingerprint(a.replica)) for a in sinks}
-        return graph, wanted, _split(self.spark, app, plan, graph, wanted, self.close_windows)
+        return graph, wanted, _split(self.spark, app, plan, graph, wanted, root, self.close_windows)
 
     def _share(
         self, app: App, version: int, graph: OperatorGraph, queries: dict[str, Query], sides: dict[str, Side]
@@ -466,6 +468,7 @@ def _split(
     plan: Plan,
     graph: OperatorGraph,
     wanted: dict[str, _Wanted],
+    root: Path,
     close_windows: bool = False,
 ) -> dict[str, Side]:
     """Add to ``wanted`` the queries of the old placement of ``plan``'s moves to or from the hub; return each side.
@@ -481,6 +484,8 @@ def _split(
         return {}
     old_plan, at = split
     compiler = Compiler(spark, Replicas(app, old_plan, graph), close_windows=close_windows)
+    old_sinks = [a.replica for a in old_plan.at(old_plan.hub) if graph.op(a.operator).kind is Kind.SINK]
+    keep_checkpoint_modes(compiler, sorted({*old_sinks, *(a.replica for a, _, _ in wanted.values())}), root)
     sides: dict[str, Side] = {}
     for slot, (a, _, fp) in list(wanted.items()):
         old_fp = compiler.fingerprint(a.replica)
@@ -494,6 +499,31 @@ def _split(
             wanted[before_slot(a.replica)] = (a, compiler, compiler.fingerprint(a.replica))
             sides[before_slot(a.replica)] = ("before", at)
     return sides
+
+
+def keep_checkpoint_modes(compiler: Compiler, sinks: list[str], root: Path) -> None:
+    """Let the query of each of ``sinks`` keep the window-close mode its checkpoint under ``root`` was written in.
+
+    The two modes keep different window state, so a query switched to the
+    other would start afresh and lose the records of its open windows. So
+    ``--window-close`` (and its default, which changed) applies to queries
+    that start anew, and a running query keeps its mode across hub restarts.
+    """
+    for sink in sinks:
+        mode = compiler.closes(sink)
+        current = compiler.fingerprint(sink)
+        if (root / checkpoint_name(sink, current)).is_dir():
+            continue
+        compiler.modes[sink] = not mode
+        other = compiler.fingerprint(sink)
+        if other == current or not (root / checkpoint_name(sink, other)).is_dir():
+            compiler.modes.pop(sink)
+            continue
+        log.info(
+            "query %s keeps writing its windows %s, as its checkpoint was started so",
+            sink,
+            "once the watermark passes them" if not mode else "in the micro-batch after the watermark passed them",
+        )
 
 
 def _checked_graph(app: App, plan: Plan) -> OperatorGraph:

@@ -50,7 +50,7 @@ class HubConfig:
     spark_master: str = "local[2]"
     trigger: str = "500 milliseconds"
     #: a sink that reads a window directly writes it once the watermark passes it (hub.window_close)
-    close_windows: bool = False
+    close_windows: bool = True
     hub_site: str | None = None
     down_after_s: float = 15.0
     #: the weight of the newest report in the moving average of each stream's rate (link latencies: hub.links)

@@ -52,11 +52,11 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
 @option(
     "--window-close",
     type=click.Choice(["next-batch", "watermark"]),
-    default="next-batch",
+    default="watermark",
     show_default=True,
-    help="when a window feeding a hub sink is written: in the micro-batch after the one that moved the watermark "
-    "past it, which still adds records arriving in between (Spark's append mode), or in that micro-batch, "
-    "a micro-batch sooner, with records later than allowed_lateness dropped as at the edge",
+    help="when a window feeding a hub sink is written: in the micro-batch that moved the watermark past it, "
+    "records later than allowed_lateness dropped as at the edge, or in the micro-batch after, which still adds "
+    "records arriving in between (Spark's append mode); a query keeps the mode its checkpoint was started in",
 )
 @option(
     "--log-level",

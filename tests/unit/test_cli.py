@@ -305,8 +305,11 @@ def test_spanedge_hub_passes_its_log_level_to_the_server(tmp_path: Path, monkeyp
     assert seen == ["WARNING"]
 
 
-@pytest.mark.parametrize(("given", "closes"), [([], False), (["--window-close", "watermark"], True)])
-def test_spanedge_hub_closes_windows_at_the_watermark_only_when_asked(
+@pytest.mark.parametrize(
+    ("given", "closes"),
+    [([], True), (["--window-close", "watermark"], True), (["--window-close", "next-batch"], False)],
+)
+def test_spanedge_hub_closes_windows_at_the_watermark_unless_asked_for_the_next_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: list[str], closes: bool
 ) -> None:
     import logging

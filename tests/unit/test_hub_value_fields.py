@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from hub.compile import Compiler
 from hub.replicas import Replicas
@@ -81,3 +84,48 @@ def test_a_query_keeps_a_watermark_when_it_runs_a_window_at_the_hub() -> None:
 
     assert keeps("cloud")
     assert not keeps("s1")  # the windows' results reach the hub as records
+
+
+def _compiler(app: App, close_windows: bool) -> Compiler:
+    plan = chain_plan(app.name, 1, {"s1": [("per_key", "cloud", 0)], "s2": [("per_key", "cloud", 0)]})
+    return Compiler(None, Replicas(app, plan, app.graph()), close_windows=close_windows)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("default", [True, False], ids=["default_at_watermark", "default_next_batch"])
+def test_a_running_query_keeps_the_window_close_mode_its_checkpoint_was_started_in(
+    tmp_path: Path, default: bool
+) -> None:
+    """Switching the mode (or its default) would start the query afresh and lose its open windows' records."""
+    from hub.checkpoints import checkpoint_name
+    from hub.lifecycle import keep_checkpoint_modes
+
+    app = _app(("n", agg.count()))
+    started = _compiler(app, close_windows=not default).fingerprint("out")
+    fresh = _compiler(app, close_windows=default)
+    assert fresh.fingerprint("out") != started
+    keep_checkpoint_modes(fresh, ["out"], tmp_path)  # no checkpoint yet: the configured mode
+    assert fresh.closes("out") is default
+
+    (tmp_path / checkpoint_name("out", started)).mkdir()
+    running = _compiler(app, close_windows=default)
+    keep_checkpoint_modes(running, ["out"], tmp_path)
+    assert running.closes("out") is not default
+    assert running.fingerprint("out") == started
+    assert (running.closing_window("out") is not None) is not default
+
+    (tmp_path / checkpoint_name("out", fresh.fingerprint("out"))).mkdir()  # both: the configured mode's wins
+    both = _compiler(app, close_windows=default)
+    keep_checkpoint_modes(both, ["out"], tmp_path)
+    assert both.closes("out") is default
+
+
+def test_a_query_without_a_window_to_close_has_one_fingerprint_in_both_modes(tmp_path: Path) -> None:
+    from hub.checkpoints import checkpoint_name
+    from hub.lifecycle import keep_checkpoint_modes
+
+    custom = _app(("n", agg.count()), ("longest", agg.custom("v", LONGEST)))  # finished in Python: not closed
+    assert _compiler(custom, True).fingerprint("out") == _compiler(custom, False).fingerprint("out")
+    (tmp_path / checkpoint_name("out", _compiler(custom, False).fingerprint("out"))).mkdir()
+    compiler = _compiler(custom, True)
+    keep_checkpoint_modes(compiler, ["out"], tmp_path)
+    assert compiler.modes == {}
