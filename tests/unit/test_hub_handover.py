@@ -214,7 +214,7 @@ def test_a_share_survives_a_restart_in_the_checkpoint(tmp_path: Path) -> None:
         cutoffs.load(tmp_path)
 
 
-def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side_of_the_switch() -> None:
+def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side_of_the_switch(tmp_path: Path) -> None:
     app = make_app()
     graph = app.graph()
     moves = ("win@tiny", "out")
@@ -222,7 +222,7 @@ def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side
     fp = Compiler(cast(Any, None), Replicas(app, to_hub, graph)).fingerprint("out")
     wanted: dict[str, Any] = {"out": (to_hub.assignment("out"), None, fp)}
     # from the spoke: the spoke writes the results before the switch, the hub's query those from it
-    assert _split(cast(Any, None), app, to_hub, graph, wanted) == {"out": ("after", T0 + 30.0)}
+    assert _split(cast(Any, None), app, to_hub, graph, wanted, tmp_path) == {"out": ("after", T0 + 30.0)}
     assert set(wanted) == {"out"}
     # back to the spoke: the hub's query stays, with its state, for the results before the switch
     back = make_plan("tiny", 3, 3, tuple(Handover(r, "cloud", "tiny", T0 + 60.0, 2) for r in moves))
@@ -231,5 +231,5 @@ def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side
         assignments=tuple(dataclasses.replace(a, site="tiny") if a.replica == "out" else a for a in back.assignments),
     )
     wanted = {}
-    assert _split(cast(Any, None), app, back, graph, wanted) == {before_slot("out"): ("before", T0 + 60.0)}
+    assert _split(cast(Any, None), app, back, graph, wanted, tmp_path) == {before_slot("out"): ("before", T0 + 60.0)}
     assert wanted[before_slot("out")][2] == fp  # the same query as under the move to the hub: it keeps running
