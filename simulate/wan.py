@@ -232,6 +232,10 @@ class LinkProxy:
             self._handlers.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            # stop() dropped the connection and awaits this task; ending it normally keeps Python 3.11's
+            # stream callback from logging the cancellation as an "Exception in callback" traceback
+            return
         finally:
             if task is not None:
                 self._handlers.discard(task)
