@@ -167,8 +167,8 @@ class Lifecycle:
         sinks = [a for a in plan.at(plan.hub) if replicas.op(a).kind is Kind.SINK]
         check_distinct((a.replica for a in sinks), app.name)
         root = self.checkpoint_root(app.name)
-        keep_checkpoint_modes(compiler, [a.replica for a in sinks], root)
-        wanted = {a.replica: (a, compiler, compiler.fingerprint(a.replica)) for a in sinks}
+        fps = keep_checkpoint_modes(compiler, [a.replica for a in sinks], root)
+        wanted = {a.replica: (a, compiler, fps[a.replica]) for a in sinks}
         return graph, wanted, _split(self.spark, app, plan, graph, wanted, root, self.close_windows)
 
     def _share(
@@ -485,10 +485,10 @@ def _split(
     old_plan, at = split
     compiler = Compiler(spark, Replicas(app, old_plan, graph), close_windows=close_windows)
     old_sinks = [a.replica for a in old_plan.at(old_plan.hub) if graph.op(a.operator).kind is Kind.SINK]
-    keep_checkpoint_modes(compiler, sorted({*old_sinks, *(a.replica for a, _, _ in wanted.values())}), root)
+    old_fps = keep_checkpoint_modes(compiler, sorted({*old_sinks, *(a.replica for a, _, _ in wanted.values())}), root)
     sides: dict[str, Side] = {}
     for slot, (a, _, fp) in list(wanted.items()):
-        old_fp = compiler.fingerprint(a.replica)
+        old_fp = old_fps[a.replica]
         if old_fp != fp:
             sides[slot] = ("after", at)
             if old_plan.site_of(a.replica) == old_plan.hub:
@@ -496,22 +496,25 @@ def _split(
                 sides[before_slot(slot)] = ("before", at)
     for a in old_plan.at(old_plan.hub):
         if graph.op(a.operator).kind is Kind.SINK and a.replica not in wanted:
-            wanted[before_slot(a.replica)] = (a, compiler, compiler.fingerprint(a.replica))
+            wanted[before_slot(a.replica)] = (a, compiler, old_fps[a.replica])
             sides[before_slot(a.replica)] = ("before", at)
     return sides
 
 
-def keep_checkpoint_modes(compiler: Compiler, sinks: list[str], root: Path) -> None:
+def keep_checkpoint_modes(compiler: Compiler, sinks: list[str], root: Path) -> dict[str, str]:
     """Let the query of each of ``sinks`` keep the window-close mode its checkpoint under ``root`` was written in.
+
+    Returns each sink's fingerprint in the mode it keeps.
 
     The two modes keep different window state, so a query switched to the
     other would start afresh and lose the records of its open windows. So
     ``--window-close`` (and its default, which changed) applies to queries
     that start anew, and a running query keeps its mode across hub restarts.
     """
+    fps: dict[str, str] = {}
     for sink in sinks:
         mode = compiler.closes(sink)
-        current = compiler.fingerprint(sink)
+        current = fps[sink] = compiler.fingerprint(sink)
         if (root / checkpoint_name(sink, current)).is_dir():
             continue
         compiler.modes[sink] = not mode
@@ -519,11 +522,13 @@ def keep_checkpoint_modes(compiler: Compiler, sinks: list[str], root: Path) -> N
         if other == current or not (root / checkpoint_name(sink, other)).is_dir():
             compiler.modes.pop(sink)
             continue
+        fps[sink] = other
         log.info(
             "query %s keeps writing its windows %s, as its checkpoint was started so",
             sink,
             "once the watermark passes them" if not mode else "in the micro-batch after the watermark passed them",
         )
+    return fps
 
 
 def _checked_graph(app: App, plan: Plan) -> OperatorGraph:

@@ -108,7 +108,7 @@ def test_a_running_query_keeps_the_window_close_mode_its_checkpoint_was_started_
 
     (tmp_path / checkpoint_name("out", started)).mkdir()
     running = _compiler(app, close_windows=default)
-    keep_checkpoint_modes(running, ["out"], tmp_path)
+    assert keep_checkpoint_modes(running, ["out"], tmp_path) == {"out": started}
     assert running.closes("out") is not default
     assert running.fingerprint("out") == started
     assert (running.closing_window("out") is not None) is not default
