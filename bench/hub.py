@@ -25,7 +25,9 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   (:func:`spark_floor`), the baseline of the latency figures;
 * idle: the CPU share of one core used by this process and its children
   (Spark's JVM, Python workers; not the broker) over ``--idle-seconds``
-  with both apps deployed and no records arriving.
+  with both apps deployed and no records arriving: first in a session
+  that has just started (the JVM still compiling Spark's code), and at
+  the end, warm, at the default 500 ms trigger and at 250 ms.
 
 The goals are printed beside the figures, and the machine's load average.
 
@@ -78,6 +80,8 @@ BATCH = 500
 SPACING_S = 1e-4
 """Event seconds between two consecutive records of a path."""
 LATENCY_TRIGGERS = ("100 milliseconds", "250 milliseconds", "500 milliseconds", "1 second")
+IDLE_TRIGGERS = ("500 milliseconds", "250 milliseconds")
+"""Triggers of the idle runs at the end, on a warm JVM (the hub's default first)."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -323,7 +327,7 @@ def cpu_seconds(exclude: tuple[str, ...] = ("mosquitto",)) -> float:
     return total
 
 
-def idle_cpu(args: argparse.Namespace, url: str, spark: Any, work: Path) -> dict[str, float]:
+def idle_cpu(args: argparse.Namespace, url: str, spark: Any, work: Path, trigger: str, tag: str) -> dict[str, float]:
     """The CPU share of one core the hub's data plane uses with both apps deployed and no records arriving."""
     from hub.engine import Engine
     from hub.ingest import Ingest
@@ -333,11 +337,11 @@ def idle_cpu(args: argparse.Namespace, url: str, spark: Any, work: Path) -> dict
     sites = parse_sites(SITES.format(url=url))
     pass_app = load_app_source(PASS_APP.replace("SINK", 'sinks.memory("idle")'), "bench_idle.py")
     window_app = load_app_source(WINDOW_APP, "bench_window.py")
-    state = work / "idle"
-    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id="bench-ingest-idle")
+    state = work / f"idle-{tag}"
+    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-idle-{tag}")
     ingest.start()
     ingest.wait_connected()
-    engine = Engine(state, sites, spark=spark, trigger=args.idle_trigger)
+    engine = Engine(state, sites, spark=spark, trigger=trigger)
     try:
         for app in (pass_app, window_app):
             engine.deploy(app, plan_for(app))
@@ -611,7 +615,7 @@ def main() -> None:
         work = Path(tmp)
         spark = build_session(args.spark_master, app_name="spanedge-bench-hub")
         try:
-            idle = idle_cpu(args, broker.url, spark, work)
+            idle = idle_cpu(args, broker.url, spark, work, args.idle_trigger, "started")
             cpu: dict[str, float] = {}
             rates = throughput(args, broker.url, spark, work, cpu)
             lat: dict[str, dict[str, float]] = {}
@@ -621,6 +625,7 @@ def main() -> None:
                 for close in (True, False) if i % 2 else (False, True):
                     (lat if close else later)[t] = latency(args, broker.url, spark, work, t, close_windows=close)
                 floor[t] = spark_floor(args, spark, work, t)
+            warm = {t: idle_cpu(args, broker.url, spark, work, t, f"warm-{t.split()[0]}") for t in IDLE_TRIGGERS}
         finally:
             spark.stop()
     print(f"\nhub data plane — pyspark {pyspark.__version__}, {args.spark_master}, {args.records} records of ~80 bytes")
@@ -642,10 +647,16 @@ def main() -> None:
                 f"{m['samples']:>9.0f}"
             )
     print(f"goals: stateless {GOALS['stateless']}, window close -> result {GOALS['window']}")
+    print(f"\nidle hub (2 apps deployed, no records, {args.idle_seconds:.0f} s)   goal {GOALS['idle']}")
     print(
-        f"\nidle hub (2 apps deployed, trigger {args.idle_trigger}, no records, {args.idle_seconds:.0f} s): "
-        f"{100 * idle['share']:.1f}% of one core, {idle['progress events']:.0f} progress events   goal {GOALS['idle']}"
+        f"  trigger {args.idle_trigger}, session just started: {100 * idle['share']:.1f}% of one core, "
+        f"{idle['progress events']:.0f} progress events"
     )
+    for t, m in warm.items():
+        print(
+            f"  trigger {t}, after the runs above (the JVM warm, as in a hub that has run a while): "
+            f"{100 * m['share']:.1f}% of one core"
+        )
     print("cold/warm: deploy to last record, first query of its kind in the session / run again;")
     print("in micro-batches: rows over the time Spark spent in the warm run's batches (no query start)")
     print("(window latency: from the window's end in wall time to its result at the sink)")
