@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -78,7 +77,9 @@ class Telemetry:
 
     Every ``interval`` seconds it probes the hub (a publish acknowledged by the hub broker) and
     every other spoke's broker (an MQTT CONNECT round trip, or a TCP connect over TLS), then
-    publishes a heartbeat. Echoes of the hub's probe replies keep a clock offset.
+    publishes a heartbeat. Echoes of the hub's probe replies keep a clock offset. When the link
+    to the hub comes back, a heartbeat goes at once, without the peer probes, so the hub hears
+    that the site is back (and where its records stand) without waiting for the next interval.
     """
 
     def __init__(
@@ -110,14 +111,21 @@ class Telemetry:
         self._proc = ProcessStats()
         self.budget = CpuBudget(budget_file)
         self.last: dict[str, Any] = {}  # the last heartbeat sent, for the metrics endpoint
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop :meth:`run` runs on
+        self._beat_now = asyncio.Event()  # the hub link came back: send a heartbeat now
 
     def published(self, mid: int) -> bool:
         """A publish of ours was acknowledged; True if it was a probe (else it is the outbox's)."""
         return self.hub_probe.acked(mid)
 
     def reconnected(self) -> None:
-        """Probes in flight across a reconnect are not measured."""
+        """The hub link is back: probes in flight across it are not measured, and a heartbeat goes now.
+
+        Safe from the transport's network thread.
+        """
         self.hub_probe.forget()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._beat_now.set)
 
     def echo(self, payload: bytes, arrival: float) -> None:
         """The hub's reply to a probe: ``{"hub_ts", "echo_ts"}``.
@@ -146,21 +154,34 @@ class Telemetry:
         self.clock.observe(sent, hub_ts, arrival)
 
     async def run(self, stop: asyncio.Event, report: Callable[[], dict[str, Any]]) -> None:
-        """Probe and publish ``report()`` every interval until ``stop``."""
+        """Probe and publish ``report()`` every interval, and whenever the hub link comes back, until ``stop``."""
+        self._loop = asyncio.get_running_loop()
+        reconnected = False
         while not stop.is_set():
-            await self.probe()
+            await self.probe(peers=not reconnected)
             self.last = report()
             if self.hub.connected:
                 self.hub.publish(topics.control(self.site, "heartbeat"), orjson.dumps(self.last), 1)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval)
+            reconnected = await self._sleep(stop)
 
-    async def probe(self) -> None:
-        """Send a hub probe; every ``peer_interval``, time a round trip to every peer spoke's broker."""
+    async def _sleep(self, stop: asyncio.Event) -> bool:
+        """Wait an interval, or less if ``stop`` is set or the hub link comes back; True in the last case."""
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._beat_now.wait())]
+        try:
+            await asyncio.wait(waits, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        woken = self._beat_now.is_set() and not stop.is_set()
+        self._beat_now.clear()
+        return woken
+
+    async def probe(self, peers: bool = True) -> None:
+        """Send a hub probe; every ``peer_interval`` (if ``peers``), time a round trip to every peer spoke's broker."""
         if self.hub.connected:
             body = orjson.dumps({"site": self.site, "ts": time.time()})
             self.hub_probe.send(lambda: self.hub.publish(topics.control(self.site, "probe"), body, 1))
-        if time.monotonic() - self._peers_probed < self.peer_interval:
+        if not peers or time.monotonic() - self._peers_probed < self.peer_interval:
             return
         self._peers_probed = time.monotonic()
         times = await asyncio.gather(*(peer_roundtrip_ms(peer.mqtt()) for peer in self.peers))

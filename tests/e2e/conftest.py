@@ -105,8 +105,12 @@ def simulate_smart_farm(
     return asyncio.run(run(opts))
 
 
-#: field-west cut off from 4 s to 18 s, before the barn slows down in :func:`move_run`.
-CUT_WEST = "partition:field-west:14s@4s"
+#: field-west cut off from 4 s to 15 s, before the barn slows down in :func:`move_run`: longer than the
+#: 10 s farm-wide window, and short enough that the cut, the agent's reconnect (at most 5 s) and its
+#: heartbeat stay within the simulated hub's 20 s grace (``simulate.cluster.SITE_GRACE_S``).
+CUT_WEST = "partition:field-west:11s@4s"
+#: Seconds into the run when :data:`CUT_WEST` heals.
+CUT_WEST_HEALS = 15
 #: The smart farm's one 30 s window, made 10 s where a cut must span one of its ends.
 FARM_WINDOW, SHORT_FARM_WINDOW = 'size="30s"', 'size="10s"'
 
@@ -123,7 +127,7 @@ def short_farm_window(directory: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def move_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """80 s of probe data: field-west cut off for 14 s from 4 s; barn's links slow to 300 ms at 20 s.
+    """80 s of probe data: field-west cut off for 11 s from 4 s; barn's links slow to 300 ms at 20 s.
 
     The slow barn makes a re-plan move field-east's offloaded windows away from it (20-50 s in).
     Before that, field-west's cut holds the hub's farm-wide window back: it is 10 s here instead of

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from simulate.report import epoch
-from tests.e2e.conftest import CUT_WEST
+from tests.e2e.conftest import CUT_WEST, CUT_WEST_HEALS
 from tests.e2e.test_cold_chain import _assert_exact
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -45,7 +45,7 @@ def test_the_moved_windows_come_out_once_with_every_record(move_run: Any) -> Non
 def test_a_cut_off_spoke_holds_the_hub_windows_back_and_loses_nothing(move_run: Any) -> None:
     """The farm-wide window (Spark, ``allowed_lateness`` 0) waits for field-west's queued dry readings."""
     assert any(f"fault {CUT_WEST}" in e for e in move_run.events)
-    healed = move_run.started_at + 18
+    healed = move_run.started_at + CUT_WEST_HEALS
     _assert_exact(move_run)
     dashboard = next(c for c in move_run.report.sinks if c.sink == "farm_dashboard")
     assert dashboard.checked > 0

@@ -154,6 +154,58 @@ sites:
     assert telemetry.peer_rtt["b"].to_dict()["samples"] == 2
 
 
+async def test_a_heartbeat_goes_at_once_when_the_hub_link_comes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site back from a partition is heard from then, not up to a heartbeat interval later."""
+    import asyncio
+
+    from edge_agent import telemetry as telemetry_module
+    from edge_agent.telemetry import Telemetry
+
+    sites = parse_sites(
+        """
+sites:
+  cloud: {tier: hub, broker: "mqtt://127.0.0.1:1"}
+  a: {tier: spoke, broker: "mqtt://127.0.0.1:2", streams: {readings: {topic: "a/+", rate: 1}}}
+  b: {tier: spoke, broker: "mqtt://127.0.0.1:3", streams: {readings: {topic: "b/+", rate: 1}}}
+"""
+    )
+    probed: list[int] = []
+
+    async def roundtrip(host: str, port: int, timeout: float = 3.0, tls: object = None, **login: object) -> float:
+        probed.append(port)
+        return 12.0
+
+    class Hub:
+        def __init__(self) -> None:
+            self.connected = False
+            self.beats: list[dict[str, Any]] = []
+
+        def publish(self, topic: str, payload: bytes, qos: int) -> int:
+            if topic.endswith("/heartbeat"):
+                self.beats.append(orjson.loads(payload))
+            return 1
+
+    monkeypatch.setattr(telemetry_module, "mqtt_roundtrip_ms", roundtrip)
+    hub = Hub()
+    telemetry = Telemetry("a", sites, "cloud", hub, 3600.0, peer_interval=0.0)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    count = iter(range(100))
+    running = asyncio.create_task(telemetry.run(stop, lambda: {"n": next(count)}))
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+    assert hub.beats == []  # not connected: the first heartbeat went nowhere
+    assert probed == [3]
+    hub.connected = True
+    telemetry.reconnected()  # what the transport calls once the link is back
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+    assert hub.beats == [{"n": 1}]  # at once, an hour before the next interval
+    assert probed == [3]  # without probing the peers again first
+    stop.set()
+    await asyncio.wait_for(running, 10.0)
+    assert hub.beats == [{"n": 1}]
+
+
 def test_an_old_owner_reports_the_last_record_it_sent_for_a_part_it_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
