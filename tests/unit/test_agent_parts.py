@@ -118,18 +118,19 @@ def test_apps_drop_the_replicas_they_handed_over_once_their_windows_fired(tmp_pa
     outbox.close()
 
 
-async def test_peer_brokers_are_probed_every_peer_interval_not_every_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
-    from edge_agent import telemetry as telemetry_module
-    from edge_agent.telemetry import Telemetry
-
-    sites = parse_sites(
-        """
+PEER_SITES = """
 sites:
   cloud: {tier: hub, broker: "mqtt://127.0.0.1:1"}
   a: {tier: spoke, broker: "mqtt://127.0.0.1:2", streams: {readings: {topic: "a/+", rate: 1}}}
   b: {tier: spoke, broker: "mqtt://127.0.0.1:3", streams: {readings: {topic: "b/+", rate: 1}}}
 """
-    )
+"""Spoke ``a``, whose telemetry probes the broker of its one peer spoke ``b`` (port 3)."""
+
+
+def _fake_peer_roundtrips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Peer broker round trips of 12 ms without a network; the ports probed, in order."""
+    from edge_agent import telemetry as telemetry_module
+
     probed: list[int] = []
 
     async def roundtrip(host: str, port: int, timeout: float = 3.0, tls: object = None, **login: object) -> float:
@@ -137,10 +138,20 @@ sites:
         probed.append(port)
         return 12.0
 
+    monkeypatch.setattr(telemetry_module, "mqtt_roundtrip_ms", roundtrip)
+    return probed
+
+
+async def test_peer_brokers_are_probed_every_peer_interval_not_every_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_agent import telemetry as telemetry_module
+    from edge_agent.telemetry import Telemetry
+
+    sites = parse_sites(PEER_SITES)
+    probed = _fake_peer_roundtrips(monkeypatch)
+
     class Hub:
         connected = False
 
-    monkeypatch.setattr(telemetry_module, "mqtt_roundtrip_ms", roundtrip)
     now = [100.0]
     clock = types.SimpleNamespace(monotonic=lambda: now[0], time=time.time, perf_counter=time.perf_counter)
     monkeypatch.setattr(telemetry_module, "time", clock)  # the module's clock only, not the event loop's
@@ -158,22 +169,10 @@ async def test_a_heartbeat_goes_at_once_when_the_hub_link_comes_back(monkeypatch
     """A site back from a partition is heard from then, not up to a heartbeat interval later."""
     import asyncio
 
-    from edge_agent import telemetry as telemetry_module
     from edge_agent.telemetry import Telemetry
 
-    sites = parse_sites(
-        """
-sites:
-  cloud: {tier: hub, broker: "mqtt://127.0.0.1:1"}
-  a: {tier: spoke, broker: "mqtt://127.0.0.1:2", streams: {readings: {topic: "a/+", rate: 1}}}
-  b: {tier: spoke, broker: "mqtt://127.0.0.1:3", streams: {readings: {topic: "b/+", rate: 1}}}
-"""
-    )
-    probed: list[int] = []
-
-    async def roundtrip(host: str, port: int, timeout: float = 3.0, tls: object = None, **login: object) -> float:
-        probed.append(port)
-        return 12.0
+    sites = parse_sites(PEER_SITES)
+    probed = _fake_peer_roundtrips(monkeypatch)
 
     class Hub:
         def __init__(self) -> None:
@@ -185,7 +184,6 @@ sites:
                 self.beats.append(orjson.loads(payload))
             return 1
 
-    monkeypatch.setattr(telemetry_module, "mqtt_roundtrip_ms", roundtrip)
     hub = Hub()
     telemetry = Telemetry("a", sites, "cloud", hub, 3600.0, peer_interval=0.0)  # type: ignore[arg-type]
     stop = asyncio.Event()
