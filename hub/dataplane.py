@@ -3,7 +3,7 @@ r"""The hub's data plane as a process: MQTT ingest plus the Spark engine for one
 Run it as::
 
     python -m hub.dataplane --sites sites.yaml --state-dir .spanedge \\
-        --app app.py --plan plan.json [--spark-master local[2]] [--trigger '500 milliseconds']
+        --app app.py --plan plan.json [--spark-master local[2]] [--trigger '500 milliseconds'] [--conf KEY=VALUE]
 
 It prints ``dataplane ready`` once the app's queries run, restarts a query
 that fails, and stops cleanly on SIGTERM or SIGINT. All its state (the ingest log, the dedupe marks, the
@@ -27,6 +27,15 @@ from spanedge.plan import Plan
 from spanedge.sites import load_sites
 
 
+def _setting(given: str) -> tuple[str, str]:
+    from hub.spark_session import parse_setting
+
+    try:
+        return parse_setting(given)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(prog="python -m hub.dataplane", description=__doc__.splitlines()[0])
@@ -36,6 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plan", type=Path, required=True, help="the plan as JSON")
     parser.add_argument("--spark-master", default="local[2]", help="any Spark master URL")
     parser.add_argument("--trigger", default="500 milliseconds", help="micro-batch interval")
+    parser.add_argument(
+        "--conf", action="append", default=[], type=_setting, metavar="KEY=VALUE", help="a Spark setting (repeat it)"
+    )
     parser.add_argument("--client-id", default="spanedge-hub-ingest", help="MQTT client id of the ingest")
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
@@ -71,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         may_publish=from_plans(lambda name: (plan,) if name == plan.app else ()),
     )
     ingest.start()
-    engine = Engine(args.state_dir, sites, spark_master=args.spark_master, trigger=args.trigger)
+    engine = Engine(
+        args.state_dir, sites, spark_master=args.spark_master, trigger=args.trigger, spark_conf=dict(args.conf)
+    )
     try:
         engine.deploy(app, plan)
         sys.stdout.write("dataplane ready\n")

@@ -18,6 +18,7 @@ idempotent ``foreachBatch``. The parts:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ class Engine:
         spark_master: str = "local[2]",
         trigger: str = "500 milliseconds",
         close_windows: bool = True,
+        spark_conf: Mapping[str, str] | None = None,
     ) -> None:
         """Use ``spark`` if given, else build a session (stopped by :meth:`stop` only if built here).
 
@@ -58,6 +60,7 @@ class Engine:
         the watermark passes it (:mod:`hub.window_close`); else in the micro-batch
         after (Spark's append mode). A running query keeps the mode its checkpoint
         was started in (:func:`hub.lifecycle.keep_checkpoint_modes`).
+        ``spark_conf``: Spark settings over the hub's own, for a session built here.
         """
         from hub.late import LateRecords
         from hub.operator_counts import ObservedCounts
@@ -73,7 +76,7 @@ class Engine:
             running = getattr(SparkSession, "_instantiatedSession", None)
             # A session someone else started (getOrCreate would return it) is theirs to stop.
             self._own_spark = running is None
-            spark = build_session(spark_master)
+            spark = build_session(spark_master, extra=spark_conf)
         else:
             self._own_spark = False
         self.spark = spark

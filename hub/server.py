@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ class HubConfig:
     port: int = 8000
     spark: bool = True
     spark_master: str = "local[2]"
+    #: Spark settings over the hub's own (``spanedge hub --conf``; hub.spark_session.session_settings)
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
     trigger: str = "500 milliseconds"
     #: a sink that reads a window directly writes it once the watermark passes it (hub.window_close)
     close_windows: bool = True
@@ -140,6 +143,7 @@ class Hub:
             self.state_dir,
             self.sites,
             spark_master=self.config.spark_master,
+            spark_conf=self.config.spark_conf,
             trigger=self.config.trigger,
             close_windows=self.config.close_windows,
         )

@@ -9,10 +9,11 @@ MQTT-to-Kafka bridge and Spark's Kafka source (:mod:`hub.spark_source`);
 checkpoints may go to HDFS or S3 then, with Spark's default checkpoint
 writer back (:data:`DEFAULTS` writes them for a local or NFS path; pass
 ``spark.sql.streaming.checkpointFileManagerClass`` =
-``...checkpointing.FileContextBasedCheckpointFileManager`` in ``extra``).
+``...checkpointing.FileContextBasedCheckpointFileManager`` in ``extra``,
+``spanedge hub --conf``).
 The executors need this package and pyarrow installed only for apps with
 Python operators at the hub; ``spark.sql.shuffle.partitions`` should grow
-with the cluster (pass it in ``extra``).
+with the cluster (``--conf spark.sql.shuffle.partitions=N``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from spanedge.errors import MissingExtra
@@ -61,11 +63,52 @@ DEFAULTS: dict[str, str] = {
     "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
 }
 
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+"""The Spark setting that picks the state store (Spark's default keeps state in memory, versioned in files)."""
+
+#: Hadoop's checksummed local file system: RocksDB's state checkpoints cast the ``file:`` system to it.
+CHECKSUMMED_LOCAL_FS: dict[str, str] = {
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.LocalFs",
+}
+
+
+def parse_setting(given: str) -> tuple[str, str]:
+    """``KEY=VALUE`` (``spanedge hub --conf``) as a Spark setting's key and value.
+
+    Raises:
+        ValueError: not ``KEY=VALUE`` with a key that starts with ``spark.``, or the master (its own option).
+    """
+    key, sep, value = given.partition("=")
+    key = key.strip()
+    if not sep or not key.startswith("spark.") or any(c.isspace() for c in key):
+        msg = f"{given!r} is not a Spark setting; give KEY=VALUE with a key that starts with 'spark.', e.g. spark.executor.memory=2g"
+        raise ValueError(msg)
+    if key == "spark.master":
+        msg = "the Spark master is set with --spark-master, not --conf spark.master"
+        raise ValueError(msg)
+    return key, value.strip()
+
+
+def session_settings(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """:data:`DEFAULTS` with ``extra`` over them: the settings :func:`build_session` applies.
+
+    With Spark's RocksDB state store chosen in ``extra``, ``file:`` paths go
+    through Hadoop's checksummed local file system (:data:`CHECKSUMMED_LOCAL_FS`)
+    unless ``extra`` names one: RocksDB's checkpointing casts the file system
+    to it and fails the first state commit on the raw one.
+    """
+    chosen = dict(extra or {})
+    settings = dict(DEFAULTS)
+    if chosen.get(STATE_STORE_PROVIDER, "").endswith(".RocksDBStateStoreProvider"):
+        settings |= CHECKSUMMED_LOCAL_FS
+    return settings | chosen
+
 
 def build_session(
     master: str = "local[2]",
     app_name: str = "spanedge-hub",
-    extra: dict[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
     log_level: str = "ERROR",
 ) -> SparkSession:
     """Return a SparkSession for the hub.
@@ -76,7 +119,7 @@ def build_session(
     Args:
         master: any Spark master URL (``local[2]``, ``spark://host:7077``, ...).
         app_name: the Spark application name.
-        extra: more Spark settings, applied after :data:`DEFAULTS`.
+        extra: more Spark settings (``spanedge hub --conf``), over :data:`DEFAULTS` (see :func:`session_settings`).
         log_level: Spark's log level (``WARN`` or ``ERROR`` keep it quiet).
 
     Raises:
@@ -91,11 +134,13 @@ def build_session(
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(with_task_retries(master)).appName(app_name)
-    for key, value in {**DEFAULTS, **(extra or {})}.items():
+    for key, value in session_settings(extra).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     log.info("spark %s session on %s", spark.version, master)
+    for key, value in sorted((extra or {}).items()):
+        log.info("spark setting %s=%s (given)", key, value)
     return spark
 
 

@@ -22,6 +22,18 @@ def _log_level(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     return level
 
 
+def _spark_conf(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    """Each ``KEY=VALUE`` of ``--conf`` as a setting, or a usage error saying what a setting looks like."""
+    if not value:
+        return {}
+    from hub.spark_session import parse_setting
+
+    try:
+        return dict(parse_setting(given) for given in value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion of ``--log-level``: the levels that start with what is typed, whatever its case."""
     return [level for level in LOG_LEVELS if level.startswith(incomplete.upper())]
@@ -42,6 +54,16 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     "--token-file",
     type=PATH,
     help="file holding the admin API token (default: SPANEDGE_TOKEN; read-only: SPANEDGE_READ_TOKEN)",
+)
+@option(
+    "--conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_spark_conf,
+    show_default=False,
+    help="a Spark setting for the hub's session, over the hub's own (repeat it): spark.executor.memory=2g, "
+    "spark.sql.shuffle.partitions=8 on a cluster, the RocksDB state store",
 )
 @option("--no-spark", is_flag=True, help="control plane only: no ingest, no engine")
 @option("--hub-site", help="which hub site of sites.yaml this is")
@@ -91,6 +113,7 @@ def hub(
     state_dir: Path,
     spark_master: str,
     token_file: Path | None,
+    spark_conf: dict[str, str],
     no_spark: bool,
     hub_site: str | None,
     down_after: float,
@@ -111,9 +134,9 @@ def hub(
 
     2. Install spanedge[hub] (with pyarrow) into the same Python path on every worker: executors run the hub's Python operators with it (Spark reads the ingest log itself).
 
-    3. Put --state-dir on storage every executor reads at the same path (NFS; HDFS or S3 for the checkpoints of a larger cluster): the ingest log and the checkpoints live there.
+    3. Put --state-dir on storage every executor and the hub mount at the same path (NFS): the ingest log (hard links, file locks) and the checkpoints (the hub reads their commit logs) live there, so not HDFS or S3.
 
-    4. Run: spanedge hub --sites sites.yaml --spark-master spark://HUB:7077 --state-dir /shared/spanedge
+    4. Run: spanedge hub --sites sites.yaml --spark-master spark://HUB:7077 --state-dir /shared/spanedge --conf spark.sql.shuffle.partitions=N (N: about the cluster's cores; --conf takes any Spark setting, e.g. spark.executor.memory=2g)
     """
     import logging
 
@@ -139,6 +162,7 @@ def hub(
             port=port,
             spark=not no_spark,
             spark_master=spark_master,
+            spark_conf=spark_conf,
             trigger=trigger,
             close_windows=window_close == "watermark",
             hub_site=hub_site,

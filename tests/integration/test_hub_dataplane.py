@@ -106,7 +106,19 @@ def read_parquet(folder: Path) -> list[dict[str, Any]]:
     return [row for f in files for row in pq.read_table(f).to_pylist()]
 
 
-def test_sigkill_mid_stream_loses_and_repeats_nothing(mosquitto: Any, tmp_path: Path) -> None:
+#: ``spanedge hub --conf`` settings of each state store the hub's windows are checked with
+STATE_STORES = {
+    "default": [],
+    "rocksdb": [
+        "--conf",
+        "spark.sql.streaming.stateStore.providerClass="
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    ],
+}
+
+
+@pytest.mark.parametrize("state_store", list(STATE_STORES))
+def test_sigkill_mid_stream_loses_and_repeats_nothing(mosquitto: Any, tmp_path: Path, state_store: str) -> None:
     out = tmp_path / "out"
     app_file = tmp_path / "app.py"
     app_file.write_text(APP.replace("OUT", str(out)))
@@ -120,7 +132,7 @@ def test_sigkill_mid_stream_loses_and_repeats_nothing(mosquitto: Any, tmp_path: 
     args = [
         "--sites", str(sites_file), "--state-dir", str(tmp_path / "state"), "--app", str(app_file),
         "--plan", str(plan_file), "--trigger", "250 milliseconds", "--client-id", "hub-kill-test",
-        "--log-level", "WARNING",
+        "--log-level", "WARNING", *STATE_STORES[state_store],
     ]  # fmt: skip
     dataplane = Dataplane(args, tmp_path / "dataplane.log")
     units = ("u0", "u1", "u2")

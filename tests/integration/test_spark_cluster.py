@@ -63,7 +63,7 @@ def test_the_hub_runs_the_cold_chain_on_a_standalone_cluster(mosquitto: Any, clu
     env |= {"SPANEDGE_TOKEN": TOKEN, **key_env(tmp_path), "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-c", "from spanedge.cli import main; main()", "hub", "--sites", str(sites_file)]
     command += ["--port", str(port), "--state-dir", str(shared), "--spark-master", cluster.url]
-    command += ["--trigger", "500 milliseconds"]
+    command += ["--trigger", "500 milliseconds", "--conf", "spark.executor.memory=512m"]
     log = tmp_path / "hub.log"
     hub = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     readings = cold_chain_readings(seconds=40)
@@ -80,6 +80,7 @@ def test_the_hub_runs_the_cold_chain_on_a_standalone_cluster(mosquitto: Any, clu
         wait_for(lambda: len(cluster.state().get("activeapps", [])) == 1, 120, "the hub's Spark application")
         app_state = cluster.state()["activeapps"][0]
         assert app_state["cores"] == 2, app_state
+        assert app_state["memoryperexecutor"] == 512, app_state  # spanedge hub --conf reached the session
         for site, rows in stats.items():  # window results as the agents publish them
             publisher.send(stats_records(site, rows), batch=20)
         wait_for(lambda: len(collector.get("cold-chain/alerts")) >= len(expected), 300, "the fleet alerts")

@@ -330,3 +330,49 @@ def test_spanedge_hub_closes_windows_at_the_watermark_unless_asked_for_the_next_
     wrong = CliRunner().invoke(cli, [*args, "--window-close", "soon"], env=env)
     assert wrong.exit_code != 0
     assert "'soon' is not one of 'next-batch', 'watermark'" in wrong.output
+
+
+def test_spanedge_hub_hands_its_spark_settings_to_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    pytest.importorskip("fastapi")
+    from hub.server import Hub
+    from tests.keys import key_env
+
+    seen: list[dict[str, str]] = []
+    monkeypatch.setattr(Hub, "serve", lambda self: seen.append(dict(self.config.spark_conf)))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", root.level)
+    env = {**key_env(tmp_path), "SPANEDGE_TOKEN": "hub-admin-token-0123456789abcdef012345"}
+    args = ["hub", "--sites", SITES, "--no-spark", "--state-dir", str(tmp_path / "hub")]
+    given = ["--conf", "spark.executor.memory=2g", "--conf", "spark.sql.shuffle.partitions = 8"]
+    assert CliRunner().invoke(cli, args, env=env).exit_code == 0
+    result = CliRunner().invoke(cli, [*args, *given, "--conf", "spark.executor.extraJavaOptions=-Da=b"], env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == [
+        {},
+        {
+            "spark.executor.memory": "2g",
+            "spark.sql.shuffle.partitions": "8",
+            "spark.executor.extraJavaOptions": "-Da=b",
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("executor.memory=2g", "'executor.memory=2g' is not a Spark setting; give KEY=VALUE with a key that starts"),
+        ("spark.executor.memory", "'spark.executor.memory' is not a Spark setting; give KEY=VALUE"),
+        ("spark.master=local[4]", "the Spark master is set with --spark-master, not --conf spark.master"),
+    ],
+)
+def test_a_spark_setting_that_is_not_one(tmp_path: Path, given: str, expected: str) -> None:
+    from tests.keys import key_env
+
+    env = {**key_env(tmp_path), "SPANEDGE_TOKEN": "hub-admin-token-0123456789abcdef012345"}
+    args = ["hub", "--sites", SITES, "--no-spark", "--state-dir", str(tmp_path / "hub"), "--conf", given]
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 2
+    assert "Invalid value for '--conf'" in result.output
+    assert expected in " ".join(result.output.split())

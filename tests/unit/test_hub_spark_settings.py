@@ -1,0 +1,44 @@
+"""The settings of the hub's SparkSession: the hub's own, those given with ``spanedge hub --conf``, RocksDB's file system."""
+
+from __future__ import annotations
+
+import pytest
+
+from hub.spark_session import CHECKSUMMED_LOCAL_FS, DEFAULTS, STATE_STORE_PROVIDER, session_settings
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+FILE_SYSTEM = "spark.hadoop.fs.file.impl"
+
+
+def test_without_settings_the_hub_uses_its_own() -> None:
+    assert session_settings() == DEFAULTS
+    assert session_settings({}) == DEFAULTS
+
+
+def test_given_settings_go_over_the_hubs_own() -> None:
+    settings = session_settings({"spark.sql.shuffle.partitions": "8", "spark.executor.memory": "2g"})
+    assert settings["spark.sql.shuffle.partitions"] == "8"
+    assert settings["spark.executor.memory"] == "2g"
+    assert settings[FILE_SYSTEM] == DEFAULTS[FILE_SYSTEM]  # checkpoints still skip Hadoop's checksum files
+
+
+def test_the_rocksdb_state_store_gets_the_checksummed_file_system_it_casts_to() -> None:
+    settings = session_settings({STATE_STORE_PROVIDER: ROCKSDB})
+    assert settings[STATE_STORE_PROVIDER] == ROCKSDB
+    assert CHECKSUMMED_LOCAL_FS.items() <= settings.items()
+    assert DEFAULTS[FILE_SYSTEM] != settings[FILE_SYSTEM]
+
+
+def test_a_file_system_given_with_rocksdb_is_kept() -> None:
+    settings = session_settings({STATE_STORE_PROVIDER: ROCKSDB, FILE_SYSTEM: "org.example.SharedFileSystem"})
+    assert settings[FILE_SYSTEM] == "org.example.SharedFileSystem"
+
+
+def test_a_setting_is_key_equals_value_with_a_spark_key() -> None:
+    from hub.spark_session import parse_setting
+
+    assert parse_setting("spark.executor.memory = 2g") == ("spark.executor.memory", "2g")
+    assert parse_setting("spark.executor.extraJavaOptions=-Da=b") == ("spark.executor.extraJavaOptions", "-Da=b")
+    for wrong in ("spark.executor memory=2g", "memory=2g", "spark.executor.memory", "spark.master=local"):
+        with pytest.raises(ValueError, match="spark"):
+            parse_setting(wrong)
