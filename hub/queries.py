@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 FIRST_BATCH_WAIT_S = 60.0
 """How long a deployment waits for a query's first trigger before starting the next query."""
 
+SPARK_STOPPED = "Cannot call methods on a stopped SparkContext"
+"""Spark's answer to stopping a query once its JVM ended the session (it got a stop signal too)."""
+
 
 @dataclass
 class Query:
@@ -78,8 +81,11 @@ class Query:
         if self.handle is not None:
             try:
                 self.handle.stop()
-            except Exception:
-                log.exception("stopping query %s failed", self.replica)
+            except Exception as exc:
+                if SPARK_STOPPED in str(exc):  # the JVM got the stop signal too and ended its queries itself
+                    log.info("query %s: Spark had already stopped", self.replica)
+                else:
+                    log.exception("stopping query %s failed", self.replica)
             self.handle = None
         self.sink.close()
 
