@@ -175,6 +175,16 @@ class MoveModel(BaseModel):
         default=None, description="when the hub had every result the old owner owed for the move (epoch seconds)"
     )
     handover_s: float | None = Field(default=None, description="seconds from the re-plan to handed_over_at")
+    at_risk_from: float | None = Field(
+        default=None,
+        description="the old owner was gone for good: its results from this event time (it had sent all before) "
+        "to switch_at are lost unless it comes back by recover_by",
+    )
+    recover_by: float | None = Field(
+        default=None,
+        description="the old owner was gone for good: back by then (epoch seconds), it finishes its windows "
+        "before switch_at from its checkpoint and persistent session",
+    )
 
 
 class KeyMoveModel(MoveModel):

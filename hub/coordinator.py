@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
@@ -23,7 +24,7 @@ import orjson
 from hub import plan_history
 from hub.distribution import PlanDistributor, SiteApp, sites_of
 from hub.drift import DriftPolicy, SilenceWatch
-from hub.handover import DEFAULT_DELAY_S, postpone, stamp_handovers
+from hub.handover import DEFAULT_DELAY_S, DEFAULT_KEEP_S, postpone, stamp_handovers
 from hub.handover_hold import HandoverHolds, Mark
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
@@ -236,6 +237,8 @@ class Coordinator:
         if changed and self.engine is not None:
             self.engine.deploy(app, record.plan)
             record = self._in_time(app, record, replaced)
+        if changed and replaced is not None:
+            record = self._at_risk(record)
         prior = self._records.get(app.name)
         # no new version (or a first deploy): the plan in force still replaced the one it did
         kept = replaced if replaced is not None else prior.replaced if prior is not None else None
@@ -269,6 +272,34 @@ class Coordinator:
         self.engine.deploy(app, plan)
         entry = dataclasses.replace(record.history[-1], moved=plan_history.moves(replaced, plan))
         return dataclasses.replace(record, plan=plan, history=[*record.history[:-1], entry])
+
+    def _at_risk(self, record: AppRecord) -> AppRecord:
+        """``record`` with the results its latest moves from sites gone for good may have lost, each logged."""
+        entry = record.history[-1]
+        moved = plan_history.at_risk(
+            entry.moved, self.gone, lambda site: self.frontiers.complete(record.name, site), DEFAULT_KEEP_S
+        )
+        if moved == entry.moved:
+            return record
+        lost: dict[tuple[str, float | None, float, float], list[str]] = {}
+        for m in moved:
+            if "recover_by" in m:
+                lost.setdefault((m["from"], m.get("at_risk_from"), m["switch_at"], m["recover_by"]), []).append(
+                    m["replica"]
+                )
+        for (site, since, switch, recover_by), replicas in lost.items():
+            log.warning(
+                "app %r: %s is gone: the results of %s %s up to the switch at %s are lost unless %s's agent comes "
+                "back with its state directory by %s (its checkpoint and persistent session then finish them)",
+                record.name,
+                site,
+                ", ".join(replicas),
+                f"from {_utc(since)} (all before were sent)" if since is not None else "not yet received",
+                _utc(switch),
+                site,
+                _utc(recover_by),
+            )
+        return dataclasses.replace(record, history=[*record.history[:-1], dataclasses.replace(entry, moved=moved)])
 
     def _distribute(self, sites: Iterable[str]) -> dict[str, str]:
         if self.distributor is None:
@@ -492,6 +523,11 @@ class Coordinator:
         took = 1000 * (time.perf_counter() - started)
         log.info("app %r re-planned (%s): v%d (%.0f ms)", name, record.history[-1].reason, record.plan.version, took)
         return record
+
+
+def _utc(t: float) -> str:
+    """Event time ``t`` (epoch seconds) as UTC, to the millisecond."""
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def _loadable(records: Iterable[AppRecord]) -> Iterator[tuple[AppRecord, App]]:

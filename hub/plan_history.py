@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hub.handover import key_moves
@@ -118,6 +118,28 @@ def _with_state(moved: list[dict[str, Any]], state_bytes: Mapping[str, float]) -
         {**m, "state_bytes": round(state_bytes[m["replica"]])} if m["replica"] in state_bytes and "keys" not in m else m
         for m in moved
     ]
+
+
+def at_risk(
+    moved: list[dict[str, Any]], gone: Callable[[str], bool], sent_before: Callable[[str], float | None], keep_s: float
+) -> list[dict[str, Any]]:
+    """``moved`` with what each handover from a site gone for good may have lost.
+
+    A gone old owner cannot finish its windows before the switch: its results
+    from the frontier it last announced (``sent_before``: it had sent
+    everything before it) to ``switch_at`` are lost unless its agent comes
+    back, with its state directory, while plans still list the handover
+    (``keep_s`` after the switch): then its checkpoint and persistent session
+    finish them. Such a move gains ``"at_risk_from"`` (absent when the site
+    announced no frontier) and ``"recover_by"``.
+    """
+    out = []
+    for m in moved:
+        if "switch_at" in m and gone(m["from"]):
+            since = sent_before(m["from"])
+            m = {**m, "recover_by": m["switch_at"] + keep_s} | ({"at_risk_from": since} if since is not None else {})
+        out.append(m)
+    return out
 
 
 def handed_over(record: AppRecord, replica: str, source: str, at: float) -> AppRecord | None:

@@ -109,6 +109,11 @@ class SiteFrontiers:
                 if value is not None and value > self._complete.get((app, site), -math.inf):
                     self._complete[(app, site)] = value
 
+    def complete(self, app: str, site: str) -> float | None:
+        """The highest frontier ``site`` announced for ``app`` (None: none yet): it sent everything before it."""
+        with self._lock:
+            return self._complete.get((app, site))
+
     def frontiers(self, app: str) -> dict[str, float]:
         """The frontier of every site that holds ``app``'s windows back now (listed, not idle), gone or not."""
         with self._lock:

@@ -186,7 +186,7 @@ def plan_history_of(placement: Any, t0: float) -> list[str]:
     for h in history if isinstance(history, list) else []:
         if not isinstance(h, dict):
             continue
-        moved = ", ".join(_move(m) for m in h.get("moved") or [])
+        moved = ", ".join(_move(m, t0) for m in h.get("moved") or [])
         at = float(h.get("at", t0)) - t0
         lines.append(
             f"plan v{h.get('version')} at {at:+.1f} s: {h.get('reason')}" + (f"; moved {moved}" if moved else "")
@@ -194,9 +194,13 @@ def plan_history_of(placement: Any, t0: float) -> list[str]:
     return lines
 
 
-def _move(m: dict[str, Any]) -> str:
-    """One move of a history entry: the replica, its sites, its state's size and when its handover was done."""
+def _move(m: dict[str, Any], t0: float) -> str:
+    """One move of a history entry: its replica and sites, state size, handover time, and what a dead site risked."""
     notes = []
+    if isinstance(m.get("recover_by"), int | float) and isinstance(m.get("switch_at"), int | float):
+        since = m.get("at_risk_from")
+        start = f"{since - t0:.1f} s" if isinstance(since, int | float) else "its last result"
+        notes.append(f"{m['from']} gone: results from {start} to the switch at {m['switch_at'] - t0:.1f} s at risk")
     if isinstance(m.get("state_bytes"), int):
         notes.append(f"state {_bytes(m['state_bytes'])}")
     if isinstance(m.get("handover_s"), int | float):

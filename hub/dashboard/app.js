@@ -449,9 +449,13 @@
     const at = isNum(m.switch_at) ? `, windows from ${clock(m.switch_at)}` : "";
     const state = isNum(m.state_bytes) ? `, state ${bytes(m.state_bytes)}` : "";
     const done = isNum(m.handover_s) ? `, handed over in ${num(m.handover_s, 1)} s` : "";
+    const since = isNum(m.at_risk_from) ? `from ${clock(m.at_risk_from)} ` : "";
+    const risk = isNum(m.recover_by)
+      ? `; ${m.from} gone: results ${since}to the switch lost unless it is back by ${clock(m.recover_by)}` : "";
     return h("div", {
       "data-testid": "moved", "data-replica": m.replica, "data-from": m.from, "data-to": m.to,
-      text: `${m.replica}${keys}: ${m.from} → ${m.to}${at}${state}${done}`,
+      class: risk ? "at-risk" : "",
+      text: `${m.replica}${keys}: ${m.from} → ${m.to}${at}${state}${done}${risk}`,
     });
   }
 

@@ -55,10 +55,13 @@ MoveView = TypedDict(
         "switch_at": float | None,
         "state_bytes": float | None,
         "handover_s": float | None,
+        "at_risk_from": float | None,
+        "recover_by": float | None,
     },
 )
 """A replica (or a key range of one) whose site changed with a plan version: the handover's switch time,
-the state the replica held at its old site, and how long after the re-plan the old site had handed it over."""
+the state the replica held at its old site, how long after the re-plan the old site had handed it over, and,
+from a site gone for good, what it may have lost (:func:`hub.plan_history.at_risk`)."""
 
 
 class HistoryView(TypedDict):
@@ -398,6 +401,8 @@ def _move_view(move: Mapping[str, Any]) -> MoveView:
         "switch_at": _number(move.get("switch_at")),
         "state_bytes": _number(move.get("state_bytes")),
         "handover_s": _number(move.get("handover_s")),
+        "at_risk_from": _number(move.get("at_risk_from")),
+        "recover_by": _number(move.get("recover_by")),
     }
 
 

@@ -71,3 +71,11 @@ def test_a_dead_spoke_loses_only_what_it_held(kill_run: Any) -> None:
     switch = next(h["switch_at"] for h in placement["handovers"] if h["replica"] == "probe_means@field-east")
     after = [r for r in kill_run.collector.results if r.sink == "valve_bus" and r.value["at"] >= switch + 10]
     assert after, "no valve command of a window after the switch"
+    # the history says what may be lost with the barn, and until when its return would recover it
+    (move,) = [m for m in entry["moved"] if m["replica"] == "probe_means@field-east"]
+    assert move["recover_by"] == move["switch_at"] + 600
+    assert move["at_risk_from"] < move["switch_at"], move
+    hub_log = (kill_run.run_dir / "logs" / "hub.log").read_text()
+    warning = next(line for line in hub_log.splitlines() if "barn is gone: the results of " in line)
+    assert "probe_means@field-east" in warning
+    assert "are lost unless barn's agent comes back with its state directory by " in warning

@@ -613,6 +613,24 @@ def test_the_history_marks_when_the_old_owner_handed_a_move_over(sites: Sites, c
     assert plan_history.handed_over(record, "double", "b", at) is None  # b gave nothing up
 
 
+def test_a_move_from_a_site_gone_for_good_says_what_is_at_risk_and_until_when() -> None:
+    moved = [
+        {"replica": "w@a", "from": "a", "to": "b", "switch_at": 1000.0},  # a is gone, its frontier known
+        {"replica": "w@c", "from": "c", "to": "b", "switch_at": 1000.0},  # c is gone, it announced none
+        {"replica": "w@d", "from": "d", "to": "b", "switch_at": 1000.0},  # d is alive
+        {"replica": "x@a", "from": "a", "to": "cloud"},  # not handed over
+    ]
+    frontiers = {"a": 960.0}
+    marked = plan_history.at_risk(moved, lambda site: site in ("a", "c"), frontiers.get, 600.0)
+    assert marked == [
+        {**moved[0], "at_risk_from": 960.0, "recover_by": 1600.0},
+        {**moved[1], "recover_by": 1600.0},
+        moved[2],
+        moved[3],
+    ]
+    assert plan_history.at_risk(moved, lambda site: False, frontiers.get, 600.0) == moved
+
+
 def test_the_hub_windows_wait_for_the_slowest_site_that_announces_a_frontier(sites: Sites, clock: Clock) -> None:
     coordinator, _, _ = make(sites, clock)
     coordinator.deploy(APP, "app.py")

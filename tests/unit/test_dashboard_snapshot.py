@@ -204,6 +204,7 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
                 "handover_s": 14.5,
             },
             {"replica": "stats@truck-9", "from": "truck-9", "to": "truck-7", "keys": "keys [50%, 100%)"},
+            {"replica": "w@truck-9", "from": "truck-9", "to": "truck-7", "switch_at": 940.0, "recover_by": 1540.0},
         ],
         baselines={"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}},
     )
@@ -219,6 +220,8 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "switch_at": 940.0,
             "state_bytes": 3200.0,
             "handover_s": 14.5,
+            "at_risk_from": None,
+            "recover_by": None,
         },
         {
             "replica": "stats@truck-9",
@@ -228,6 +231,19 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "switch_at": None,
             "state_bytes": None,
             "handover_s": None,
+            "at_risk_from": None,
+            "recover_by": None,
+        },
+        {
+            "replica": "w@truck-9",
+            "from": "truck-9",
+            "to": "truck-7",
+            "keys": None,
+            "switch_at": 940.0,
+            "state_bytes": None,
+            "handover_s": None,
+            "at_risk_from": None,
+            "recover_by": 1540.0,
         },
     ]
     assert second["baselines"] == {"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}}

@@ -233,3 +233,9 @@ def test_the_plan_history_shows_each_move_s_state_and_handover_time() -> None:
         "plan v2 at +30.0 s: latency barn–shed; moved w@f barn->shed (state 3.2 kB, handed over 14.2 s after the"
         " re-plan), m@f barn->shed",
     ]
+    gone = {"replica": "w@f", "from": "barn", "to": "shed", "switch_at": 160.0, "recover_by": 760.0}
+    entry = {"version": 3, "at": 150.0, "reason": "site barn silent", "moved": [{**gone, "at_risk_from": 121.5}, gone]}
+    assert plan_history_of({"history": [entry]}, 100.0) == [
+        "plan v3 at +50.0 s: site barn silent; moved w@f barn->shed (barn gone: results from 21.5 s to the switch at"
+        " 60.0 s at risk), w@f barn->shed (barn gone: results from its last result to the switch at 60.0 s at risk)"
+    ]

@@ -10,6 +10,7 @@ import pytest
 
 from edge_agent.heartbeat import CpuBudget
 from hub.coordinator import Coordinator
+from hub.handover import DEFAULT_KEEP_S
 from hub.registry import SiteRegistry
 from hub.site_health import HealthPolicy, SiteHealth, planned_load
 from spanedge.sites import Sites, load_sites
@@ -150,12 +151,17 @@ def test_an_overloaded_spoke_hands_its_guests_to_a_neighbour_and_the_history_say
     assert {h.replica for h in record.plan.handovers} >= {"probe_means@field-east"}
 
 
-def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(sites: Sites) -> None:
+def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
+    sites: Sites, caplog: pytest.LogCaptureFixture
+) -> None:
     clock = Clock()
     coordinator, registry = _farm(sites, clock)
     everyone = ("barn", "shed", "field-east", "field-west")
     for site in everyone:
         _beat(coordinator, site)
+    app = coordinator.records()[0].name
+    sent_before = clock.now - 7.5  # the barn's last frontier: it had sent every result before it
+    assert coordinator.heartbeat("barn", orjson.dumps(beat("barn", 5.0, complete={app: sent_before})))
     versions = [coordinator.records()[0].plan.version]
     # the barn falls silent: first re-plans wait for it (SilenceWatch), nothing moves
     for _ in range(10):
@@ -177,6 +183,13 @@ def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(site
     assert record.history[-1].reason.startswith("site barn silent for ")
     assert _site_of(coordinator, "probe_means@field-east") not in ("barn", "cloud")
     assert any(h.source == "barn" for h in record.plan.handovers)
+    # the move says what the dead barn may have lost and until when its return recovers it
+    (move,) = [m for m in record.history[-1].moved if m["replica"] == "probe_means@field-east"]
+    assert move["at_risk_from"] == sent_before
+    assert move["recover_by"] == move["switch_at"] + DEFAULT_KEEP_S
+    assert all("recover_by" in m for m in record.history[-1].moved if m["from"] == "barn")
+    assert "barn is gone: the results of " in caplog.text
+    assert "lost unless barn's agent comes back with its state directory by" in caplog.text
     # it comes back: once the handover from it is over, the re-plan that follows says so (and may move replicas back)
     clock.now += 5
     for site in everyone:
