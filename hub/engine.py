@@ -18,6 +18,7 @@ idempotent ``foreachBatch``. The parts:
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hub.lifecycle import Lifecycle
 from hub.queries import Deployed
 from hub.sinks import MemoryStore
+from hub.spark_session import spark_ended
 from spanedge.plan import Plan
 from spanedge.sites import Sites
 
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spanedge.app import App
+
+
+log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -167,4 +172,9 @@ class Engine:
         with contextlib.suppress(Exception):  # the session may already be gone
             self.spark.streams.removeListener(self._listener)
         if self._own_spark:
-            self.spark.stop()
+            try:
+                self.spark.stop()
+            except Exception as exc:
+                if not spark_ended(exc):
+                    raise
+                log.info("Spark's JVM had already ended the session (it got the stop signal too)")

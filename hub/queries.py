@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hub.sinks import BatchSink
+from hub.spark_session import spark_ended
 from spanedge.app import App
 from spanedge.plan import Plan
 
@@ -28,9 +29,6 @@ log = logging.getLogger(__name__)
 
 FIRST_BATCH_WAIT_S = 60.0
 """How long a deployment waits for a query's first trigger before starting the next query."""
-
-SPARK_STOPPED = "Cannot call methods on a stopped SparkContext"
-"""Spark's answer to stopping a query once its JVM ended the session (it got a stop signal too)."""
 
 
 @dataclass
@@ -82,7 +80,7 @@ class Query:
             try:
                 self.handle.stop()
             except Exception as exc:
-                if SPARK_STOPPED in str(exc):  # the JVM got the stop signal too and ended its queries itself
+                if spark_ended(exc):  # the JVM got the stop signal too and ended its queries itself
                     log.info("query %s: Spark had already stopped", self.replica)
                 else:
                     log.exception("stopping query %s failed", self.replica)

@@ -18,6 +18,7 @@ with the cluster (``--conf spark.sql.shuffle.partitions=N``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -155,3 +156,27 @@ def with_task_retries(master: str) -> str:
     if found is None:
         return master
     return f"local[{found.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
+
+
+SPARK_STOPPED = "Cannot call methods on a stopped SparkContext"
+"""Spark's answer to a call once its JVM has ended the session (the JVM got a stop signal too)."""
+
+
+def spark_ended(exc: BaseException) -> bool:
+    """True if ``exc`` (or what it came from) says Spark's JVM already ended the session or exited.
+
+    A stop signal sent to the hub's process group reaches the JVM too: its
+    shutdown hook stops the SparkContext, or the JVM is gone before the hub
+    stops its queries, and py4j then finds no one to connect to.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError) or type(seen).__name__ == "Py4JNetworkError":
+            return True
+        text = ""
+        with contextlib.suppress(Exception):  # py4j's error str() asks the JVM, which may be gone
+            text = str(seen)
+        if SPARK_STOPPED in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
