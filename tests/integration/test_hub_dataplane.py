@@ -85,15 +85,16 @@ class Dataplane:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
 
-    def terminate(self) -> None:
+    def terminate(self) -> int | None:
+        """SIGTERM to the process group (Spark's JVM too), SIGKILL after a minute; the exit code (None: not running)."""
         if self.proc is None or self.proc.poll() is not None:
-            return
+            return None
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=60)
+            return self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=30)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -164,6 +165,7 @@ def test_sigkill_mid_stream_loses_and_repeats_nothing(mosquitto: Any, tmp_path: 
             expected_windows[key] = (n + 1, total + r.value["temp"])
         wait_for(lambda: len(read_parquet(out / "windows")) >= len(expected_windows), 240, "every window")
         assert dataplane.alive()
+        assert dataplane.terminate() == 0, "the stop signal reached Spark's JVM too: the data plane still ends cleanly"
     finally:
         publisher.close()
         dataplane.terminate()
