@@ -28,10 +28,11 @@ lint: $(STAMP)
 system-packages:
 	@scripts/system-packages
 
-# The unit tests (no broker, no Spark) on both cores; then the rest, one test at a time.
+# The unit tests (no broker, no Spark) on both cores; then the rest, two files at a time (each worker
+# keeps a file's tests together, so a module's simulated run or broker starts once, and has its own SparkSession).
 test: $(STAMP) lint system-packages
 	$(BIN)/pytest tests/unit -n 2
-	$(BIN)/pytest tests/integration tests/e2e
+	$(BIN)/pytest tests/integration tests/e2e -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py

@@ -106,6 +106,7 @@ class Agent:
         self.plan_intake = PlanIntake(site, config.trusted_keys or _no_keys()) if self.managed else None
         self._initial = plans or []
         self._saved_plan = config.state_dir / "plan.signed"
+        self._resume_at: float | None = None  # loop time to resume the saved plan at, unless the hub's comes first
         self._stop = asyncio.Event()
 
     @property
@@ -150,7 +151,10 @@ class Agent:
         self.hub.start()
         if self.managed:
             self.hub.subscribe([(topics.control(self.site, "plan"), 1), (topics.control(self.site, "probe"), 0)])
-            self._resume_managed()
+            if self.config.plan_wait > 0 and self._saved_plan.is_file():
+                self._resume_at = loop.time() + self.config.plan_wait
+            else:
+                self._resume_managed()
         else:
             self.hub.subscribe([(topics.control(self.site, "probe"), 0)])
             self.apply(self._initial)
@@ -171,6 +175,8 @@ class Agent:
             messages = self.inbox.drain(1000)
             if messages:
                 self._handle(messages)
+            if self._resume_at is not None:
+                self._resume_when_due()
             self.processor.step()
             self._retire_drained()
 
@@ -194,6 +200,32 @@ class Agent:
         log.info("agent of site %s stopped; state checkpointed in %s", self.site, self.config.state_dir)
 
     # -- plans --------------------------------------------------------------
+
+    def _resume_when_due(self) -> None:
+        """Resume the saved plan once :attr:`AgentConfig.plan_wait` is over, unless the hub's plan came first.
+
+        A plan that changed while the agent was down (its replicas moved away, say)
+        must not run again: the saved one would take records and windows that are
+        now another site's. So a restarted agent subscribes to its data only once
+        it has the hub's retained plan, or, with the hub out of reach, after the wait.
+        """
+        assert self.plan_intake is not None
+        assert self._resume_at is not None
+        if self.plan_intake.applied is not None:  # the hub's plan came first and runs
+            self._resume_at = None
+            return
+        if asyncio.get_running_loop().time() < self._resume_at:
+            return
+        self._resume_at = None
+        log.warning(
+            "no plan from the hub broker (%s) within %g s: resuming the plan saved in %s; if the hub re-planned "
+            "while this agent was down, its results may repeat or miss what the new plan gave other sites until "
+            "the hub's plan arrives (raise --plan-wait where the hub broker is slow to reach)",
+            self.hub_site,
+            self.config.plan_wait,
+            self._saved_plan,
+        )
+        self._resume_managed()
 
     def _resume_managed(self) -> None:
         assert self.plan_intake is not None

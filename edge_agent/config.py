@@ -91,6 +91,12 @@ class AgentConfig:
         min=0.0,
     )
     checkpoint_interval: float = _option(1.0, "seconds between checkpoints")
+    plan_wait: float = _option(
+        10.0,
+        "seconds a restarted managed agent waits for the hub's current plan before it resumes the plan it saved "
+        "(0: resume at once)",
+        min=0.0,
+    )
     metrics_port: int | None = _option(None, "serve Prometheus metrics on this port (unset: off)")
     batch_size: int = 100
     inbox_size: int = 5000

@@ -290,7 +290,8 @@ class Coordinator:
         for (site, since, switch, recover_by), replicas in lost.items():
             log.warning(
                 "app %r: %s is gone: the results of %s %s up to the switch at %s are lost unless %s's agent comes "
-                "back with its state directory by %s (its checkpoint and persistent session then finish them)",
+                "back with its state directory by %s (its checkpoint and persistent session then finish them; the hub's "
+                "windows that closed before it is back stay without them)",
                 record.name,
                 site,
                 ", ".join(replicas),

@@ -258,7 +258,7 @@ class FaultSchedule:
         elif fault.kind is FaultKind.KILL_AGENT:
             await loop.run_in_executor(None, self.target.kill_agent, site)
             self.note(f"killed agent {site} (SIGKILL)")
-            await asyncio.sleep(self.restart_delay)
+            await asyncio.sleep(self.restart_delay if fault.duration is None else fault.duration)
             self.target.start_agent(site)
             record.ended = self.clock()
             self.note(f"restarted agent {site}")

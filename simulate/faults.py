@@ -20,7 +20,7 @@ from spanedge.sites import Sites, Tier
 
 FORMS = (
     "partition:<site>:<duration>@<t>",
-    "kill-agent:<spoke>@<t>",
+    "kill-agent:<spoke>[:<downtime>]@<t>",
     "restart-hub@<t>",
     "restart-broker:<site>@<t>",
     "latency:<site>:<ms>@<t>",
@@ -117,7 +117,11 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         FaultKind.OVERLOAD: 2,
         FaultKind.KILL_SITE: 2,
     }[kind]
-    fits = len(parts) == expected or (kind is FaultKind.OVERLOAD and 2 <= len(parts) <= 4)
+    fits = (
+        len(parts) == expected
+        or (kind is FaultKind.OVERLOAD and 2 <= len(parts) <= 4)
+        or (kind is FaultKind.KILL_AGENT and len(parts) == 3)
+    )
     if not fits:
         form = next(f for f in FORMS if f.startswith(kind.value))
         raise _bad(spec, f"{kind.value} takes the form {form}")
@@ -127,8 +131,9 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
     if site in (OLD_OWNER, NEW_OWNER) and anchor is None:
         raise _bad(spec, f"{site!r} stands for a site of the first handover: give a time like switch+2s or replan+3s")
     fault = Fault(kind=kind, at=at, site=site, anchor=anchor, text=spec.strip())
-    if kind is FaultKind.PARTITION:
-        fault = Fault(kind, at, site, duration=_seconds(spec, "duration", parts[2]), anchor=anchor, text=fault.text)
+    if kind is FaultKind.PARTITION or (kind is FaultKind.KILL_AGENT and len(parts) == 3):
+        label = "duration" if kind is FaultKind.PARTITION else "downtime"
+        fault = Fault(kind, at, site, duration=_seconds(spec, label, parts[2]), anchor=anchor, text=fault.text)
     elif kind is FaultKind.LATENCY:
         try:
             ms = float(parts[2].removesuffix("ms"))

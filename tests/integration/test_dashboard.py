@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
+import orjson
 import pytest
 
 from tests.conftest import EXAMPLES, missing_part
@@ -336,6 +337,99 @@ def test_dashboard_shows_the_live_system(browser: Any, tmp_path: Path) -> None:
         page.screenshot(path=str(shot), full_page=True)
         print(f"dashboard screenshot: {shot}")
         context.close()
+
+
+FARM_GRACE_S = 3.0
+"""The smart farm's sites count as gone after this many seconds of silence in :func:`test_dashboard_shows_a_move_away_from_a_site_gone_for_good`."""
+
+
+def farm_control_plane() -> tuple[Any, Any]:
+    """A coordinator over the smart farm's sites with a short grace period, and its REST app."""
+    from hub.api import create_app
+    from hub.coordinator import Coordinator
+    from hub.registry import SiteRegistry
+    from hub.site_health import HealthPolicy
+    from spanedge.sites import load_sites
+    from spanedge.tokens import Tokens, TokenScope
+
+    sites = load_sites(EXAMPLES / "smart_farm" / "sites.yaml")
+    coordinator = Coordinator(
+        SiteRegistry(sites, down_after_s=1.5),
+        health=HealthPolicy(site_grace_s=FARM_GRACE_S),
+        handover_delay_s=1.0,
+    )
+    tokens = Tokens([(TokenScope.ADMIN, ADMIN, "test"), (TokenScope.READ, TOKEN, "test")])
+    return coordinator, create_app(coordinator, tokens)
+
+
+def test_dashboard_shows_a_move_away_from_a_site_gone_for_good(browser: Any) -> None:
+    """The barn, host of field-east's offloaded windows, falls silent: the move and what it puts at risk show."""
+    import httpx
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    coordinator, api = farm_control_plane()
+    spokes = ("barn", "shed", "field-east", "field-west")
+    barn_frontier: list[float] = []
+    stop = threading.Event()
+
+    def beats() -> None:
+        started = time.monotonic()
+        while not stop.wait(BEAT_EVERY_S):
+            for site in spokes:
+                if site == "barn" and time.monotonic() - started > 1.0:
+                    continue  # the barn dies for good after its first heartbeats
+                complete = round(time.time() - 2.0, 3)
+                if site == "barn":
+                    barn_frontier.append(complete)
+                beat = {"site": site, "apps": ["smart-farm"], "cpu_percent": 5.0, "complete": {"smart-farm": complete}}
+                coordinator.heartbeat(site, orjson.dumps(beat))
+            coordinator.check()
+
+    with serving(api) as base:
+        answer = httpx.post(
+            f"{base}/apps",
+            json={"source": (EXAMPLES / "smart_farm" / "app.py").read_text(), "filename": "app.py"},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            timeout=60,
+        )
+        assert answer.status_code == 201, answer.text
+        assert coordinator.record("smart-farm").plan.site_of("probe_means@field-east") == "barn"
+        thread = threading.Thread(target=beats, name="farm-heartbeats", daemon=True)
+        thread.start()
+        context = browser.new_context(viewport={"width": 1440, "height": 1000})
+        try:
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"{base}/")
+            page.get_by_test_id("token-input").fill(TOKEN)
+            page.get_by_test_id("sign-in").click()
+
+            history = page.get_by_test_id("history-row")
+            expect(history).to_have_count(2, timeout=60_000)  # the deploy, then the re-plan without the barn
+            latest = history.first
+            expect(latest.locator("td.reason")).to_contain_text("site barn silent for")
+            moved = latest.locator('[data-testid=moved][data-replica="probe_means@field-east"]')
+            expect(moved).to_have_attribute("data-from", "barn")
+            expect(moved).to_have_class(re.compile(r"\bat-risk\b"))
+            expect(moved).to_contain_text("barn gone: results from ")
+            expect(moved).to_contain_text(" to the switch lost unless it is back by ")
+            color = moved.evaluate("e => getComputedStyle(e).color")
+            plain = latest.locator("td.reason").evaluate("e => getComputedStyle(e).color")
+            assert color != plain, "an at-risk move is drawn in the warning colour"
+            assert errors == []
+        finally:
+            context.close()  # its event stream too, before the server stops
+            stop.set()
+            thread.join(timeout=10)
+
+    (entry,) = [
+        m for m in coordinator.record("smart-farm").history[-1].moved if m["replica"] == "probe_means@field-east"
+    ]
+    assert entry["to"] not in ("barn", "cloud")
+    assert entry["at_risk_from"] in barn_frontier  # the last frontier the barn announced
+    assert entry["recover_by"] > entry["switch_at"]
 
 
 def test_docs_work_without_network(hub_parts: None) -> None:

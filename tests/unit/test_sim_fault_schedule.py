@@ -42,6 +42,21 @@ class Recorder:
         self.calls.append(("restart-hub",))
 
 
+async def test_an_agent_killed_with_a_downtime_starts_again_after_it() -> None:
+    target, notes = Recorder(), []
+    faults = parse_faults(["kill-agent:edge:2s@0s"])
+    schedule = FaultSchedule(faults, target, "cloud", notes.append, restart_delay=0.01)
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(schedule.run(loop.time()))
+    await asyncio.sleep(0.3)
+    assert target.calls == [("kill", "edge")]  # down for its downtime, not the restart delay
+    await task
+    assert target.calls == [("kill", "edge"), ("start", "edge")]
+    assert notes[-1] == "restarted agent edge"
+    (applied,) = schedule.applied
+    assert applied.ended is not None
+
+
 async def test_faults_happen_in_time_order_and_heal() -> None:
     target, notes = Recorder(), []
     faults = parse_faults(

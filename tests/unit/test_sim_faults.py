@@ -21,7 +21,9 @@ def test_every_form_parses() -> None:
     p = parse_fault("partition:factory-a:20s@15s", SITES)
     assert (p.kind, p.site, p.duration, p.at) == (FaultKind.PARTITION, "factory-a", 20.0, 15.0)
     k = parse_fault("kill-agent:truck-7@30s", SITES)
-    assert (k.kind, k.site, k.at) == (FaultKind.KILL_AGENT, "truck-7", 30.0)
+    assert (k.kind, k.site, k.at, k.duration) == (FaultKind.KILL_AGENT, "truck-7", 30.0, None)
+    down = parse_fault("kill-agent:truck-7:45s@20s", SITES)  # dead for 45 s, then back with its state directory
+    assert (down.kind, down.site, down.at, down.duration) == (FaultKind.KILL_AGENT, "truck-7", 20.0, 45.0)
     h = parse_fault("restart-hub@1m")
     assert (h.kind, h.site, h.at) == (FaultKind.RESTART_HUB, None, 60.0)
     b = parse_fault("restart-broker:cloud@500ms", SITES)
@@ -47,6 +49,8 @@ def test_faults_are_sorted_by_time() -> None:
         ("restart-hub:cloud@1s", "restart-hub takes the form"),
         ("partition:truck-7:soon@1s", "duration: expected a duration"),
         ("kill-agent:truck-7@later", "time: expected a duration"),
+        ("kill-agent:truck-7:long@1s", "downtime: expected a duration"),
+        ("kill-agent:truck-7:5s:9s@1s", "kill-agent takes the form kill-agent:<spoke>[:<downtime>]@<t>"),
         ("latency:truck-7:fast@1s", "latency must be milliseconds"),
         ("kill-agent:truck-8@1s", "unknown site 'truck-8'; sites.yaml defines: cloud, factory-a, truck-7"),
         ("kill-agent:cloud@1s", "is a hub and runs no agent"),
