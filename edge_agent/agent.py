@@ -107,6 +107,7 @@ class Agent:
         self._initial = plans or []
         self._saved_plan = config.state_dir / "plan.signed"
         self._resume_at: float | None = None  # loop time to resume the saved plan at, unless the hub's comes first
+        self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
 
     @property
@@ -158,14 +159,21 @@ class Agent:
         else:
             self.hub.subscribe([(topics.control(self.site, "probe"), 0)])
             self.apply(self._initial)
-        tasks = [
-            asyncio.create_task(self.drainer.run(self._stop), name="drain"),
-            asyncio.create_task(self.telemetry.run(self._stop, self.heartbeat), name="heartbeat"),
-        ]
+        self._tasks.append(asyncio.create_task(self.drainer.run(self._stop), name="drain"))
+        if self._resume_at is None:
+            self._start_heartbeats()
         try:
             await self._consume()
         finally:
-            await self._shutdown(tasks)
+            await self._shutdown(self._tasks)
+
+    def _start_heartbeats(self) -> None:
+        """Start the heartbeats (and probes); a restarted agent waiting for the hub's plan sends none yet.
+
+        Until then the hub keeps the frontiers the site announced before it went down, so its
+        windows keep waiting for what the site still owes instead of an app it does not list yet.
+        """
+        self._tasks.append(asyncio.create_task(self.telemetry.run(self._stop, self.heartbeat), name="heartbeat"))
 
     async def _consume(self) -> None:
         while not self._stop.is_set():
@@ -213,10 +221,12 @@ class Agent:
         assert self._resume_at is not None
         if self.plan_intake.applied is not None:  # the hub's plan came first and runs
             self._resume_at = None
+            self._start_heartbeats()
             return
         if asyncio.get_running_loop().time() < self._resume_at:
             return
         self._resume_at = None
+        self._start_heartbeats()
         log.warning(
             "no plan from the hub broker (%s) within %g s: resuming the plan saved in %s; if the hub re-planned "
             "while this agent was down, its results may repeat or miss what the new plan gave other sites until "

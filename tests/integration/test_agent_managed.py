@@ -188,3 +188,36 @@ async def test_a_restarted_agent_cut_off_from_the_hub_resumes_its_saved_plan(
         await asyncio.wait_for(task, 20)
     finally:
         sensor.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_restarted_agent_sends_no_heartbeat_before_it_has_a_plan(
+    mosquitto_factory: Any, tmp_path: Path
+) -> None:
+    """Its first heartbeat after a restart already lists its app, so the hub's windows never stop waiting for it."""
+    hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
+    _, plan_path, sites = write_setup(tmp_path, hub.url, site.url)
+    plan = Plan.from_json(plan_path.read_text())
+    control = client(hub.port)
+    control.publish(topics.control("truck-7", "plan"), _signed(plan, 1), qos=1, retain=True).wait_for_publish(5)
+    control.loop_stop()
+    observer = HubObserver(hub.port)
+    config = AgentConfig("truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, trusted_keys=TRUSTED)
+    sensor = Sensor(site.port)
+    start = (time.time() - 3600) // 10 * 10
+    try:
+        first = Agent(config, connect=PahoTransport)
+        task = await _run_until_results(first, sensor, observer, start)
+        first.stop()
+        await asyncio.wait_for(task, 20)
+        before = len(observer.heartbeats())
+        second = Agent(config, connect=PahoTransport)
+        task = asyncio.create_task(second.run())
+        await poll(lambda: len(observer.heartbeats()) >= before + 3, 20, "heartbeats after the restart")
+        after = observer.heartbeats()[before:]
+        assert all(beat["apps"] == ["cold-chain"] for beat in after), after
+        second.stop()
+        await asyncio.wait_for(task, 20)
+    finally:
+        sensor.close()
+        observer.close()
