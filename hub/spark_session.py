@@ -160,6 +160,8 @@ def with_task_retries(master: str) -> str:
 
 SPARK_STOPPED = "Cannot call methods on a stopped SparkContext"
 """Spark's answer to a call once its JVM has ended the session (the JVM got a stop signal too)."""
+JVM_LOST = "does not exist in the JVM"
+"""py4j's answer when the JVM stopped answering while it looked a class up."""
 
 
 def spark_ended(exc: BaseException) -> bool:
@@ -167,7 +169,10 @@ def spark_ended(exc: BaseException) -> bool:
 
     A stop signal sent to the hub's process group reaches the JVM too: its
     shutdown hook stops the SparkContext, or the JVM is gone before the hub
-    stops its queries, and py4j then finds no one to connect to.
+    stops its queries, and py4j then finds no one to connect to. When the
+    connection breaks while py4j looks up one of Spark's own classes, py4j
+    logs the network error and raises that the class "does not exist in the
+    JVM", which a live JVM of the same installation never says.
     """
     seen: BaseException | None = exc
     while seen is not None:
@@ -177,6 +182,8 @@ def spark_ended(exc: BaseException) -> bool:
         with contextlib.suppress(Exception):  # py4j's error str() asks the JVM, which may be gone
             text = str(seen)
         if SPARK_STOPPED in text:
+            return True
+        if type(seen).__name__ == "Py4JError" and text.startswith("org.apache.spark.") and text.endswith(JVM_LOST):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

@@ -16,6 +16,10 @@ class Py4JNetworkError(Exception):
     """Named as py4j's own: the gateway found no JVM to answer."""
 
 
+class Py4JError(Exception):
+    """Named as py4j's own: what it raises when a lookup in the JVM failed."""
+
+
 class Unprintable(Exception):
     """An error whose text cannot be had (py4j asks the JVM for it)."""
 
@@ -38,6 +42,10 @@ def test_spark_ended_knows_a_stopped_context_and_a_jvm_that_is_gone() -> None:
     assert spark_ended(ConnectionRefusedError(111, "Connection refused"))
     assert spark_ended(_chained(RuntimeError("stop failed"), Py4JNetworkError("Answer from Java side is empty")))
     assert spark_ended(_chained(Unprintable(), ConnectionRefusedError(111, "Connection refused")))
+    # the connection broke while pyspark looked up its own session class (SparkSession.stop)
+    assert spark_ended(Py4JError("org.apache.spark.sql.classic.SparkSession does not exist in the JVM"))
+    assert not spark_ended(Py4JError("com.example.Missing does not exist in the JVM"))  # a user's class
+    assert not spark_ended(Py4JError("An error occurred while calling o12.start"))
     assert not spark_ended(RuntimeError("the sink's directory is not writable"))
     assert not spark_ended(Unprintable())
 
