@@ -219,14 +219,13 @@ class Agent:
         """
         assert self.plan_intake is not None
         assert self._resume_at is not None
-        if self.plan_intake.applied is not None:  # the hub's plan came first and runs
-            self._resume_at = None
-            self._start_heartbeats()
-            return
-        if asyncio.get_running_loop().time() < self._resume_at:
+        hubs_plan = self.plan_intake.applied is not None  # the hub's plan came first and runs
+        if not hubs_plan and asyncio.get_running_loop().time() < self._resume_at:
             return
         self._resume_at = None
         self._start_heartbeats()
+        if hubs_plan:
+            return
         log.warning(
             "no plan from the hub broker (%s) within %g s: resuming the plan saved in %s; if the hub re-planned "
             "while this agent was down, its results may repeat or miss what the new plan gave other sites until "

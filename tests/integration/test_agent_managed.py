@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,18 +92,50 @@ async def test_agent_applies_signed_plans_and_rejects_forged_ones(
         control.loop_stop()
 
 
-async def _run_until_results(agent: Agent, sensor: Sensor, observer: HubObserver, start: float) -> Any:
-    """Start ``agent``, wait for its plan to subscribe it to its data, feed it a minute of readings; return its task."""
-    task = asyncio.create_task(agent.run())
-    await poll(
-        lambda: "truck-7" in agent.intake.transports and agent.intake.transports["truck-7"].subscribed.is_set(),
-        20,
-        "the agent to subscribe to its data",
-    )
-    data = readings(start, 200, step=0.1)
-    await asyncio.to_thread(sensor.send, [*data, {"unit": "u0", "ts": start + 60.0, "temp_f": 40.0}])
-    await poll(lambda: same(results(observer.deduped()), reference(data, start + 59.0)), 20, "the first results")
-    return task
+def _subscribed(agent: Agent) -> bool:
+    """The agent's plan has it subscribed to its data on truck-7's broker."""
+    return "truck-7" in agent.intake.transports and agent.intake.transports["truck-7"].subscribed.is_set()
+
+
+@dataclass
+class FirstRun:
+    """What a test has after :func:`_after_a_first_run`: the brokers, the plan, and the agent's settings."""
+
+    hub: Any
+    plan: Plan
+    control: Any
+    observer: HubObserver
+    config: AgentConfig
+    sensor: Sensor
+    start: float
+
+
+@asynccontextmanager
+async def _after_a_first_run(mosquitto_factory: Any, tmp_path: Path, **options: Any) -> AsyncIterator[FirstRun]:
+    """Plan v1 retained on the hub broker, an agent run on it until its first results and stopped (its state kept)."""
+    hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
+    _, plan_path, sites = write_setup(tmp_path, hub.url, site.url)
+    plan = Plan.from_json(plan_path.read_text())
+    control = client(hub.port)
+    control.publish(topics.control("truck-7", "plan"), _signed(plan, 1), qos=1, retain=True).wait_for_publish(5)
+    observer = HubObserver(hub.port)
+    config = AgentConfig("truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, trusted_keys=TRUSTED, **options)
+    sensor = Sensor(site.port)
+    start = (time.time() - 3600) // 10 * 10
+    try:
+        first = Agent(config, connect=PahoTransport)
+        task = asyncio.create_task(first.run())
+        await poll(lambda: _subscribed(first), 20, "the agent to subscribe to its data")
+        data = readings(start, 200, step=0.1)
+        await asyncio.to_thread(sensor.send, [*data, {"unit": "u0", "ts": start + 60.0, "temp_f": 40.0}])
+        await poll(lambda: same(results(observer.deduped()), reference(data, start + 59.0)), 20, "the first results")
+        first.stop()
+        await asyncio.wait_for(task, 20)
+        yield FirstRun(hub, plan, control, observer, config, sensor, start)
+    finally:
+        sensor.close()
+        observer.close()
+        control.loop_stop()
 
 
 @pytest.mark.timeout(90)
@@ -109,29 +144,15 @@ async def test_a_restarted_agent_takes_the_hubs_new_plan_before_any_data(
 ) -> None:
     """The hub moved the app away while the agent was down: the plan it saved must not run again."""
     caplog.set_level(logging.INFO)
-    hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
-    _, plan_path, sites = write_setup(tmp_path, hub.url, site.url)
-    plan = Plan.from_json(plan_path.read_text())
-    control = client(hub.port)
-    plan_topic = topics.control("truck-7", "plan")
-    control.publish(plan_topic, _signed(plan, 1), qos=1, retain=True).wait_for_publish(5)
-    observer = HubObserver(hub.port)
-    config = AgentConfig("truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, trusted_keys=TRUSTED)
-    sensor = Sensor(site.port)
-    start = (time.time() - 3600) // 10 * 10
-    try:
-        first = Agent(config, connect=PahoTransport)
-        task = await _run_until_results(first, sensor, observer, start)
-        first.stop()
-        await asyncio.wait_for(task, 20)
-        sent = len(observer.batches())
-
+    async with _after_a_first_run(mosquitto_factory, tmp_path) as run:
+        sent = len(run.observer.batches())
         # down: the hub's plan v2 takes the app away, and the sensor goes on (the agent's session queues it)
-        control.publish(plan_topic, _signed(plan, 2, apps=False), qos=1, retain=True).wait_for_publish(5)
-        later = readings(start + 60.0, 200, step=0.1)
-        await asyncio.to_thread(sensor.send, [*later, {"unit": "u0", "ts": start + 120.0, "temp_f": 40.0}])
+        plan_topic = topics.control("truck-7", "plan")
+        run.control.publish(plan_topic, _signed(run.plan, 2, apps=False), qos=1, retain=True).wait_for_publish(5)
+        later = readings(run.start + 60.0, 200, step=0.1)
+        await asyncio.to_thread(run.sensor.send, [*later, {"unit": "u0", "ts": run.start + 120.0, "temp_f": 40.0}])
         caplog.clear()
-        second = Agent(config, connect=PahoTransport)
+        second = Agent(run.config, connect=PahoTransport)
         task = asyncio.create_task(second.run())
         await poll(lambda: second.plan_intake is not None and second.plan_intake.version == 2, 20, "plan v2")
         assert second.pipelines == {}
@@ -139,13 +160,9 @@ async def test_a_restarted_agent_takes_the_hubs_new_plan_before_any_data(
         assert "restored window state" not in caplog.text
         assert second.outbox.records == 0
         await asyncio.sleep(2)  # what a v1 pipeline would have sent by now: nothing
-        assert len(observer.batches()) == sent
+        assert len(run.observer.batches()) == sent
         second.stop()
         await asyncio.wait_for(task, 20)
-    finally:
-        sensor.close()
-        observer.close()
-        control.loop_stop()
 
 
 @pytest.mark.timeout(90)
@@ -154,40 +171,17 @@ async def test_a_restarted_agent_cut_off_from_the_hub_resumes_its_saved_plan(
 ) -> None:
     """With the hub broker out of reach, the agent runs the plan it saved after ``plan_wait``, and says so."""
     caplog.set_level(logging.INFO)
-    hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
-    _, plan_path, sites = write_setup(tmp_path, hub.url, site.url)
-    plan = Plan.from_json(plan_path.read_text())
-    control = client(hub.port)
-    control.publish(topics.control("truck-7", "plan"), _signed(plan, 1), qos=1, retain=True).wait_for_publish(5)
-    control.loop_stop()
-    observer = HubObserver(hub.port)
-    config = AgentConfig(
-        "truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, trusted_keys=TRUSTED, plan_wait=1.0
-    )
-    sensor = Sensor(site.port)
-    start = (time.time() - 3600) // 10 * 10
-    try:
-        first = Agent(config, connect=PahoTransport)
-        task = await _run_until_results(first, sensor, observer, start)
-        first.stop()
-        await asyncio.wait_for(task, 20)
-        observer.close()
-        hub.stop()
+    async with _after_a_first_run(mosquitto_factory, tmp_path, plan_wait=1.0) as run:
+        run.hub.stop()
         caplog.clear()
-        second = Agent(config, connect=PahoTransport)
+        second = Agent(run.config, connect=PahoTransport)
         task = asyncio.create_task(second.run())
         await poll(lambda: "cold-chain" in second.pipelines, 20, "the saved plan to resume")
         assert "no plan from the hub broker (cloud) within 1 s: resuming the plan saved in" in caplog.text
         assert "resuming plan version 1 until the hub publishes a newer one" in caplog.text
-        await poll(
-            lambda: "truck-7" in second.intake.transports and second.intake.transports["truck-7"].subscribed.is_set(),
-            20,
-            "the resumed plan to subscribe to its data",
-        )
+        await poll(lambda: _subscribed(second), 20, "the resumed plan to subscribe to its data")
         second.stop()
         await asyncio.wait_for(task, 20)
-    finally:
-        sensor.close()
 
 
 @pytest.mark.timeout(90)
@@ -195,29 +189,12 @@ async def test_a_restarted_agent_sends_no_heartbeat_before_it_has_a_plan(
     mosquitto_factory: Any, tmp_path: Path
 ) -> None:
     """Its first heartbeat after a restart already lists its app, so the hub's windows never stop waiting for it."""
-    hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
-    _, plan_path, sites = write_setup(tmp_path, hub.url, site.url)
-    plan = Plan.from_json(plan_path.read_text())
-    control = client(hub.port)
-    control.publish(topics.control("truck-7", "plan"), _signed(plan, 1), qos=1, retain=True).wait_for_publish(5)
-    control.loop_stop()
-    observer = HubObserver(hub.port)
-    config = AgentConfig("truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, trusted_keys=TRUSTED)
-    sensor = Sensor(site.port)
-    start = (time.time() - 3600) // 10 * 10
-    try:
-        first = Agent(config, connect=PahoTransport)
-        task = await _run_until_results(first, sensor, observer, start)
-        first.stop()
-        await asyncio.wait_for(task, 20)
-        before = len(observer.heartbeats())
-        second = Agent(config, connect=PahoTransport)
+    async with _after_a_first_run(mosquitto_factory, tmp_path) as run:
+        before = len(run.observer.heartbeats())
+        second = Agent(run.config, connect=PahoTransport)
         task = asyncio.create_task(second.run())
-        await poll(lambda: len(observer.heartbeats()) >= before + 3, 20, "heartbeats after the restart")
-        after = observer.heartbeats()[before:]
+        await poll(lambda: len(run.observer.heartbeats()) >= before + 3, 20, "heartbeats after the restart")
+        after = run.observer.heartbeats()[before:]
         assert all(beat["apps"] == ["cold-chain"] for beat in after), after
         second.stop()
         await asyncio.wait_for(task, 20)
-    finally:
-        sensor.close()
-        observer.close()
