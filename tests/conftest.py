@@ -8,8 +8,14 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# No per-example deadline: on a machine whose cores are busy, one example can take seconds; a timing is no
+# property, and a slow example is not a failure. No example database in the tree either.
+settings.register_profile("spanedge", deadline=None, database=None)
+settings.load_profile("spanedge")
 EXAMPLES = ROOT / "examples"
 
 
