@@ -185,6 +185,11 @@ class MoveModel(BaseModel):
         description="the old owner was gone for good: back by then (epoch seconds), it finishes its windows "
         "before switch_at from its checkpoint and persistent session",
     )
+    back_at: float | None = Field(
+        default=None,
+        description="the old owner, gone for good, was heard from again then (epoch seconds): by recover_by, it "
+        "finishes its windows before switch_at; the hub's windows that closed while it was gone stay without them",
+    )
 
 
 class KeyMoveModel(MoveModel):

@@ -405,6 +405,37 @@ class Coordinator:
                     self.store.save_app(record)
                 log.info("app %r: %s handed over: the hub has its old owner %s's part", app, replica, site)
 
+    def _note_back(self, site: str, at: float) -> None:
+        """Mark in each app's history the moves away from ``site``, gone for good, as back at ``at``; log each app's."""
+        for name, record in list(self._records.items()):
+            record, marked = plan_history.back(record, site, at)
+            if not marked:
+                continue
+            self._records[name] = record
+            if self.store is not None:
+                self.store.save_app(record)
+            for recover_by in sorted({m["recover_by"] for m in marked}):
+                replicas = ", ".join(m["replica"] for m in marked if m["recover_by"] == recover_by)
+                if at <= recover_by:
+                    log.warning(
+                        "app %r: %s is back at %s, by %s: its checkpoint and persistent session finish the results of "
+                        "%s up to their switch; the hub's windows that closed while it was gone stay without them",
+                        name,
+                        site,
+                        _utc(at),
+                        _utc(recover_by),
+                        replicas,
+                    )
+                else:
+                    log.warning(
+                        "app %r: %s is back at %s, after %s: the results of %s up to their switch stay lost",
+                        name,
+                        site,
+                        _utc(at),
+                        _utc(recover_by),
+                        replicas,
+                    )
+
     def gone(self, site: str) -> bool:
         """True while ``site`` counts as gone: silent for longer than the grace period."""
         with self._health_lock:
@@ -437,6 +468,8 @@ class Coordinator:
             with self._health_lock:
                 changes = self.health.review(self._clock(), planned_load(running))
             for change in changes:
+                if change.back_at is not None:
+                    self._note_back(change.site, change.back_at)
                 for record in self._records.values():
                     if change.everywhere or with_capacity(record.plan, change.site):
                         self._pending.setdefault(record.name, []).append(change.reason)

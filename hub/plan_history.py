@@ -142,6 +142,26 @@ def at_risk(
     return out
 
 
+def back(record: AppRecord, site: str, at: float) -> tuple[AppRecord, list[dict[str, Any]]]:
+    """``record`` with its moves from ``site`` gone for good marked as back at ``at``, and those moves.
+
+    Each move with ``"recover_by"`` from ``site`` not yet marked gains
+    ``"back_at"``: by ``recover_by``, the site's checkpoint and persistent
+    session finish its results before the switch; later, they stay lost.
+    """
+    marked: list[dict[str, Any]] = []
+    history = list(record.history)
+    for i, entry in enumerate(history):
+        moved = [
+            {**m, "back_at": at} if m.get("from") == site and "recover_by" in m and "back_at" not in m else m
+            for m in entry.moved
+        ]
+        if moved != entry.moved:
+            marked += [m for m, was in zip(moved, entry.moved, strict=True) if m is not was]
+            history[i] = dataclasses.replace(entry, moved=moved)
+    return (dataclasses.replace(record, history=history) if marked else record), marked
+
+
 def handed_over(record: AppRecord, replica: str, source: str, at: float) -> AppRecord | None:
     """``record`` with the latest move of ``replica`` away from ``source`` marked as handed over at ``at``.
 

@@ -90,11 +90,13 @@ class SiteChange:
         site: the site.
         reason: the re-plan's reason, for the plan history and the log.
         everywhere: re-plan every app (capacity came back), not only those running at ``site``.
+        back_at: when a site gone for good was heard from again (None for other changes).
     """
 
     site: str
     reason: str
     everywhere: bool = False
+    back_at: float | None = None
 
 
 @dataclass
@@ -130,6 +132,7 @@ class _Site:
     budget: float = 0.0
     cap: _Cap | None = None
     gone_since: float | None = None  # last heartbeat before it was declared gone
+    back_since: float | None = None  # its first heartbeat after that
     settle_until: float = 0.0  # over-budget heartbeats before this (the moves of a new cap settling) do not count
     idle_logged: bool = False
 
@@ -161,6 +164,8 @@ class SiteHealth:
         if state is None:
             return
         state.last_seen = now
+        if state.gone_since is not None and state.back_since is None:
+            state.back_since = now
         used = _number(beat.get("cpu_percent"))
         if used is None:
             return
@@ -189,10 +194,11 @@ class SiteHealth:
         if state.last_seen is None:
             return None
         if state.gone_since is not None:
-            if state.last_seen > state.gone_since:
-                silent = state.last_seen - state.gone_since
-                state.gone_since = None
-                return SiteChange(name, f"site {name} heard from again after {_span(silent)} silent: it rejoins", True)
+            if state.back_since is not None:
+                back, silent = state.back_since, state.back_since - state.gone_since
+                state.gone_since = state.back_since = None
+                reason = f"site {name} heard from again after {_span(silent)} silent: it rejoins"
+                return SiteChange(name, reason, everywhere=True, back_at=back)
             return None
         silent = now - state.last_seen
         if silent > self.policy.site_grace_s:

@@ -200,7 +200,11 @@ def _move(m: dict[str, Any], t0: float) -> str:
     if isinstance(m.get("recover_by"), int | float) and isinstance(m.get("switch_at"), int | float):
         since = m.get("at_risk_from")
         start = f"{since - t0:.1f} s" if isinstance(since, int | float) else "its last result"
-        notes.append(f"{m['from']} gone: results from {start} to the switch at {m['switch_at'] - t0:.1f} s at risk")
+        note = f"{m['from']} gone: results from {start} to the switch at {m['switch_at'] - t0:.1f} s at risk"
+        back = m.get("back_at")
+        if isinstance(back, int | float):
+            note += f", back at {back - t0:.1f} s" + (" in time" if back <= m["recover_by"] else ", too late")
+        notes.append(note)
     if isinstance(m.get("state_bytes"), int):
         notes.append(f"state {_bytes(m['state_bytes'])}")
     if isinstance(m.get("handover_s"), int | float):

@@ -449,14 +449,24 @@
     const at = isNum(m.switch_at) ? `, windows from ${clock(m.switch_at)}` : "";
     const state = isNum(m.state_bytes) ? `, state ${bytes(m.state_bytes)}` : "";
     const done = isNum(m.handover_s) ? `, handed over in ${num(m.handover_s, 1)} s` : "";
-    const since = isNum(m.at_risk_from) ? `from ${clock(m.at_risk_from)} ` : "";
-    const risk = isNum(m.recover_by)
-      ? `; ${m.from} gone: results ${since}to the switch lost unless it is back by ${clock(m.recover_by)}` : "";
+    const risk = goneText(m);
     return h("div", {
       "data-testid": "moved", "data-replica": m.replica, "data-from": m.from, "data-to": m.to,
-      class: risk ? "at-risk" : "",
-      text: `${m.replica}${keys}: ${m.from} → ${m.to}${at}${state}${done}${risk}`,
+      class: risk.cls,
+      text: `${m.replica}${keys}: ${m.from} → ${m.to}${at}${state}${done}${risk.text}`,
     });
+  }
+
+  function goneText(m) {
+    if (!isNum(m.recover_by)) return { cls: "", text: "" };
+    const since = isNum(m.at_risk_from) ? `from ${clock(m.at_risk_from)} ` : "";
+    if (!isNum(m.back_at)) {
+      return { cls: "at-risk", text: `; ${m.from} gone: results ${since}to the switch lost unless it is back by ${clock(m.recover_by)}` };
+    }
+    if (m.back_at <= m.recover_by) {
+      return { cls: "recovered", text: `; ${m.from} gone, back at ${clock(m.back_at)}: it finishes its results ${since}to the switch; hub windows closed while it was gone lack them` };
+    }
+    return { cls: "lost", text: `; ${m.from} gone, back at ${clock(m.back_at)}, too late: results ${since}to the switch lost` };
   }
 
   function baselineText(name, b, objective) {

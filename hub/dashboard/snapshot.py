@@ -57,11 +57,12 @@ MoveView = TypedDict(
         "handover_s": float | None,
         "at_risk_from": float | None,
         "recover_by": float | None,
+        "back_at": float | None,
     },
 )
 """A replica (or a key range of one) whose site changed with a plan version: the handover's switch time,
 the state the replica held at its old site, how long after the re-plan the old site had handed it over, and,
-from a site gone for good, what it may have lost (:func:`hub.plan_history.at_risk`)."""
+from a site gone for good, what it may have lost (:func:`hub.plan_history.at_risk`) and when it came back."""
 
 
 class HistoryView(TypedDict):
@@ -403,6 +404,7 @@ def _move_view(move: Mapping[str, Any]) -> MoveView:
         "handover_s": _number(move.get("handover_s")),
         "at_risk_from": _number(move.get("at_risk_from")),
         "recover_by": _number(move.get("recover_by")),
+        "back_at": _number(move.get("back_at")),
     }
 
 

@@ -371,14 +371,14 @@ def test_dashboard_shows_a_move_away_from_a_site_gone_for_good(browser: Any) -> 
     coordinator, api = farm_control_plane()
     spokes = ("barn", "shed", "field-east", "field-west")
     barn_frontier: list[float] = []
-    stop = threading.Event()
+    stop, barn_back = threading.Event(), threading.Event()
 
     def beats() -> None:
         started = time.monotonic()
         while not stop.wait(BEAT_EVERY_S):
             for site in spokes:
-                if site == "barn" and time.monotonic() - started > 1.0:
-                    continue  # the barn dies for good after its first heartbeats
+                if site == "barn" and time.monotonic() - started > 1.0 and not barn_back.is_set():
+                    continue  # the barn dies after its first heartbeats, gone until the test brings it back
                 complete = round(time.time() - 2.0, 3)
                 if site == "barn":
                     barn_frontier.append(complete)
@@ -418,18 +418,26 @@ def test_dashboard_shows_a_move_away_from_a_site_gone_for_good(browser: Any) -> 
             color = moved.evaluate("e => getComputedStyle(e).color")
             plain = latest.locator("td.reason").evaluate("e => getComputedStyle(e).color")
             assert color != plain, "an at-risk move is drawn in the warning colour"
+            # the barn comes back well before recover_by: the same move now says so, no longer at risk
+            barn_back.set()
+            gone = history.filter(has_text="site barn silent for")
+            back = gone.locator('[data-testid=moved][data-replica="probe_means@field-east"]')
+            expect(back).to_have_class(re.compile(r"\brecovered\b"))
+            expect(back).to_contain_text("barn gone, back at ")
+            expect(back).to_contain_text("it finishes its results from ")
+            assert back.evaluate("e => getComputedStyle(e).color") not in (color, plain)
             assert errors == []
         finally:
             context.close()  # its event stream too, before the server stops
             stop.set()
             thread.join(timeout=10)
 
-    (entry,) = [
-        m for m in coordinator.record("smart-farm").history[-1].moved if m["replica"] == "probe_means@field-east"
-    ]
+    (gone_entry,) = [h for h in coordinator.record("smart-farm").history if "site barn silent for" in h.reason]
+    (entry,) = [m for m in gone_entry.moved if m["replica"] == "probe_means@field-east"]
     assert entry["to"] not in ("barn", "cloud")
     assert entry["at_risk_from"] in barn_frontier  # the last frontier the barn announced
     assert entry["recover_by"] > entry["switch_at"]
+    assert entry["at_risk_from"] < entry["back_at"] <= entry["recover_by"]
 
 
 def test_docs_work_without_network(hub_parts: None) -> None:

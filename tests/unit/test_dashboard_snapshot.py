@@ -222,6 +222,7 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "handover_s": 14.5,
             "at_risk_from": None,
             "recover_by": None,
+            "back_at": None,
         },
         {
             "replica": "stats@truck-9",
@@ -233,6 +234,7 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "handover_s": None,
             "at_risk_from": None,
             "recover_by": None,
+            "back_at": None,
         },
         {
             "replica": "w@truck-9",
@@ -244,6 +246,7 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "handover_s": None,
             "at_risk_from": None,
             "recover_by": 1540.0,
+            "back_at": None,
         },
     ]
     assert second["baselines"] == {"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}}

@@ -239,3 +239,9 @@ def test_the_plan_history_shows_each_move_s_state_and_handover_time() -> None:
         "plan v3 at +50.0 s: site barn silent; moved w@f barn->shed (barn gone: results from 21.5 s to the switch at"
         " 60.0 s at risk), w@f barn->shed (barn gone: results from its last result to the switch at 60.0 s at risk)"
     ]
+    entry["moved"] = [{**gone, "back_at": 175.0}, {**gone, "back_at": 900.0}]
+    assert plan_history_of({"history": [entry]}, 100.0) == [
+        "plan v3 at +50.0 s: site barn silent; moved w@f barn->shed (barn gone: results from its last result to the"
+        " switch at 60.0 s at risk, back at 75.0 s in time), w@f barn->shed (barn gone: results from its last result"
+        " to the switch at 60.0 s at risk, back at 800.0 s, too late)"
+    ]

@@ -197,6 +197,12 @@ def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
     coordinator.check()
     assert not coordinator.gone("barn")
     assert coordinator.records()[0].history[-1].reason.startswith("site barn silent for ")
+    # the move away from it says when it came back, in time to finish its windows before the switch
+    (move,) = [m for m in coordinator.records()[0].history[-1].moved if m["replica"] == "probe_means@field-east"]
+    assert move["back_at"] == clock.now
+    assert move["back_at"] <= move["recover_by"]
+    assert "barn is back at " in caplog.text
+    assert "its checkpoint and persistent session finish the results of " in caplog.text
     for _ in range(6):
         clock.now += 5
         for site in everyone:
