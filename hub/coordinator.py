@@ -31,6 +31,7 @@ from hub.registry import SiteRegistry
 from hub.settling import SettleWatch
 from hub.site_frontiers import SiteFrontiers, window_grid
 from hub.site_health import HealthPolicy, SiteHealth, capped_sites, planned_load, with_capacity
+from hub.site_returns import SiteReturns, awaited
 from hub.state import AppRecord, StateStore
 from spanedge.app import App
 from spanedge.errors import SpanEdgeError
@@ -125,6 +126,7 @@ class Coordinator:
         self.holds = HandoverHolds(clock=clock)  # hub windows waiting for an old owner's last records
         self.frontiers = SiteFrontiers()  # hub windows waiting for the slowest live site
         self._grids: dict[str, tuple[int, float]] = {}  # per app: (plan version, its hub windows' grid)
+        self.returns = SiteReturns()  # sites gone for good whose return would finish their results
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -141,6 +143,7 @@ class Coordinator:
             for record, app in _loadable(self.store.load_apps()):
                 self._records[record.name] = record
                 self._apps[record.name] = app
+            self.returns.expect(awaited(self._records.values()))
             sites = set().union(*(sites_of(r.plan) for r in self._records.values()))
             self._distribute(sites)
             if self.engine is not None:
@@ -300,6 +303,7 @@ class Coordinator:
                 site,
                 _utc(recover_by),
             )
+        self.returns.expect(m["from"] for m in moved if "recover_by" in m)
         return dataclasses.replace(record, history=[*record.history[:-1], dataclasses.replace(entry, moved=moved)])
 
     def _distribute(self, sites: Iterable[str]) -> dict[str, str]:
@@ -353,8 +357,10 @@ class Coordinator:
                 data = payload  # the registry rejects it with the reason
         if not self.registry.heartbeat(site, data):
             return False
+        now = self._clock()
         with self._health_lock:
-            self.health.observe(site, data, self._clock())
+            self.health.observe(site, data, now)
+        self.returns.heard(site, now)
         self.holds.observe(site, data)
         self.frontiers.observe(site, data)
         return True
@@ -467,9 +473,9 @@ class Coordinator:
             running = [(r.plan, self._apps[r.name]) for r in self._records.values()]
             with self._health_lock:
                 changes = self.health.review(self._clock(), planned_load(running))
+            for site, at in sorted(self.returns.take().items()):
+                self._note_back(site, at)
             for change in changes:
-                if change.back_at is not None:
-                    self._note_back(change.site, change.back_at)
                 for record in self._records.values():
                     if change.everywhere or with_capacity(record.plan, change.site):
                         self._pending.setdefault(record.name, []).append(change.reason)

@@ -90,13 +90,11 @@ class SiteChange:
         site: the site.
         reason: the re-plan's reason, for the plan history and the log.
         everywhere: re-plan every app (capacity came back), not only those running at ``site``.
-        back_at: when a site gone for good was heard from again (None for other changes).
     """
 
     site: str
     reason: str
     everywhere: bool = False
-    back_at: float | None = None
 
 
 @dataclass
@@ -195,10 +193,10 @@ class SiteHealth:
             return None
         if state.gone_since is not None:
             if state.back_since is not None:
-                back, silent = state.back_since, state.back_since - state.gone_since
+                silent = state.back_since - state.gone_since
                 state.gone_since = state.back_since = None
                 reason = f"site {name} heard from again after {_span(silent)} silent: it rejoins"
-                return SiteChange(name, reason, everywhere=True, back_at=back)
+                return SiteChange(name, reason, everywhere=True)
             return None
         silent = now - state.last_seen
         if silent > self.policy.site_grace_s:

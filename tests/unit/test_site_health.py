@@ -13,6 +13,7 @@ from hub.coordinator import Coordinator
 from hub.handover import DEFAULT_KEEP_S
 from hub.registry import SiteRegistry
 from hub.site_health import HealthPolicy, SiteHealth, planned_load
+from hub.state import StateStore
 from spanedge.sites import Sites, load_sites
 from tests.conftest import EXAMPLES
 
@@ -209,6 +210,46 @@ def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
             _beat(coordinator, site)
         coordinator.check()
     assert "site barn heard from again" in coordinator.records()[0].history[-1].reason
+
+
+def test_a_hub_restarted_while_a_site_was_gone_still_notices_its_return(sites: Sites, tmp_path: Path) -> None:
+    clock = Clock()
+    registry = SiteRegistry(sites, clock=clock)
+    coordinator = Coordinator(
+        registry, health=POLICY, clock=clock, min_replan_interval_s=600, store=StateStore(tmp_path)
+    )
+    coordinator.deploy((FARM / "app.py").read_text(), "app.py")
+    everyone = ("barn", "shed", "field-east", "field-west")
+    for _ in range(30):  # the barn is heard from once, then gone past the grace period and re-planned around
+        for site in everyone if clock.now == 10_000.0 else everyone[1:]:
+            _beat(coordinator, site)
+        coordinator.check()
+        clock.now += 5
+    assert coordinator.gone("barn")
+    # the hub restarts: its site analysis starts afresh, the plan history is on disk
+    restarted = Coordinator(
+        SiteRegistry(sites, clock=clock),
+        health=POLICY,
+        clock=clock,
+        min_replan_interval_s=600,
+        store=StateStore(tmp_path),
+    )
+    assert restarted.resume() == ["smart-farm"]
+    _beat(restarted, "shed")
+    restarted.check()
+    assert all("back_at" not in m for entry in restarted.records()[0].history for m in entry.moved)
+    back = clock.now
+    _beat(restarted, "barn")
+    clock.now += 5
+    _beat(restarted, "barn")
+    restarted.check()
+    marked = [m for entry in restarted.records()[0].history for m in entry.moved if "recover_by" in m]
+    assert marked
+    assert {m["back_at"] for m in marked} == {back}  # its first heartbeat
+    # and the mark is kept with the history
+    again = Coordinator(SiteRegistry(sites, clock=clock), health=POLICY, clock=clock, store=StateStore(tmp_path))
+    again.resume()
+    assert [m for entry in again.records()[0].history for m in entry.moved if "recover_by" in m] == marked
 
 
 def test_the_agent_reads_its_budget_file_and_ignores_a_bad_one(
