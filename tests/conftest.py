@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# No per-example deadline: on a machine whose cores are busy, one example can take seconds; a timing is no
-# property, and a slow example is not a failure. No example database in the tree either.
-settings.register_profile("spanedge", deadline=None, database=None)
-settings.load_profile("spanedge")
 EXAMPLES = ROOT / "examples"
+
+# No per-example deadline and no check of how fast examples are generated: on a machine whose cores are busy,
+# one example can take seconds; a timing is no property, and a slow example is not a failure. No example
+# database in the tree either.
+settings.register_profile("spanedge", deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("spanedge")
 
 
 def missing_part(reason: str) -> NoReturn:

@@ -108,7 +108,7 @@ async def test_a_fault_without_a_site_concerns_the_hub() -> None:
 
 async def test_no_faults_return_at_once() -> None:
     schedule = FaultSchedule([], Recorder(), "cloud", print)
-    await asyncio.wait_for(schedule.run(asyncio.get_running_loop().time()), timeout=1)
+    await asyncio.wait_for(schedule.run(asyncio.get_running_loop().time()), timeout=30)  # hangs, not slowness
 
 
 def _placement(replan_at: float, switch_at: float) -> dict[str, Any]:
