@@ -422,25 +422,13 @@ class Coordinator:
                 self.store.save_app(record)
             for recover_by in sorted({m["recover_by"] for m in marked}):
                 replicas = ", ".join(m["replica"] for m in marked if m["recover_by"] == recover_by)
-                if at <= recover_by:
-                    log.warning(
-                        "app %r: %s is back at %s, by %s: its checkpoint and persistent session finish the results of "
-                        "%s up to their switch; the hub's windows that closed while it was gone stay without them",
-                        name,
-                        site,
-                        _utc(at),
-                        _utc(recover_by),
-                        replicas,
-                    )
-                else:
-                    log.warning(
-                        "app %r: %s is back at %s, after %s: the results of %s up to their switch stay lost",
-                        name,
-                        site,
-                        _utc(at),
-                        _utc(recover_by),
-                        replicas,
-                    )
+                outcome = (
+                    "by %s: its checkpoint and persistent session finish the results of %s up to their switch; the "
+                    "hub's windows that closed while it was gone stay without them"
+                    if at <= recover_by
+                    else "after %s: the results of %s up to their switch stay lost"
+                )
+                log.warning("app %r: %s is back at %s, " + outcome, name, site, _utc(at), _utc(recover_by), replicas)
 
     def gone(self, site: str) -> bool:
         """True while ``site`` counts as gone: silent for longer than the grace period."""
