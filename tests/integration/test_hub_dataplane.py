@@ -228,14 +228,15 @@ def test_sigkill_mid_publish_repeats_at_most_the_messages_in_flight(mosquitto: A
         Record("s1", "readings", i, T0 + i * 0.01, "u0", {"unit": f"u{i % 3}", "ts": T0 + i * 0.01, "temp": i % 17})
         for i in range(12_000)
     ]
-    # killed half-way through the results: within the one big micro-batch, and, should a busy machine's ingest
-    # split the records across two, within the second (a kill between two batches would leave nothing to replay)
+    # killed half-way through the results of one micro-batch. The records go in one MQTT message, which the ingest
+    # appends in one piece, so no trigger can split them: sent in 500s, a batch that ended at the 6,000th result was
+    # committed before the kill and left nothing to replay
     collector = KillingCollector(mosquitto.url, "killpub/readings", 6_000, dataplane.kill)
     publisher = Publisher(mosquitto.url, app.name)
     try:
         dataplane.start()
         wait_for(dataplane.ready.is_set, 240, "the data plane to start (see dataplane.log)")
-        publisher.send(records, batch=500)  # into the log within one 10 s trigger interval: one micro-batch
+        publisher.send(records, batch=len(records))  # one message, one append, one micro-batch
         wait_for(collector.fired.is_set, 240, "the first 6,000 results")
         assert not dataplane.alive()
         dataplane.start()
