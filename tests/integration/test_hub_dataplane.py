@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,19 +190,13 @@ app.source("readings", time_field="ts").sink(sinks.mqtt("killpub/readings"), nam
 """
 
 
-class KillingCollector(Collector):
-    """Collects the sink's messages and calls ``at_count`` once, from the client's thread, at the ``count``-th."""
-
-    def __init__(self, broker_url: str, topic: str, count: int, at_count: Callable[[], None]) -> None:
-        self.count, self.at_count, self.fired, self.received = count, at_count, threading.Event(), 0
-        super().__init__(broker_url, topic)
-
-    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
-        super()._on_message(client, userdata, message)
-        self.received += 1
-        if self.received == self.count:
-            self.at_count()
-            self.fired.set()
+def acknowledged(state: Path) -> int:
+    """How many messages of micro-batch 0 the broker has acknowledged to the hub's MQTT sink (its progress file)."""
+    for path in state.glob("checkpoints/killpub/readings_out-*/sink.published"):
+        fields = path.read_text().split()  # batch id, digest, count
+        if len(fields) == 3 and fields[0].isdigit() and int(fields[0]) == 0 and fields[2].isdigit():
+            return int(fields[2])
+    return 0
 
 
 def test_sigkill_mid_publish_repeats_at_most_the_messages_in_flight(mosquitto: Any, tmp_path: Path) -> None:
@@ -228,16 +221,19 @@ def test_sigkill_mid_publish_repeats_at_most_the_messages_in_flight(mosquitto: A
         Record("s1", "readings", i, T0 + i * 0.01, "u0", {"unit": f"u{i % 3}", "ts": T0 + i * 0.01, "temp": i % 17})
         for i in range(12_000)
     ]
-    # killed half-way through the results of one micro-batch. The records go in one MQTT message, which the ingest
-    # appends in one piece, so no trigger can split them: sent in 500s, a batch that ended at the 6,000th result was
-    # committed before the kill and left nothing to replay
-    collector = KillingCollector(mosquitto.url, "killpub/readings", 6_000, dataplane.kill)
+    # killed while its sink publishes the one micro-batch: the records go in one MQTT message, which the ingest
+    # appends in one piece, so no trigger splits them; the kill follows the sink's own progress, as a subscriber
+    # lags the broker's acknowledgements (under load, by the whole batch, which was committed before the kill)
+    collector = Collector(mosquitto.url, "killpub/readings")
     publisher = Publisher(mosquitto.url, app.name)
+    state = tmp_path / "state"
     try:
         dataplane.start()
         wait_for(dataplane.ready.is_set, 240, "the data plane to start (see dataplane.log)")
         publisher.send(records, batch=len(records))  # one message, one append, one micro-batch
-        wait_for(collector.fired.is_set, 240, "the first 6,000 results")
+        wait_for(lambda: acknowledged(state) >= 2_000, 240, "the sink's first 2,000 acknowledgements", poll=0.005)
+        dataplane.kill()
+        assert acknowledged(state) < len(records), "the sink had published the whole batch before the kill"
         assert not dataplane.alive()
         dataplane.start()
         wait_for(dataplane.ready.is_set, 240, "the data plane to restart (see dataplane.log)")
