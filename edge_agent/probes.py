@@ -58,38 +58,54 @@ class PublishProbe:
     """Times QoS 1 publishes until their PUBACK: the round trip to a broker.
 
     Publish through :meth:`send` and call :meth:`acked` from the transport's publish callback; ``acked`` returns
-    False for ids that are not probes.
+    False for ids that are not probes. The lock is never held across ``publish``: paho calls ``acked`` from its
+    network thread while holding the lock its ``publish`` takes, so holding ours across it deadlocks the agent.
+    A PUBACK handled before ``publish`` returns is kept briefly (among the latest :data:`EARLY_ACKS` unknown ids)
+    and matched when :meth:`send` learns the probe's id.
     """
 
     def __init__(self) -> None:
         self.stats = RttStats()
         self._pending: dict[int, float] = {}
+        self._early: dict[int, float] = {}
         self._lock = threading.Lock()
 
     def send(self, publish: Callable[[], int]) -> None:
         """Call ``publish`` (which returns the message id) and time the probe it sends."""
-        with self._lock:  # held so a fast PUBACK waits until the probe is registered
-            start = time.perf_counter()
-            mid = publish()
+        start = time.perf_counter()
+        mid = publish()
+        with self._lock:
+            acked_at = self._early.pop(mid, None)
+            if acked_at is not None:  # the PUBACK came before publish returned
+                self.stats.add((acked_at - start) * 1000.0)
+                return
             self._pending[mid] = start
             if len(self._pending) > 100:  # probes lost while disconnected
                 for old in sorted(self._pending)[:50]:
                     del self._pending[old]
 
     def acked(self, mid: int) -> bool:
-        """Record the round trip of probe ``mid``; False if ``mid`` is not a probe."""
+        """Record the round trip of probe ``mid``; False if ``mid`` is not a probe (or not one yet)."""
         now = time.perf_counter()
         with self._lock:
             start = self._pending.pop(mid, None)
-        if start is None:
-            return False
-        self.stats.add((now - start) * 1000.0)
+            if start is None:
+                self._early[mid] = now
+                if len(self._early) > EARLY_ACKS:
+                    del self._early[next(iter(self._early))]  # the oldest: ids are reused only after 65,535
+                return False
+            self.stats.add((now - start) * 1000.0)
         return True
 
     def forget(self) -> None:
         """Drop pending probes (after a disconnect their acks would measure the outage)."""
         with self._lock:
             self._pending.clear()
+            self._early.clear()
+
+
+#: Unknown PUBACK ids a :class:`PublishProbe` keeps, in case a probe's ``publish`` has not returned its id yet.
+EARLY_ACKS = 256
 
 
 #: PINGREQ → PINGRESP round trips a peer probe adds once the broker has accepted its connection.

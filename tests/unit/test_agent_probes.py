@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from edge_agent.heartbeat import Rates
-from edge_agent.probes import ClockOffset, PublishProbe, RttStats
+from edge_agent.probes import EARLY_ACKS, ClockOffset, PublishProbe, RttStats
 from edge_agent.transport import Inbox, Message
 
 
@@ -71,6 +71,46 @@ def test_publish_probe_times_only_its_own_acks() -> None:
     assert probe.acked(7)
     assert probe.stats.samples == 1
     assert not probe.acked(7)
+
+
+def test_a_puback_handled_inside_the_clients_lock_during_publish_neither_deadlocks_nor_goes_unmeasured() -> None:
+    """paho calls ``acked`` from its network thread while holding the lock its ``publish`` takes.
+
+    Here the PUBACK of probe 7 is handled before ``publish`` can return 7: a probe that held its own lock across
+    ``publish`` waited for the client's lock while the network thread waited for the probe's (an agent froze so).
+    """
+    probe = PublishProbe()
+    client_lock, holding = threading.Lock(), threading.Event()
+
+    def network_thread() -> None:
+        with client_lock:  # as paho's PUBACK handling
+            holding.set()
+            assert not probe.acked(7)  # not a probe yet: send has not learnt its id
+
+    def publish() -> int:
+        threading.Thread(target=network_thread, daemon=True).start()
+        holding.wait()
+        with client_lock:  # as paho's publish
+            return 7
+
+    sender = threading.Thread(target=probe.send, args=(publish,), daemon=True)
+    sender.start()
+    sender.join(timeout=60)
+    assert not sender.is_alive(), "send and the PUBACK deadlocked"
+    assert probe.stats.samples == 1
+    assert not probe.acked(7), "the early PUBACK was matched once, not kept"
+
+
+def test_unknown_pubacks_kept_for_a_late_probe_id_are_bounded() -> None:
+    probe = PublishProbe()
+    for mid in range(1, EARLY_ACKS + 2):  # the outbox's batches share the client's ids
+        assert not probe.acked(mid)
+    probe.send(lambda: 1)  # the oldest was dropped: this is a probe still waiting for its PUBACK
+    assert probe.stats.samples == 0
+    probe.send(lambda: 2)  # id 2's PUBACK is among the latest: taken as this probe's
+    assert probe.stats.samples == 1
+    assert probe.acked(1)
+    assert probe.stats.samples == 2
 
 
 def test_clock_offset_keeps_the_tightest_round_trip() -> None:
