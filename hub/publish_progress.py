@@ -49,17 +49,20 @@ class PublishProgress:
         self.path = path
         self._fd: int | None = None
 
-    def acknowledged(self, batch_id: int, of: str) -> int:
-        """How many messages of the publish ``of`` (a :func:`digest`) in ``batch_id`` the broker acknowledged before."""
+    def latest(self) -> tuple[int, str, int] | None:
+        """The batch id, publish digest and count last recorded (None: no record yet, or not a record)."""
         try:
             parts = self.path.read_text().split()
         except FileNotFoundError:
-            return 0
+            return None
         if len(parts) != 3 or not parts[0].isdigit() or not parts[2].isdigit():
-            return 0
-        if (int(parts[0]), parts[1]) != (batch_id, of):
-            return 0
-        return int(parts[2])
+            return None
+        return int(parts[0]), parts[1], int(parts[2])
+
+    def acknowledged(self, batch_id: int, of: str) -> int:
+        """How many messages of the publish ``of`` (a :func:`digest`) in ``batch_id`` the broker acknowledged before."""
+        latest = self.latest()
+        return latest[2] if latest is not None and latest[:2] == (batch_id, of) else 0
 
     def record(self, batch_id: int, of: str, count: int) -> None:
         """Record that the broker holds the first ``count`` messages of the publish ``of`` in ``batch_id``."""

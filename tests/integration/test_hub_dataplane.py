@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from hub.publish_progress import PublishProgress
 from spanedge.envelope import Record
 from spanedge.loader import load_app
 from spanedge.mqtt import HUB_SINK
@@ -193,9 +194,9 @@ app.source("readings", time_field="ts").sink(sinks.mqtt("killpub/readings"), nam
 def acknowledged(state: Path) -> int:
     """How many messages of micro-batch 0 the broker has acknowledged to the hub's MQTT sink (its progress file)."""
     for path in state.glob("checkpoints/killpub/readings_out-*/sink.published"):
-        fields = path.read_text().split()  # batch id, digest, count
-        if len(fields) == 3 and fields[0].isdigit() and int(fields[0]) == 0 and fields[2].isdigit():
-            return int(fields[2])
+        latest = PublishProgress(path).latest()
+        if latest is not None and latest[0] == 0:
+            return latest[2]
     return 0
 
 
