@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Every agent, hub and pytest worker imports the project again: let Python keep the bytecode it compiles.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test lint bench clean system-packages
 
