@@ -13,8 +13,8 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   window query (then the window and a pass-through query together) has
   committed the last record, with publisher, ingest and Spark running at
   once;
-* latency, for triggers of 100 ms, 250 ms, 500 ms (the hub's default) and
-  1 s: publish -> memory sink of each record of a stateless query
+* latency, for triggers of 100 ms, 250 ms, 470 ms (the hub's default),
+  500 ms (a divisor of the windows' second, the default before) and 1 s: publish -> memory sink of each record of a stateless query
   (p50/p99), and window end -> window result at
   the sink for the windowed query (p50/p99), at a steady ``--rate``, with the
   hub's default ``--window-close watermark`` (the sink writes each window in
@@ -27,7 +27,7 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   (Spark's JVM, Python workers; not the broker) over ``--idle-seconds``
   with both apps deployed and no records arriving: first in a session
   that has just started (the JVM still compiling Spark's code), and at
-  the end, warm, at the default 500 ms trigger and at 250 ms.
+  the end, warm, at the default 470 ms trigger, at 500 ms and at 250 ms.
 
 The goals are printed beside the figures, and the machine's load average.
 
@@ -49,6 +49,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from hub.spark_session import DEFAULT_TRIGGER  # noqa: E402  (after the path)
 
 PASS_APP = """
 from spanedge import App, sinks
@@ -79,8 +81,8 @@ KEYS = 10
 BATCH = 500
 SPACING_S = 1e-4
 """Event seconds between two consecutive records of a path."""
-LATENCY_TRIGGERS = ("100 milliseconds", "250 milliseconds", "500 milliseconds", "1 second")
-IDLE_TRIGGERS = ("500 milliseconds", "250 milliseconds")
+LATENCY_TRIGGERS = ("100 milliseconds", "250 milliseconds", DEFAULT_TRIGGER, "500 milliseconds", "1 second")
+IDLE_TRIGGERS = (DEFAULT_TRIGGER, "500 milliseconds", "250 milliseconds")
 """Triggers of the idle runs at the end, on a warm JVM (the hub's default first)."""
 
 
@@ -600,7 +602,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="measured stretch of each latency run")
     parser.add_argument("--rate", type=float, default=2000.0, help="records/s during the latency runs")
     parser.add_argument("--idle-seconds", type=float, default=20.0, help="measured stretch of the idle run")
-    parser.add_argument("--idle-trigger", default="500 milliseconds", help="trigger of the idle run (the hub's)")
+    parser.add_argument("--idle-trigger", default=DEFAULT_TRIGGER, help="trigger of the idle run (the hub's)")
     parser.add_argument("--spark-master", default="local[2]")
     args = parser.parse_args()
 

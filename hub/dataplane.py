@@ -3,7 +3,7 @@ r"""The hub's data plane as a process: MQTT ingest plus the Spark engine for one
 Run it as::
 
     python -m hub.dataplane --sites sites.yaml --state-dir .spanedge \\
-        --app app.py --plan plan.json [--spark-master local[2]] [--trigger '500 milliseconds'] [--conf KEY=VALUE]
+        --app app.py --plan plan.json [--spark-master local[2]] [--trigger '470 milliseconds'] [--conf KEY=VALUE]
 
 It prints ``dataplane ready`` once the app's queries run, restarts a query
 that fails, and stops cleanly on SIGTERM or SIGINT. All its state (the ingest log, the dedupe marks, the
@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from hub.spark_session import DEFAULT_TRIGGER
 from spanedge.errors import SpanEdgeError
 from spanedge.loader import load_app
 from spanedge.plan import Plan
@@ -44,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--app", type=Path, required=True, help="the app's Python file")
     parser.add_argument("--plan", type=Path, required=True, help="the plan as JSON")
     parser.add_argument("--spark-master", default="local[2]", help="any Spark master URL")
-    parser.add_argument("--trigger", default="500 milliseconds", help="micro-batch interval")
+    parser.add_argument("--trigger", default=DEFAULT_TRIGGER, help="micro-batch interval")
     parser.add_argument(
         "--conf", action="append", default=[], type=_setting, metavar="KEY=VALUE", help="a Spark setting (repeat it)"
     )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hub.lifecycle import Lifecycle
 from hub.queries import Deployed
 from hub.sinks import MemoryStore
-from hub.spark_session import spark_ended
+from hub.spark_session import DEFAULT_TRIGGER, spark_ended
 from spanedge.plan import Plan
 from spanedge.sites import Sites
 
@@ -53,13 +53,13 @@ class Engine:
         sites: Sites,
         spark: SparkSession | None = None,
         spark_master: str = "local[2]",
-        trigger: str = "500 milliseconds",
+        trigger: str = DEFAULT_TRIGGER,
         close_windows: bool = True,
         spark_conf: Mapping[str, str] | None = None,
     ) -> None:
         """Use ``spark`` if given, else build a session (stopped by :meth:`stop` only if built here).
 
-        ``trigger`` is the micro-batch interval (``"500 milliseconds"``), or
+        ``trigger`` is the micro-batch interval (:data:`hub.spark_session.DEFAULT_TRIGGER`), or
         ``"availableNow"`` to process what the log holds and stop (batch jobs, benchmarks).
         ``close_windows``: a sink that reads a window directly writes it as soon as
         the watermark passes it (:mod:`hub.window_close`); else in the micro-batch

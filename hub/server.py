@@ -27,6 +27,7 @@ from hub.distribution import MqttControl, PlanDistributor
 from hub.publishers import from_plans
 from hub.registry import SiteRegistry
 from hub.site_health import HealthPolicy
+from hub.spark_session import DEFAULT_TRIGGER
 from hub.state import StateStore
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
@@ -51,7 +52,7 @@ class HubConfig:
     spark_master: str = "local[2]"
     #: Spark settings over the hub's own (``spanedge hub --conf``; hub.spark_session.session_settings)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
-    trigger: str = "500 milliseconds"
+    trigger: str = DEFAULT_TRIGGER
     #: a sink that reads a window directly writes it once the watermark passes it (hub.window_close)
     close_windows: bool = True
     hub_site: str | None = None

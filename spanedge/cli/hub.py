@@ -11,6 +11,8 @@ from spanedge.cli.params import PATH, Command, option
 
 #: The accepted values of ``spanedge hub --log-level``.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: hub.spark_session.DEFAULT_TRIGGER, spelled out: the hub is imported only when the command runs.
+TRIGGER = "470 milliseconds"
 
 
 def _log_level(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -70,7 +72,13 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
 @option("--down-after", default=15.0, help="a site is down after this many silent seconds")
 @option("--drift-threshold", default=0.5, help="relative latency/rate change that triggers a re-plan")
 @option("--min-replan-interval", default=60.0, help="seconds between two re-plans of an app")
-@option("--trigger", default="500 milliseconds", help="Spark trigger interval")
+@option(
+    "--trigger",
+    default=TRIGGER,
+    help="Spark's micro-batch interval; Spark starts micro-batches at multiples of it, so an interval that divides "
+    "a second (500 ms) starts one at every window's end, just before the record that closes the window, and each "
+    "window waits a whole interval",
+)
 @option(
     "--window-close",
     type=click.Choice(["next-batch", "watermark"]),

@@ -376,3 +376,11 @@ def test_a_spark_setting_that_is_not_one(tmp_path: Path, given: str, expected: s
     assert result.exit_code == 2
     assert "Invalid value for '--conf'" in result.output
     assert expected in " ".join(result.output.split())
+
+
+def test_spanedge_hub_triggers_micro_batches_as_the_hub_does_by_default() -> None:
+    from hub.spark_session import DEFAULT_TRIGGER
+    from spanedge.cli.hub import hub
+
+    (trigger,) = [p for p in hub.params if p.name == "trigger"]
+    assert trigger.default == DEFAULT_TRIGGER

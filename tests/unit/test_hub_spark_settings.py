@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
-from hub.spark_session import CHECKSUMMED_LOCAL_FS, DEFAULTS, STATE_STORE_PROVIDER, session_settings
+from hub.spark_session import CHECKSUMMED_LOCAL_FS, DEFAULT_TRIGGER, DEFAULTS, STATE_STORE_PROVIDER, session_settings
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 FILE_SYSTEM = "spark.hadoop.fs.file.impl"
@@ -42,3 +44,24 @@ def test_a_setting_is_key_equals_value_with_a_spark_key() -> None:
     for wrong in ("spark.executor memory=2g", "memory=2g", "spark.executor.memory", "spark.master=local"):
         with pytest.raises(ValueError, match="spark"):
             parse_setting(wrong)
+
+
+def waits_after_window_ends(interval_ms: int, size_ms: int, windows: int = 2000) -> list[int]:
+    """Milliseconds from each window's end to the next micro-batch start after it, as Spark schedules them.
+
+    Spark starts a micro-batch at every multiple of the interval since the
+    epoch; one that starts right at a window's end comes before the record
+    that closes the window, so that window waits for the next.
+    """
+    return [(-end) % interval_ms or interval_ms for end in range(size_ms, size_ms * windows, size_ms)]
+
+
+@pytest.mark.parametrize("size_s", [1, 2, 5, 10, 15, 30, 60, 300, 3600])
+def test_the_default_trigger_starts_micro_batches_at_every_phase_of_a_window_end(size_s: int) -> None:
+    interval_ms = int(DEFAULT_TRIGGER.split()[0])
+    assert DEFAULT_TRIGGER.endswith(" milliseconds")
+    waits = waits_after_window_ends(interval_ms, size_s * 1000)
+    assert len(set(waits)) == interval_ms // 10  # every 10 ms of the interval
+    assert statistics.fmean(waits) < 0.6 * interval_ms
+    # an interval that divides the second: a micro-batch at every window's end, each window waits all of it
+    assert set(waits_after_window_ends(500, size_s * 1000)) == {500}
