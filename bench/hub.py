@@ -14,7 +14,8 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   committed the last record, with publisher, ingest and Spark running at
   once;
 * latency, for triggers of 100 ms, 250 ms, 470 ms (the hub's default),
-  500 ms (a divisor of the windows' second, the default before) and 1 s: publish -> memory sink of each record of a stateless query
+  500 ms (a divisor of the windows' second, the default before) and 1 s:
+  publish -> memory sink of each record of a stateless query
   (p50/p99), and window end -> window result at
   the sink for the windowed query (p50/p99), at a steady ``--rate``, with the
   hub's default ``--window-close watermark`` (the sink writes each window in

@@ -43,8 +43,8 @@ just before the record that closes the window can have arrived, so every
 window waits a whole interval for the next one. With 470 ms the micro-batches
 fall at every phase of a window's end (in steps of 10 ms for any window of
 whole seconds but multiples of 47 s), and a window waits about half the
-interval (the hub benchmark: window results 0.65-0.8x as late as at 500 ms,
-with an idle hub's CPU the same).
+interval (the hub benchmark: window results 0.71-0.76x as late as at 500 ms,
+with about the same idle CPU).
 """
 
 LOCAL_TASK_ATTEMPTS = 4
