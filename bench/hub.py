@@ -158,6 +158,15 @@ class Publisher:
         self.client.loop_stop()
 
 
+def deploy(engine: Any, ingest: Any, app: Any, seal_at_ends: bool = True) -> None:
+    """Deploy ``app`` as the hub does: its log sealed at once when a record can close a hub window."""
+    from hub.seal_points import closing_points
+
+    plan = plan_for(app)
+    engine.deploy(app, plan)
+    ingest.close_at(app.name, closing_points(app, plan) if seal_at_ends else None)
+
+
 def wait(predicate: Any, timeout: float, what: str) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -280,7 +289,7 @@ def live(
     engine = Engine(state, sites, spark=spark, trigger="250 milliseconds")
     try:
         for app in live_apps:
-            engine.deploy(app, plan_for(app))
+            deploy(engine, ingest, app)
         for app in live_apps:
             tail = ingest_log.tail(engine.log_dir(app.name))
             wait(lambda a=app, t=tail: all_caught_up(engine, a.name, t), 300, "the warm-up")
@@ -372,8 +381,15 @@ def ingest_log_broker(url: str) -> Any:
 
 
 def latency(
-    args: argparse.Namespace, url: str, spark: Any, work: Path, trigger: str, close_windows: bool = True
+    args: argparse.Namespace,
+    url: str,
+    spark: Any,
+    work: Path,
+    trigger: str,
+    close_windows: bool = True,
+    seal_at_ends: bool = True,
 ) -> dict[str, float]:
+    """Stateless and window latency at ``trigger`` (:func:`latency_figures`), the hub's way unless told otherwise."""
     from hub.engine import Engine
     from hub.ingest import Ingest
     from spanedge.loader import load_app_source
@@ -382,7 +398,7 @@ def latency(
     sites = parse_sites(SITES.format(url=url))
     pass_app = load_app_source(PASS_APP.replace("SINK", 'sinks.memory("passed")'), "bench_latency.py")
     window_app = load_app_source(WINDOW_APP, "bench_window.py")
-    tag = f"{trigger.split()[0]}{'' if close_windows else '-next-batch'}"
+    tag = f"{trigger.split()[0]}{'' if close_windows else '-next-batch'}{'' if seal_at_ends else '-regular-seal'}"
     state = work / f"latency-{tag}"
     ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-{tag}")
     ingest.start()
@@ -391,8 +407,8 @@ def latency(
     pub = Publisher(url, pass_app.name)
     stop = threading.Event()
     try:
-        engine.deploy(pass_app, plan_for(pass_app))
-        engine.deploy(window_app, plan_for(window_app))
+        deploy(engine, ingest, pass_app)
+        deploy(engine, ingest, window_app, seal_at_ends)
         per_tick = max(1, int(args.rate / 50))
 
         def run() -> None:
@@ -627,6 +643,8 @@ def main() -> None:
             for i, t in enumerate(LATENCY_TRIGGERS):  # the two modes back to back, each first every other time
                 for close in (True, False) if i % 2 else (False, True):
                     (lat if close else later)[t] = latency(args, broker.url, spark, work, t, close_windows=close)
+                if t == DEFAULT_TRIGGER:
+                    regular = latency(args, broker.url, spark, work, t, seal_at_ends=False)
                 floor[t] = spark_floor(args, spark, work, t)
             warm = {t: idle_cpu(args, broker.url, spark, work, t, f"warm-{t.split()[0]}") for t in IDLE_TRIGGERS}
         finally:
@@ -642,7 +660,9 @@ def main() -> None:
     print(f"\nlatency at {args.rate:.0f} records/s ({args.seconds:.0f} s measured per trigger)")
     print(f"{'trigger':<18}{'stateless p50':>14}{'p99':>9}{'window p50':>12}{'p99':>9}{'batch ms':>10}{'samples':>9}")
     for trigger in LATENCY_TRIGGERS:
-        rows = ((trigger, lat[trigger]), ("  next batch", later[trigger]), ("  bare Spark", floor[trigger]))
+        rows = [(trigger, lat[trigger]), ("  next batch", later[trigger]), ("  bare Spark", floor[trigger])]
+        if trigger == DEFAULT_TRIGGER:
+            rows.insert(1, ("  regular seal", regular))
         for label, m in rows:
             print(
                 f"{label:<18}{m['stateless p50 ms']:>12.0f}ms{m['stateless p99 ms']:>7.0f}ms"
@@ -663,6 +683,7 @@ def main() -> None:
     print("cold/warm: deploy to last record, first query of its kind in the session / run again;")
     print("in micro-batches: rows over the time Spark spent in the warm run's batches (no query start)")
     print("(window latency: from the window's end in wall time to its result at the sink)")
+    print("regular seal: a window's closing record waits for the log's seal every 0.1 s (before: sealed at once)")
     print("next batch: the hub with --window-close next-batch (Spark's append mode: a window a micro-batch later)")
     print("bare Spark: the same queries without MQTT, ingest or SpanEdge, fed files at the same rate (the floor)")
     print(f"total {time.monotonic() - started:.0f} s")

@@ -28,6 +28,7 @@ from hub.handover import DEFAULT_DELAY_S, DEFAULT_KEEP_S, postpone, stamp_handov
 from hub.handover_hold import HandoverHolds, Mark
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
+from hub.seal_points import Closings, closing_points
 from hub.settling import SettleWatch
 from hub.site_frontiers import SiteFrontiers, window_grid
 from hub.site_health import HealthPolicy, SiteHealth, capped_sites, planned_load, with_capacity
@@ -125,7 +126,7 @@ class Coordinator:
         self._forced: set[str] = set()  # apps with a site gone for good among their pending changes
         self.holds = HandoverHolds(clock=clock)  # hub windows waiting for an old owner's last records
         self.frontiers = SiteFrontiers()  # hub windows waiting for the slowest live site
-        self._grids: dict[str, tuple[int, float]] = {}  # per app: (plan version, its hub windows' grid)
+        self._grids: dict[str, tuple[int, float, Closings]] = {}  # per app and plan version: its hub windows' ends
         self.returns = SiteReturns()  # sites gone for good whose return would finish their results
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -385,15 +386,22 @@ class Coordinator:
 
     def window_grid(self, name: str) -> float:
         """The grid the ends of app ``name``'s hub windows lie on (0: unknown app, or no window at the hub)."""
+        return self._window_ends(name)[0]
+
+    def window_closings(self, name: str) -> Closings:
+        """Where app ``name``'s hub windows can close (:mod:`hub.seal_points`; none for an unknown app)."""
+        return self._window_ends(name)[1]
+
+    def _window_ends(self, name: str) -> tuple[float, Closings]:
         with self._lock:
             record, app = self._records.get(name), self._apps.get(name)
         if record is None or app is None:
-            return 0.0
-        version, grid = self._grids.get(name, (None, 0.0))
-        if version != record.plan.version:
-            grid = window_grid(app, record.plan)
-            self._grids[name] = (record.plan.version, grid)
-        return grid
+            return 0.0, Closings()
+        cached = self._grids.get(name)
+        if cached is None or cached[0] != record.plan.version:
+            cached = (record.plan.version, window_grid(app, record.plan), closing_points(app, record.plan))
+            self._grids[name] = cached
+        return cached[1], cached[2]
 
     def _note_handed_over(self) -> None:
         """Mark in each app's history the moves whose old owner has now delivered its part (the handover time)."""

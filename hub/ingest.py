@@ -8,8 +8,9 @@ only then acknowledges the messages to the broker. A crash before the ack
 makes the broker redeliver; the high-water mark turns the redelivery into
 counted duplicates. Several messages share one fsync (group commit). The
 writer seals each app's active segment at most every
-:data:`hub.log.SEAL_INTERVAL_S` while records arrive, which makes them
-readable by the engine (:mod:`hub.log`).
+:data:`hub.log.SEAL_INTERVAL_S` while records arrive, and at once after a
+record that can close one of the app's hub windows (:meth:`Ingest.close_at`),
+which makes them readable by the engine (:mod:`hub.log`).
 
 A batch comes on the data topic of the site that published it. Its envelope
 names the site whose records it carries: the same site, or the source site of
@@ -35,8 +36,9 @@ import orjson
 import paho.mqtt.client as mqtt
 
 from hub.ingest_stats import IngestCounters
-from hub.log import AppLog, Hold, encode_records
+from hub.log import SEAL_INTERVAL_S, AppLog, Hold, encode_records
 from hub.publishers import PublishPolicy, SiteMismatch, check_batch, own_sites_only
+from hub.seal_points import Closings
 from spanedge import topics
 from spanedge.envelope import Record
 from spanedge.errors import InvalidName
@@ -59,7 +61,8 @@ class Ingest:
     site of a data topic may publish a batch of another site's stream (the
     default: never; :func:`hub.publishers.from_plans` allows what plans assign).
     ``on_complete(app, site, complete)`` hears each batch's frontier, after
-    its records are durable in the log.
+    its records are durable in the log. ``seal_interval`` is each log's
+    (:class:`hub.log.AppLog`).
     """
 
     def __init__(
@@ -70,8 +73,10 @@ class Ingest:
         *,
         may_publish: PublishPolicy = own_sites_only,
         on_complete: Callable[[str, str, float], None] | None = None,
+        seal_interval: float = SEAL_INTERVAL_S,
     ) -> None:
         """Prepare the client; nothing connects until :meth:`start`."""
+        self.seal_interval = seal_interval
         self.broker = broker
         self.may_publish = may_publish
         self.on_complete = on_complete
@@ -80,6 +85,7 @@ class Ingest:
         self._queue: queue.Queue[mqtt.MQTTMessage | None] = queue.Queue()
         self._logs: dict[str, AppLog] = {}
         self._holds: dict[str, Hold | None] = {}
+        self._closings: dict[str, Closings | None] = {}
         self._counters = IngestCounters()
         self._thread: threading.Thread | None = None
         self._client: mqtt.Client | None = None
@@ -155,7 +161,12 @@ class Ingest:
     def _app_log(self, app: str) -> AppLog:
         app_log = self._logs.get(app)
         if app_log is None:
-            app_log = AppLog(self.log_dir / app, hold=self._holds.get(app))
+            app_log = AppLog(
+                self.log_dir / app,
+                seal_interval=self.seal_interval,
+                hold=self._holds.get(app),
+                closings=self._closings.get(app),
+            )
             self._logs[app] = app_log
         return app_log
 
@@ -170,6 +181,15 @@ class Ingest:
                 app_log.set_hold(hold)
             except OSError:
                 log.exception("ingest: handing %s's held segments to its readers failed; trying again", app)
+
+    def close_at(self, app: str, closings: Closings | None) -> None:
+        """Seal ``app``'s log at once after a record that can close one of its hub windows (:mod:`hub.seal_points`)."""
+        if self._closings.get(app) == closings:
+            return
+        self._closings[app] = closings
+        app_log = self._logs.get(app)
+        if app_log is not None:
+            app_log.set_closings(closings)
 
     def mark(self, app: str, site: str, stream: str, epoch: int) -> int | None:
         """The last ``seq`` of ``site``'s ``stream`` in ``epoch`` that ``app``'s log holds (None: none yet)."""

@@ -24,7 +24,9 @@ position is the end of the last complete line.
 
 The last segment is the active one, the only one ever appended to. The
 writer *seals* it (:meth:`AppLog.seal`: fsync, start a new segment) at
-most every :data:`SEAL_INTERVAL_S` while records arrive, and hands every
+most every :data:`SEAL_INTERVAL_S` while records arrive, and at once after a
+record that can close one of the app's hub windows (:mod:`hub.seal_points`),
+and hands every
 sealed segment to every subscribed reader as a hard link in the reader's
 inbox (:func:`subscribe`). A sealed segment never changes again, so Spark's
 built-in file source reads an inbox as a directory of JSON-lines files
@@ -68,6 +70,7 @@ from typing import Any
 
 import orjson
 
+from hub.seal_points import Closings
 from spanedge.envelope import Record
 
 log = logging.getLogger(__name__)
@@ -644,17 +647,23 @@ class AppLog:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         seal_interval: float = SEAL_INTERVAL_S,
         hold: Hold | None = None,
+        closings: Closings | None = None,
     ) -> None:
         """Open (or create) the log in ``log_dir``, its sealed segments held back as ``hold`` says.
 
         With a hold, the latest event times of the sealed segments its readers
-        have not been handed yet are read back from the segments.
+        have not been handed yet are read back from the segments. A record
+        that crosses one of ``closings`` makes the active segment due at once
+        (:meth:`set_closings`).
         """
         self.dir = log_dir
         self.segment_bytes = segment_bytes
         self.seal_interval = seal_interval
         self._sealed_at = 0.0
         self._held = 0  # the most sealed segments a held reader waits for
+        self._closings = Closings()
+        self._seen = -math.inf  # the latest event time appended since the log was opened
+        self._crossed = False  # a record crossed a closing point since the last seal
         log_dir.mkdir(parents=True, exist_ok=True)
         segs = segments(log_dir)
         if not segs:
@@ -684,6 +693,7 @@ class AppLog:
         if not (log_dir / FORMAT_FILE).exists():  # lines from here on embed object values
             _write_atomic(log_dir / FORMAT_FILE, json.dumps({"objects_from": self.position}).encode(), fsync=True)
         self.hold = hold
+        self.set_closings(closings)
         if hold is not None:
             self.latest.update(_unhanded_times(log_dir, hold.readers))
         self._held = distribute(log_dir, hold, self.latest, self.earliest)  # segments sealed just before a crash
@@ -719,6 +729,9 @@ class AppLog:
         self.position += len(data)
         if latest is not None and latest > self._latest:
             self._latest = latest
+        if latest is not None and latest > self._seen:
+            self._crossed = self._crossed or self._closings.crossed(self._seen, latest)
+            self._seen = latest
         if earliest is not None and earliest < self._earliest:
             self._earliest = earliest
         self._dirty = True
@@ -752,6 +765,7 @@ class AppLog:
         Call after :meth:`flush` (sealed bytes must be durable).
         """
         self._sealed_at = time.monotonic()
+        self._crossed = False
         if self.position == self._base:
             return False
         self._roll()
@@ -766,11 +780,20 @@ class AppLog:
         self._held = distribute(self.dir, hold, self.latest, self.earliest, self._earliest)
         self.hold = hold
 
+    def set_closings(self, closings: Closings | None) -> None:
+        """Seal at once after a record that crosses one of ``closings`` (:mod:`hub.seal_points`); None: never.
+
+        Grids no coarser than :data:`SEAL_INTERVAL_S` are left to the regular seal (too many segments).
+        """
+        self._closings = (closings or Closings()).coarser_than(SEAL_INTERVAL_S)
+
     def seal_due_at(self) -> float | None:
         """The :func:`time.monotonic` time the active segment should be sealed at (None if it is empty)."""
         if self.position == self._base:
             return None
         slow = self.hold is not None and self._held >= HELD_MANY
+        if self._crossed and not slow:
+            return 0.0  # a window can close: now
         interval = max(self.seal_interval, HELD_SEAL_INTERVAL_S) if slow else self.seal_interval
         return self._sealed_at + interval
 

@@ -185,6 +185,7 @@ class Hub:
                 readers = self.engine.watermarked_readers(app)
                 grid = self.coordinator.window_grid(app)
                 self.ingest.hold(app, Hold(start, readers, grid) if start is not None and readers else None)
+                self.ingest.close_at(app, self.coordinator.window_closings(app))
         except Exception:
             log.exception("holding the hub's windows for the records sites still owe them failed")
 

@@ -166,3 +166,30 @@ def test_a_moved_stream_keeps_a_sequence_the_hub_accepts(mosquitto: Any, tmp_pat
     assert sorted((r.get("epoch", 0), r["seq"]) for r in rows) == [(0, s) for s in range(1, 46)] + [
         (4, s) for s in range(1, 21)
     ]
+
+
+def test_a_record_that_can_close_a_hub_window_is_readable_at_once(mosquitto: Any, tmp_path: Path) -> None:
+    from hub.seal_points import Closings
+
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path, client_id="ingest-test-closing", seal_interval=3600)
+    ingest.close_at("app1", Closings(((10_000, 0),)))  # 10 s windows at the hub
+    publisher = Publisher(mosquitto.url, "app1")
+    log_dir = tmp_path / "app1"
+
+    def times(seqs: range, t0: float) -> list[Record]:
+        return [Record("s1", "x", s, t0 + (s - seqs.start) * 0.5, None, {"i": s}) for s in seqs]
+
+    try:
+        ingest.start()
+        assert ingest.wait_connected()
+        publisher.send(times(range(0, 4), 1001.0), batch=4)  # 1001-1002.5: the first records may seal
+        wait_for(lambda: ingest.stats()["records"] == 4, 60, "the first records")
+        publisher.send(times(range(4, 8), 1003.0), batch=4)  # 1003-1004.5: inside the window
+        wait_for(lambda: ingest.stats()["records"] == 8, 60, "records inside the window")
+        assert ingest_log.sealed_tail(log_dir) < ingest_log.tail(log_dir)  # waiting for the hour's seal
+        publisher.send(times(range(8, 10), 1009.5), batch=2)  # 1010.0 ends the window
+        wait_for(lambda: ingest_log.sealed_tail(log_dir) == ingest_log.tail(log_dir), 60, "the window's end sealed")
+        assert [seq for _, _, seq in logged(log_dir)] == list(range(10))
+    finally:
+        publisher.close()
+        ingest.stop()

@@ -646,3 +646,20 @@ def test_the_hub_windows_wait_for_the_slowest_site_that_announces_a_frontier(sit
     assert coordinator.window_holds(lambda app: no_mark) == {"demo": 1_000.0}
     coordinator.heartbeat("a", heartbeat("a", complete={"demo": None}))  # a's input went idle
     assert coordinator.window_holds(lambda app: no_mark) == {"demo": 1_003.0}
+
+
+def test_the_hub_windows_of_the_plan_in_force_say_where_the_ingest_seals_at_once(
+    sites: Sites, clock: Clock, tmp_path: Path
+) -> None:
+    coordinator, _, _ = make(sites, clock, tmp_path)
+    windowed = APP.replace(
+        '.sink(sinks.console(), name="out")',
+        '.window(name="per_2s", key="k", size="2s", aggs={"n": agg.count()}, scope="global")'
+        '.sink(sinks.console(), name="out")',
+    ).replace("import App, sinks", "import App, agg, sinks")
+    coordinator.deploy(windowed, "app.py")
+    assert coordinator.window_grid("demo") == 2.0
+    assert coordinator.window_closings("demo").grids == ((2000, 0),)
+    assert not coordinator.window_closings("unknown")
+    coordinator.deploy(APP, "app.py")  # the window gone: nothing to seal for
+    assert not coordinator.window_closings("demo")
