@@ -51,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hub.spark_session import DEFAULT_TRIGGER  # noqa: E402  (after the path)
+from hub.spark_session import DEFAULT_TRIGGER, trigger_seconds  # noqa: E402  (after the path)
 
 PASS_APP = """
 from spanedge import App, sinks
@@ -82,6 +82,8 @@ KEYS = 10
 BATCH = 500
 SPACING_S = 1e-4
 """Event seconds between two consecutive records of a path."""
+LIVE_TRIGGER = "250 milliseconds"
+"""The trigger of the live throughput runs."""
 LATENCY_TRIGGERS = ("100 milliseconds", "250 milliseconds", DEFAULT_TRIGGER, "500 milliseconds", "1 second")
 IDLE_TRIGGERS = (DEFAULT_TRIGGER, "500 milliseconds", "250 milliseconds")
 """Triggers of the idle runs at the end, on a warm JVM (the hub's default first)."""
@@ -158,13 +160,16 @@ class Publisher:
         self.client.loop_stop()
 
 
-def deploy(engine: Any, ingest: Any, app: Any, seal_at_ends: bool = True) -> None:
-    """Deploy ``app`` as the hub does: its log sealed at once when a record can close a hub window."""
+def deploy(engine: Any, ingest: Any, app: Any, early_seals: bool = True) -> None:
+    """Deploy ``app`` as the hub does: its log sealed at once when a record can close a hub window.
+
+    ``early_seals=False``: only the log's regular seal (the release before).
+    """
     from hub.seal_points import closing_points
 
     plan = plan_for(app)
     engine.deploy(app, plan)
-    ingest.close_at(app.name, closing_points(app, plan) if seal_at_ends else None)
+    ingest.close_at(app.name, closing_points(app, plan) if early_seals else None)
 
 
 def wait(predicate: Any, timeout: float, what: str) -> float:
@@ -283,10 +288,12 @@ def live(
     from hub.engine import Engine
     from hub.ingest import Ingest
 
-    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id="bench-ingest")
+    ingest = Ingest(
+        ingest_log_broker(url), state / "ingest", client_id="bench-ingest", batch_every=trigger_seconds(LIVE_TRIGGER)
+    )
     ingest.start()
     ingest.wait_connected()
-    engine = Engine(state, sites, spark=spark, trigger="250 milliseconds")
+    engine = Engine(state, sites, spark=spark, trigger=LIVE_TRIGGER)
     try:
         for app in live_apps:
             deploy(engine, ingest, app)
@@ -387,7 +394,7 @@ def latency(
     work: Path,
     trigger: str,
     close_windows: bool = True,
-    seal_at_ends: bool = True,
+    early_seals: bool = True,
 ) -> dict[str, float]:
     """Stateless and window latency at ``trigger`` (:func:`latency_figures`), the hub's way unless told otherwise."""
     from hub.engine import Engine
@@ -398,9 +405,10 @@ def latency(
     sites = parse_sites(SITES.format(url=url))
     pass_app = load_app_source(PASS_APP.replace("SINK", 'sinks.memory("passed")'), "bench_latency.py")
     window_app = load_app_source(WINDOW_APP, "bench_window.py")
-    tag = f"{trigger.split()[0]}{'' if close_windows else '-next-batch'}{'' if seal_at_ends else '-regular-seal'}"
+    tag = f"{trigger.split()[0]}{'' if close_windows else '-next-batch'}{'' if early_seals else '-regular-seal'}"
     state = work / f"latency-{tag}"
-    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-{tag}")
+    every = trigger_seconds(trigger) if early_seals else None
+    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-{tag}", batch_every=every)
     ingest.start()
     ingest.wait_connected()
     engine = Engine(state, sites, spark=spark, trigger=trigger, close_windows=close_windows)
@@ -408,7 +416,7 @@ def latency(
     stop = threading.Event()
     try:
         deploy(engine, ingest, pass_app)
-        deploy(engine, ingest, window_app, seal_at_ends)
+        deploy(engine, ingest, window_app, early_seals)
         per_tick = max(1, int(args.rate / 50))
 
         def run() -> None:
@@ -644,7 +652,7 @@ def main() -> None:
                 for close in (True, False) if i % 2 else (False, True):
                     (lat if close else later)[t] = latency(args, broker.url, spark, work, t, close_windows=close)
                 if t == DEFAULT_TRIGGER:
-                    regular = latency(args, broker.url, spark, work, t, seal_at_ends=False)
+                    regular = latency(args, broker.url, spark, work, t, early_seals=False)
                 floor[t] = spark_floor(args, spark, work, t)
             warm = {t: idle_cpu(args, broker.url, spark, work, t, f"warm-{t.split()[0]}") for t in IDLE_TRIGGERS}
         finally:
@@ -683,7 +691,10 @@ def main() -> None:
     print("cold/warm: deploy to last record, first query of its kind in the session / run again;")
     print("in micro-batches: rows over the time Spark spent in the warm run's batches (no query start)")
     print("(window latency: from the window's end in wall time to its result at the sink)")
-    print("regular seal: a window's closing record waits for the log's seal every 0.1 s (before: sealed at once)")
+    print(
+        "regular seal: the log sealed every 0.1 s only (the hub's own also seals just before each micro-batch, "
+        "and at once after a record that can close a window)"
+    )
     print("next batch: the hub with --window-close next-batch (Spark's append mode: a window a micro-batch later)")
     print("bare Spark: the same queries without MQTT, ingest or SpanEdge, fed files at the same rate (the floor)")
     print(f"total {time.monotonic() - started:.0f} s")

@@ -61,8 +61,8 @@ class Ingest:
     site of a data topic may publish a batch of another site's stream (the
     default: never; :func:`hub.publishers.from_plans` allows what plans assign).
     ``on_complete(app, site, complete)`` hears each batch's frontier, after
-    its records are durable in the log. ``seal_interval`` is each log's
-    (:class:`hub.log.AppLog`).
+    its records are durable in the log. ``seal_interval`` and ``batch_every``
+    (the engine's trigger interval, if known) are each log's (:class:`hub.log.AppLog`).
     """
 
     def __init__(
@@ -74,9 +74,11 @@ class Ingest:
         may_publish: PublishPolicy = own_sites_only,
         on_complete: Callable[[str, str, float], None] | None = None,
         seal_interval: float = SEAL_INTERVAL_S,
+        batch_every: float | None = None,
     ) -> None:
         """Prepare the client; nothing connects until :meth:`start`."""
         self.seal_interval = seal_interval
+        self.batch_every = batch_every
         self.broker = broker
         self.may_publish = may_publish
         self.on_complete = on_complete
@@ -164,6 +166,7 @@ class Ingest:
             app_log = AppLog(
                 self.log_dir / app,
                 seal_interval=self.seal_interval,
+                batch_every=self.batch_every,
                 hold=self._holds.get(app),
                 closings=self._closings.get(app),
             )

@@ -89,6 +89,8 @@ HELD_SEAL_INTERVAL_S = 0.5
 """The seal interval while a :class:`Hold` holds many segments back: they reach a window's query in few micro-batches."""
 HELD_MANY = 10
 """From this many segments held back, the log is sealed every :data:`HELD_SEAL_INTERVAL_S` (a brief hold keeps 0.1 s)."""
+SEAL_AHEAD_S = 0.02
+"""A seal timed for a micro-batch comes this long before the batch starts (linked before Spark lists the inbox)."""
 KNOWN_TIMES = 10_000
 """How many sealed segments' latest event times a writer remembers (older ones are never held)."""
 
@@ -648,17 +650,23 @@ class AppLog:
         seal_interval: float = SEAL_INTERVAL_S,
         hold: Hold | None = None,
         closings: Closings | None = None,
+        batch_every: float | None = None,
     ) -> None:
         """Open (or create) the log in ``log_dir``, its sealed segments held back as ``hold`` says.
 
         With a hold, the latest event times of the sealed segments its readers
         have not been handed yet are read back from the segments. A record
         that crosses one of ``closings`` makes the active segment due at once
-        (:meth:`set_closings`).
+        (:meth:`set_closings`). With ``batch_every``, the readers' trigger
+        interval in seconds, the active segment is also due just before each
+        micro-batch starts (Spark starts one at every multiple of the interval
+        since the epoch), so a record waits for its micro-batch, not for a
+        seal and then for the micro-batch after it.
         """
         self.dir = log_dir
         self.segment_bytes = segment_bytes
         self.seal_interval = seal_interval
+        self.batch_every = batch_every
         self._sealed_at = 0.0
         self._held = 0  # the most sealed segments a held reader waits for
         self._closings = Closings()
@@ -795,7 +803,15 @@ class AppLog:
         if self._crossed and not slow:
             return 0.0  # a window can close: now
         interval = max(self.seal_interval, HELD_SEAL_INTERVAL_S) if slow else self.seal_interval
-        return self._sealed_at + interval
+        due = self._sealed_at + interval
+        return due if slow or not self.batch_every else min(due, self._before_next_batch(self.batch_every))
+
+    def _before_next_batch(self, every: float) -> float:
+        """The :func:`time.monotonic` time :data:`SEAL_AHEAD_S` before the first micro-batch after the last seal."""
+        wall, mono = time.time(), time.monotonic()
+        sealed = self._sealed_at - mono + wall  # the last seal in wall-clock time, as Spark's schedule runs
+        start = (math.floor((sealed + SEAL_AHEAD_S + 1e-3) / every) + 1) * every
+        return start - SEAL_AHEAD_S - wall + mono
 
     def seal_if_due(self, now: float | None = None) -> bool:
         """Seal (see :meth:`seal`) if the last seal is :attr:`seal_interval` old; return whether it did."""

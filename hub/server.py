@@ -27,7 +27,7 @@ from hub.distribution import MqttControl, PlanDistributor
 from hub.publishers import from_plans
 from hub.registry import SiteRegistry
 from hub.site_health import HealthPolicy
-from hub.spark_session import DEFAULT_TRIGGER
+from hub.spark_session import DEFAULT_TRIGGER, trigger_seconds
 from hub.state import StateStore
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
@@ -155,6 +155,7 @@ class Hub:
             client_id=f"spanedge-hub-ingest-{self.site.name}",
             may_publish=from_plans(self.coordinator.plans_of),
             on_complete=self.coordinator.frontiers.advance,
+            batch_every=trigger_seconds(self.config.trigger),
         )
 
     def _tick(self) -> None:

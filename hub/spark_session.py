@@ -47,6 +47,21 @@ interval (the hub benchmark: window results 0.71-0.76x as late as at 500 ms,
 with about the same idle CPU).
 """
 
+_TRIGGER_UNITS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0}
+_TRIGGER = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", re.IGNORECASE)
+
+
+def trigger_seconds(trigger: str) -> float | None:
+    """The interval of a processing-time ``trigger`` such as ``"470 milliseconds"`` in seconds (None: another kind)."""
+    match = _TRIGGER.match(trigger)
+    if match is None:
+        return None
+    unit = match.group(2).lower()
+    scale = _TRIGGER_UNITS.get(unit.removesuffix("s"))
+    seconds = float(match.group(1)) * scale if scale is not None else 0.0
+    return seconds if seconds > 0 else None
+
+
 LOCAL_TASK_ATTEMPTS = 4
 """Attempts of a task in local mode (Spark's default there is 1: any task failure fails the query)."""
 

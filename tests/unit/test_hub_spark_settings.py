@@ -6,7 +6,14 @@ import statistics
 
 import pytest
 
-from hub.spark_session import CHECKSUMMED_LOCAL_FS, DEFAULT_TRIGGER, DEFAULTS, STATE_STORE_PROVIDER, session_settings
+from hub.spark_session import (
+    CHECKSUMMED_LOCAL_FS,
+    DEFAULT_TRIGGER,
+    DEFAULTS,
+    STATE_STORE_PROVIDER,
+    session_settings,
+    trigger_seconds,
+)
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 FILE_SYSTEM = "spark.hadoop.fs.file.impl"
@@ -65,3 +72,20 @@ def test_the_default_trigger_starts_micro_batches_at_every_phase_of_a_window_end
     assert statistics.fmean(waits) < 0.6 * interval_ms
     # an interval that divides the second: a micro-batch at every window's end, each window waits all of it
     assert set(waits_after_window_ends(500, size_s * 1000)) == {500}
+
+
+@pytest.mark.parametrize(
+    ("trigger", "seconds"),
+    [
+        (DEFAULT_TRIGGER, 0.47),
+        ("1 second", 1.0),
+        ("2 Seconds", 2.0),
+        ("interval 250 milliseconds", 0.25),
+        ("1 minute", 60.0),
+        ("availableNow", None),  # not a processing-time trigger: no schedule to seal for
+        ("0 seconds", None),
+        ("470 fortnights", None),
+    ],
+)
+def test_the_trigger_interval_is_read_from_sparks_spelling(trigger: str, seconds: float | None) -> None:
+    assert trigger_seconds(trigger) == (None if seconds is None else pytest.approx(seconds))

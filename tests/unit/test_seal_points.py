@@ -1,12 +1,14 @@
-"""Where a hub window can close, and the ingest log sealed at once when a record gets there."""
+"""When the ingest seals a log: at once after a record that can close a hub window, and before each micro-batch."""
 
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,3 +91,17 @@ def test_the_log_seals_at_once_after_a_record_that_can_close_a_window(tmp_path: 
     app_log.set_closings(Closings(((100, 0),)))  # no coarser than the regular seal: left to it
     append(102.5)
     assert not app_log.seal_if_due()
+
+
+def test_the_log_is_sealed_just_before_each_micro_batch_starts(tmp_path: Path) -> None:
+    every = 3600.0  # Spark starts a micro-batch on every whole hour since the epoch
+    app_log = AppLog(tmp_path, seal_interval=7200, batch_every=every)
+    app_log.append(encode_records([Record("s1", "x", 1, 1.0, "k", {})]), 1.0, 1.0)
+    app_log.flush()
+    app_log.seal()
+    app_log.append(encode_records([Record("s1", "x", 2, 2.0, "k", {})]), 2.0, 2.0)
+    due, wall, mono = app_log.seal_due_at(), time.time(), time.monotonic()
+    assert due is not None
+    next_batch = (math.floor(wall / every) + 1) * every
+    assert due - mono == pytest.approx(next_batch - ingest_log.SEAL_AHEAD_S - wall, abs=0.05)
+    assert AppLog(tmp_path / "plain", seal_interval=7200).seal_due_at() is None  # nothing appended: nothing due
