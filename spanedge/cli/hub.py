@@ -77,7 +77,8 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     default=TRIGGER,
     help="Spark's micro-batch interval; Spark starts micro-batches at multiples of it, so an interval that divides "
     "a second (500 ms) starts one at every window's end, just before the record that closes the window, and each "
-    "window waits a whole interval",
+    "window waits a whole interval; the ingest seals the log just before each micro-batch; a shorter interval "
+    "(230 milliseconds) gives results sooner and costs an idle hub more CPU",
 )
 @option(
     "--window-close",
