@@ -20,7 +20,9 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   the sink for the windowed query (p50/p99), at a steady ``--rate``, with the
   hub's default ``--window-close watermark`` (the sink writes each window in
   the micro-batch that moved the watermark past it), and again with
-  ``--window-close next-batch`` (Spark's append mode, a micro-batch later);
+  ``--window-close next-batch`` (Spark's append mode, a micro-batch later),
+  and at the default trigger once more with the ingest's regular seal only
+  (every 0.1 s: not just before each micro-batch nor at a window's end);
 * the floor, for each trigger: the same pass-through and window queries in
   bare Spark, fed files at the same rate without MQTT, ingest or SpanEdge
   (:func:`spark_floor`), the baseline of the latency figures;

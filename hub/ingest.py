@@ -8,9 +8,10 @@ only then acknowledges the messages to the broker. A crash before the ack
 makes the broker redeliver; the high-water mark turns the redelivery into
 counted duplicates. Several messages share one fsync (group commit). The
 writer seals each app's active segment at most every
-:data:`hub.log.SEAL_INTERVAL_S` while records arrive, and at once after a
-record that can close one of the app's hub windows (:meth:`Ingest.close_at`),
-which makes them readable by the engine (:mod:`hub.log`).
+:data:`hub.log.SEAL_INTERVAL_S` while records arrive, just before each of
+the engine's micro-batches (``batch_every``), and at once after a record that
+can close one of the app's hub windows (:meth:`Ingest.close_at`), which makes
+them readable by the engine (:mod:`hub.log`).
 
 A batch comes on the data topic of the site that published it. Its envelope
 names the site whose records it carries: the same site, or the source site of

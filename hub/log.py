@@ -24,9 +24,9 @@ position is the end of the last complete line.
 
 The last segment is the active one, the only one ever appended to. The
 writer *seals* it (:meth:`AppLog.seal`: fsync, start a new segment) at
-most every :data:`SEAL_INTERVAL_S` while records arrive, and at once after a
-record that can close one of the app's hub windows (:mod:`hub.seal_points`),
-and hands every
+most every :data:`SEAL_INTERVAL_S` while records arrive, just before each
+micro-batch of its readers starts, and at once after a record that can
+close one of the app's hub windows (:mod:`hub.seal_points`), and hands every
 sealed segment to every subscribed reader as a hard link in the reader's
 inbox (:func:`subscribe`). A sealed segment never changes again, so Spark's
 built-in file source reads an inbox as a directory of JSON-lines files
@@ -814,7 +814,7 @@ class AppLog:
         return start - SEAL_AHEAD_S - wall + mono
 
     def seal_if_due(self, now: float | None = None) -> bool:
-        """Seal (see :meth:`seal`) if the last seal is :attr:`seal_interval` old; return whether it did."""
+        """Seal (see :meth:`seal`) if the active segment is due (:meth:`seal_due_at`); return whether it did."""
         due = self.seal_due_at()
         if due is None or (time.monotonic() if now is None else now) < due:
             return False

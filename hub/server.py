@@ -173,7 +173,8 @@ class Hub:
     def _hold_windows(self) -> None:
         """Keep each app's hub windows from reading past what an old owner or a live site still owes them.
 
-        See :mod:`hub.handover_hold` and :mod:`hub.site_frontiers`; the holds are set on the ingest's logs.
+        See :mod:`hub.handover_hold` and :mod:`hub.site_frontiers`; the holds are set on the ingest's logs,
+        with where the plan in force lets a window close (:mod:`hub.seal_points`).
         """
         while not self._stop.wait(HOLD_CHECK_S):
             self._hold_windows_once()
