@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulate.ports import free_port, listenable
+from simulate.ports import free_port, listenable, listens
 from simulate.tls import TlsFiles
 from spanedge.broker_acl import MAX_QUEUED_MESSAGES, mosquitto_conf
 from spanedge.errors import SpanEdgeError
@@ -24,6 +23,7 @@ __all__ = [
     "BrokerSecurity",
     "Login",
     "Mosquitto",
+    "PortTaken",
     "free_port",
     "mosquitto_path",
 ]
@@ -64,11 +64,23 @@ def mosquitto_path() -> str:
     raise SpanEdgeError(msg)
 
 
+class PortTaken(SpanEdgeError):
+    """Another process listens on the port a broker was to listen on."""
+
+
+PORT_TRIES = 5
+"""Ports a broker whose port was chosen for it tries before it gives up (each taken by another process)."""
+
+
 class BrokerProcess:
     """An MQTT broker in a child process on 127.0.0.1, started and stopped on demand.
 
     Subclasses give the command line and the log file; this class starts the
-    process, waits until the port accepts connections, and stops it.
+    process, waits until it listens on its port, and stops it. A broker
+    whose port was chosen for it (``port_chosen``) moves to another free
+    port when another process took that one before its first start
+    (:meth:`configure` writes the new port into its settings); after that,
+    and for a port given, a taken port is an error.
     Use as a context manager, or call :meth:`start`, :meth:`stop` and
     :meth:`restart` (the port is kept).
     """
@@ -78,12 +90,16 @@ class BrokerProcess:
     workdir: Path
     log_name = "broker.log"
 
-    def __init__(self) -> None:
+    def __init__(self, port_chosen: bool = False) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
+        self._movable = port_chosen
 
     def command(self) -> list[str]:
         """The command line that runs the broker."""
         raise NotImplementedError
+
+    def configure(self) -> None:
+        """Write the broker's settings for :attr:`port` (nothing to write by default)."""
 
     @property
     def url(self) -> str:
@@ -96,25 +112,38 @@ class BrokerProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self, timeout: float = 15.0) -> BrokerProcess:
-        """Start the broker and wait until it accepts connections."""
+        """Start the broker and wait until it listens on its port (moving to another if allowed and taken)."""
         if self.running:
             return self
+        for _ in range(PORT_TRIES - 1):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                if not self._movable:
+                    raise
+            self.port = free_port()
+            self.configure()
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> BrokerProcess:
         log_path = self.workdir / self.log_name
-        if not listenable(self.port):  # else the wait below would take another listener for this broker
+        if not listenable(self.port):  # else the broker could not listen there
             msg = f"the {self.name} broker cannot listen on port {self.port}: another process listens there"
-            raise SpanEdgeError(msg)
+            raise PortTaken(msg)
         with log_path.open("ab") as log:
             self._proc = subprocess.Popen(self.command(), stdout=log, stderr=log)  # noqa: S603 - our own command
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
+                if not listenable(self.port):  # another process took the port between the check and the listen
+                    msg = f"the {self.name} broker could not listen on port {self.port}: another process took it"
+                    raise PortTaken(msg)
                 msg = f"the {self.name} broker exited with code {self._proc.returncode}; see {log_path}"
                 raise SpanEdgeError(msg)
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+            if listens(self._proc.pid, self.port):  # its own listener, not another process's on the same port
+                self._movable = False
+                return self
+            time.sleep(0.05)
         self.stop()
         msg = f"the {self.name} broker did not listen on port {self.port} within {timeout}s; see {log_path}"
         raise SpanEdgeError(msg)
@@ -179,6 +208,13 @@ class Mosquitto(BrokerProcess):
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config = self.workdir / "mosquitto.conf"
+        self.extra_config = extra_config
+        super().__init__(port_chosen=port is None)
+        self.configure()
+
+    def configure(self) -> None:
+        """Write ``mosquitto.conf`` for :attr:`port`."""
+        security = self.security
         if security is None:
             listener = (
                 f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
@@ -201,11 +237,10 @@ class Mosquitto(BrokerProcess):
             "max_inflight_messages 100\n"
             "log_dest stderr\n"
             "log_type error\n"
-            "log_type warning\n" + ("user root\n" if os.geteuid() == 0 else "") + extra_config
+            "log_type warning\n" + ("user root\n" if os.geteuid() == 0 else "") + self.extra_config
             # as root, mosquitto switches to the 'mosquitto' user, which cannot write the
             # persistence files in our directory: sessions would not survive a restart
         )
-        super().__init__()
 
     log_name = "mosquitto.log"
 

@@ -25,7 +25,7 @@ class EmbeddedBroker(BrokerProcess):
 
     def __init__(self, port: int | None = None, workdir: Path | None = None, name: str = "broker") -> None:
         """Prepare the broker; nothing runs until :meth:`start`."""
-        super().__init__()
+        super().__init__(port_chosen=port is None)
         self.port = port or free_port()
         self.name = name
         self.workdir = Path(workdir) if workdir else Path.cwd() / ".spanedge" / "brokers" / name
