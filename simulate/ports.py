@@ -28,8 +28,8 @@ import psutil
 LOWEST = 10_000
 """The lowest port handed out."""
 
-RESERVED = Path(tempfile.gettempdir()) / "spanedge-ports"
-"""Where each port handed out is reserved for the process it went to."""
+RESERVED = Path(tempfile.gettempdir()) / f"spanedge-ports-{os.getuid()}"
+"""Where each port handed out is reserved for the process it went to (one folder per user: each can write it)."""
 
 _EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _given: set[int] = set()
