@@ -669,7 +669,7 @@ class AppLog:
         self.batch_every = batch_every
         self._sealed_at = 0.0
         self._held = 0  # the most sealed segments a held reader waits for
-        self._closings = Closings()
+        self.set_closings(closings)
         self._seen = -math.inf  # the latest event time appended since the log was opened
         self._crossed = False  # a record crossed a closing point since the last seal
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -701,7 +701,6 @@ class AppLog:
         if not (log_dir / FORMAT_FILE).exists():  # lines from here on embed object values
             _write_atomic(log_dir / FORMAT_FILE, json.dumps({"objects_from": self.position}).encode(), fsync=True)
         self.hold = hold
-        self.set_closings(closings)
         if hold is not None:
             self.latest.update(_unhanded_times(log_dir, hold.readers))
         self._held = distribute(log_dir, hold, self.latest, self.earliest)  # segments sealed just before a crash

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hub.site_frontiers import hub_windows
+
 if TYPE_CHECKING:
     from spanedge.app import App
     from spanedge.plan import Plan
@@ -54,13 +56,9 @@ def _ms(seconds: float) -> int:
 
 def closing_points(app: App, plan: Plan) -> Closings:
     """The points at which ``app``'s windows that ``plan`` runs at the hub can close."""
-    graph = app.graph()
     grids: set[tuple[int, int]] = set()
-    for a in plan.assignments:
-        if a.site != plan.hub:
-            continue
-        spec = graph.op(a.operator).window
-        if spec is None or spec.gap or not (spec.slide or spec.size):
+    for spec in hub_windows(app, plan):
+        if spec.gap or not (spec.slide or spec.size):
             continue
         period = max(1, round((spec.slide or spec.size or 0.0) * 1000))
         end = round(((spec.size or 0.0) + spec.allowed_lateness) * 1000)

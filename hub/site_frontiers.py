@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spanedge.app import App
+    from spanedge.operators import WindowSpec
     from spanedge.plan import Plan
 
 log = logging.getLogger("hub.coordinator")
@@ -52,17 +53,19 @@ def window_grid(app: App, plan: Plan) -> float:
     the gap bounds as well. The grid is the greatest common divisor of
     those, to the millisecond.
     """
-    graph = app.graph()
     spans = set()
-    for a in plan.assignments:
-        if a.site != plan.hub:
-            continue
-        spec = graph.op(a.operator).window
-        if spec is not None:
-            for span in (spec.gap,) if spec.gap else (spec.size, spec.slide):
-                if span:
-                    spans.add(max(1, round(span * 1000)))
+    for spec in hub_windows(app, plan):
+        for span in (spec.gap,) if spec.gap else (spec.size, spec.slide):
+            if span:
+                spans.add(max(1, round(span * 1000)))
     return reduce(math.gcd, spans) / 1000 if spans else 0.0
+
+
+def hub_windows(app: App, plan: Plan) -> list[WindowSpec]:
+    """The windows of ``app``'s operators that ``plan`` runs at the hub."""
+    graph = app.graph()
+    specs = (graph.op(a.operator).window for a in plan.assignments if a.site == plan.hub)
+    return [spec for spec in specs if spec is not None]
 
 
 def parse_report(beat: Mapping[str, Any]) -> dict[str, float | None]:
