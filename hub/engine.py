@@ -148,6 +148,13 @@ class Engine:
         """
         return self._queries.unsettled(name, proposed)
 
+    def retire_written_shares(self) -> list[str]:
+        """Stop the queries of a handover's old placement that wrote their whole share; call it periodically.
+
+        See :meth:`hub.lifecycle.Lifecycle.retire_written_shares`.
+        """
+        return self._queries.retire_written_shares()
+
     def recover(self, now: float | None = None) -> list[str]:
         """Restart failed queries from their checkpoints, each after a growing wait.
 

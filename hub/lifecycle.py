@@ -10,6 +10,7 @@ no result is repeated.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -56,6 +57,9 @@ _Built = dict[str, tuple[Query, "DataFrame"]]
 
 Side = tuple[str, float]
 """``("before" | "after", switch time)``: which share of a handover's results a query writes."""
+
+SHARE_WRITTEN = "share-written.json"
+"""In a stopped query's checkpoint folder, all that is left of it: it wrote its whole handover share."""
 
 
 class Lifecycle:
@@ -122,6 +126,7 @@ class Lifecycle:
         _warn_flows_leaving_hub(app.name, plan)
         graph, wanted, sides = self._wanted(app, plan)
         with self.lock:
+            written = self._drop_written(app.name, wanted, sides)
             current = self.apps.get(app.name)
             names = {slot: checkpoint_name(a.replica, fp) for slot, (a, _, fp) in wanted.items()}
             if current is not None and unchanged(current.queries, names, sides, self._sides.get(app.name)):
@@ -142,7 +147,7 @@ class Lifecycle:
             }
             self.log_dir(app.name).mkdir(parents=True, exist_ok=True)
             self._replace(app.name, old, keep, built)
-            self._retire_earlier_runs(app.name, [*old.values(), *keep.values()], built)
+            self._retire_earlier_runs(app.name, [*old.values(), *keep.values()], built, written)
             queries = {**keep, **{slot: q for slot, (q, _) in built.items()}}
             self._share(app, plan.version, graph, queries, sides)
             _name_letter_filers(wanted, queries)
@@ -252,9 +257,82 @@ class Lifecycle:
             retire(self.log_dir(app), q.reader, q.checkpoint, successor.reader if successor else None)
             log.info("app %s: query %s stopped (%s)", app, slot, "changed" if successor else "gone")
 
-    def _retire_earlier_runs(self, app: str, known: list[Query], built: _Built) -> None:
-        """Retire the checkpoints of an earlier run of the hub that this deployment replaces."""
+    def _drop_written(self, app: str, wanted: dict[str, _Wanted], sides: dict[str, Side]) -> set[str]:
+        """Take out of ``wanted`` the old placements' queries that wrote their share already; return their folders.
+
+        Such a query (:meth:`retire_written_shares`) is not started again
+        while the plan lists its handover, after a restart of the hub too. A
+        query that left such a note and is wanted for another share (the
+        replica moved back) starts afresh, as after any retirement.
+        """
+        root = self.checkpoint_root(app)
+        kept: set[str] = set()
+        for slot, (a, _, fp) in list(wanted.items()):
+            folder = root / checkpoint_name(a.replica, fp)
+            if not (folder / SHARE_WRITTEN).is_file():
+                continue
+            if sides.get(slot, ("", 0.0))[0] == "before":
+                del wanted[slot]
+                kept.add(folder.name)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+        return kept
+
+    def retire_written_shares(self) -> list[str]:
+        """Stop the queries of an old placement that have written their whole handover share; return their slots.
+
+        Such a query can write nothing more, yet it would read the whole log
+        (and compute its windows again) until a re-plan drops the handover,
+        which a steady network may never bring. It is done as :meth:`unsettled`
+        tells (its watermark past the share's end by the longest window
+        upstream of its sink), and only a query that keeps a watermark can
+        tell: one without goes on until the handover is dropped. Its folder
+        keeps only a note (:data:`SHARE_WRITTEN`), so that no deployment of a
+        plan that lists the handover starts it again.
+
+        Returns:
+            ``<app>/<slot>`` of each query stopped by this call.
+        """
+        stopped: list[str] = []
+        with self.lock:
+            for name, deployed in self.apps.items():
+                graph = deployed.app.graph()
+                for slot, q in list(deployed.queries.items()):
+                    share = q.sink.share
+                    if share is None or not q.watermarked or any(math.isinf(hi) for _, hi in share.intervals):
+                        continue
+                    needed = _share_needs(graph, q)
+                    reached = _reported_watermark(q.handle, q.watermarked)
+                    if reached is None or (needed is not None and reached < needed):
+                        continue
+                    q.stop()
+                    ingest_log.unsubscribe(self.log_dir(name), q.reader)
+                    self.restarts.forget(name, slot)
+                    del deployed.queries[slot]
+                    shutil.rmtree(q.checkpoint, ignore_errors=True)
+                    q.checkpoint.mkdir(parents=True, exist_ok=True)
+                    note = {"share": share.describe(), "watermark": reached, "stopped_at": time.time()}
+                    (q.checkpoint / SHARE_WRITTEN).write_text(json.dumps(note) + "\n")
+                    log.info(
+                        "app %s: query %s wrote its share of the handover (results of origin %s; watermark %.3f "
+                        "past %.3f): stopped",
+                        name,
+                        slot,
+                        share.describe(),
+                        reached,
+                        -math.inf if needed is None else needed,
+                    )
+                    stopped.append(f"{name}/{slot}")
+        return stopped
+
+    def _retire_earlier_runs(self, app: str, known: list[Query], built: _Built, written: set[str]) -> None:
+        """Retire the checkpoints of an earlier run of the hub that this deployment replaces.
+
+        ``written`` names the folders of the queries that wrote their share
+        of a handover the plan still lists: kept for their note.
+        """
         in_use = {q.checkpoint for q in known} | {q.checkpoint for q, _ in built.values()}
+        in_use |= {self.checkpoint_root(app) / name for name in written}
         root = self.checkpoint_root(app)
         for path in sorted(root.iterdir()) if root.is_dir() else ():
             if path in in_use or not path.is_dir():
@@ -369,11 +447,9 @@ class Lifecycle:
             for slot, q in deployed.queries.items():
                 if q.checkpoint.name in kept:
                     continue
-                share = q.sink.share
-                ends = [hi for _, hi in share.intervals if math.isfinite(hi)] if share is not None else []
-                if not ends:
+                needed = _share_needs(graph, q)
+                if needed is None:
                     continue
-                needed = max(ends) + _longest_window(graph, split_replica(q.replica)[0])
                 reached = _reported_watermark(q.handle, q.watermarked)
                 if reached is None or reached < needed:
                     shown = "no batch yet" if reached is None else f"watermark {reached:.0f}"
@@ -582,6 +658,20 @@ def _reported_watermark(handle: StreamingQuery | None, watermarked: bool) -> flo
         return datetime.fromisoformat(str(text)).timestamp()
     except ValueError:
         return None
+
+
+def _share_needs(graph: OperatorGraph, q: Query) -> float | None:
+    """The watermark past which ``q`` has written its handover share up to the share's last finite end.
+
+    That is the end plus the longest window upstream of its sink: every
+    window starting before the end has then fired and been written. ``None``
+    for a query without a share, or whose share has no finite end.
+    """
+    share = q.sink.share
+    ends = [hi for _, hi in share.intervals if math.isfinite(hi)] if share is not None else []
+    if not ends:
+        return None
+    return max(ends) + _longest_window(graph, split_replica(q.replica)[0])
 
 
 def _longest_window(graph: OperatorGraph, sink: str) -> float:

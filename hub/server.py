@@ -167,8 +167,9 @@ class Hub:
             if self.engine is not None:
                 try:
                     self.engine.recover()
+                    self.engine.retire_written_shares()
                 except Exception:
-                    log.exception("restarting failed queries failed")
+                    log.exception("restarting failed queries or stopping those that are done failed")
 
     def _hold_windows(self) -> None:
         """Keep each app's hub windows from reading past what an old owner or a live site still owes them.

@@ -16,7 +16,7 @@ import pytest
 from hub.engine import Engine
 from hub.handover import stamp_handovers
 from hub.ingest import Ingest
-from hub.lifecycle import before_slot
+from hub.lifecycle import SHARE_WRITTEN, before_slot
 from spanedge import App, agg, sinks
 from spanedge.envelope import Record
 from spanedge.plan import Plan
@@ -90,7 +90,7 @@ def test_a_window_moved_to_the_hub_and_back_is_emitted_once_with_every_record(
 ) -> None:
     app = make_app()
     sites = parse_sites(SITES.replace("BROKER", mosquitto.url))
-    rows: list[dict[str, Any]] = [{"k": f"p{i % 3}", "x": i, "ts": T0 + i * 0.25} for i in range(4 * 95)]
+    rows: list[dict[str, Any]] = [{"k": f"p{i % 3}", "x": i, "ts": T0 + i * 0.25} for i in range(4 * 115)]
 
     def until(t: float) -> list[dict[str, Any]]:
         return [r for r in rows if fed[0] <= r["ts"] < t]
@@ -132,12 +132,13 @@ def test_a_window_moved_to_the_hub_and_back_is_emitted_once_with_every_record(
         spoke.apply(v3)
         spoke.feed(until(T0 + 95.0))
 
-        expected: dict[tuple[str, float], tuple[int, float]] = {}
+        reference: dict[tuple[str, float], tuple[int, float]] = {}
         for r in rows:
             start = (r["ts"] - T0) // 10 * 10 + T0
-            if start < T0 + 90.0:  # the last window the spoke's watermark closed
-                n, total = expected.get((r["k"], start), (0, 0.0))
-                expected[r["k"], start] = (n + 1, total + r["x"])
+            n, total = reference.get((r["k"], start), (0, 0.0))
+            reference[r["k"], start] = (n + 1, total + r["x"])
+        # the windows up to the last one the spoke's watermark closed
+        expected = {k: v for k, v in reference.items() if k[1] < T0 + 90.0}
 
         def results() -> list[dict[str, Any]]:
             return [row["value"] for row in engine.memory("moving_stats")]
@@ -151,6 +152,27 @@ def test_a_window_moved_to_the_hub_and_back_is_emitted_once_with_every_record(
         # the hub computed partial windows on both sides of its part; its sinks left them to the spoke
         queries = engine.metrics()[app.name]["queries"]
         assert queries["out"]["handover_left_to_other"] + queries[before_slot("out")]["handover_left_to_other"] > 0
+        # written its share, the hub's query of [T0 + 30, T0 + 60) stops, though v3 still lists the handover
+        assert engine.retire_written_shares() == [f"{app.name}/{before_slot('out')}"]
+        assert set(engine._apps[app.name].queries) == {"out"}
+        assert engine.retire_written_shares() == []
+        engine.deploy(app, v3)  # as a failed query's restart does: nothing starts again
+        assert set(engine._apps[app.name].queries) == {"out"}
+        notes = list((tmp_path / "checkpoints" / app.name).glob(f"*/{SHARE_WRITTEN}"))
+        assert len(notes) == 1, notes
+        # nor after a restart of the hub, which still goes on with the sink's own query
+        engine.stop()
+        engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+        engine.deploy(app, v3)
+        assert set(engine._apps[app.name].queries) == {"out"}
+        assert notes[0].is_file()
+        fed[0] = T0 + 95.0
+        spoke.feed(until(T0 + 115.0))
+        closed = {(k, T0 + 90.0) for k in ("p0", "p1", "p2")}
+        wait_for(lambda: closed <= {(v["k"], v["window_start"]) for v in results()}, 120, "the windows after it")
+        got = [((v["k"], v["window_start"]), (v["n"], v["total"])) for v in results()]
+        assert len(got) == len(dict(got)), "a window was emitted twice"
+        assert all(key[1] >= T0 + 90.0 and reference[key] == value for key, value in got), got
     finally:
         publisher.close()
         engine.stop()

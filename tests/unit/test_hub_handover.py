@@ -12,9 +12,10 @@ import pyarrow as pa
 import pytest
 
 from hub import cutoffs
+from hub.checkpoints import checkpoint_name
 from hub.compile import Compiler
 from hub.handover import before_placement, hub_moves, stamp_handovers
-from hub.lifecycle import _split, before_slot
+from hub.lifecycle import SHARE_WRITTEN, Lifecycle, _split, before_slot
 from hub.replicas import Replicas
 from spanedge import App, agg, sinks
 from spanedge.plan import Handover, Plan
@@ -233,3 +234,26 @@ def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side
     wanted = {}
     assert _split(cast(Any, None), app, back, graph, wanted, tmp_path) == {before_slot("out"): ("before", T0 + 60.0)}
     assert wanted[before_slot("out")][2] == fp  # the same query as under the move to the hub: it keeps running
+
+
+def test_an_old_placements_query_that_wrote_its_share_is_not_started_again(tmp_path: Path) -> None:
+    queries = Lifecycle(cast(Any, None), tmp_path, cast(Any, None), cast(Any, None), cast(Any, None), "1 second")
+    root = queries.checkpoint_root("moving")
+    plan = make_plan("cloud", 2, 2, ())
+    wanted: dict[str, Any] = {
+        "out": (plan.assignment("out"), None, "aaa"),
+        before_slot("out"): (plan.assignment("out"), None, "bbb"),
+        "other": (plan.assignment("out"), None, "ccc"),
+    }
+    sides = {"out": ("after", T0 + 60.0), before_slot("out"): ("before", T0 + 60.0)}
+    for fp in ("aaa", "bbb"):  # both left a note once (the replica moved to the hub and back since)
+        (root / checkpoint_name("out", fp)).mkdir(parents=True)
+        (root / checkpoint_name("out", fp) / SHARE_WRITTEN).write_text("{}")
+    (root / checkpoint_name("out", "ccc")).mkdir()
+    kept = queries._drop_written("moving", wanted, sides)
+    # the old placement's query stays stopped, its note kept; the other starts afresh; the rest is untouched
+    assert kept == {checkpoint_name("out", "bbb")}
+    assert set(wanted) == {"out", "other"}
+    assert (root / checkpoint_name("out", "bbb") / SHARE_WRITTEN).is_file()
+    assert not (root / checkpoint_name("out", "aaa")).exists()
+    assert (root / checkpoint_name("out", "ccc")).is_dir()
