@@ -173,6 +173,21 @@ class Compiler:
         """Whether the query of sink replica ``sink`` runs a window at the hub (and so keeps a watermark)."""
         return any(self.replicas.op(a).kind == Kind.WINDOW for a in self._at_hub_from([sink]))
 
+    def windows_everything(self, sink: str) -> bool:
+        """Whether every record the query of sink replica ``sink`` reads from the log reaches it through a hub window.
+
+        Only then does the query's watermark bound what it can still write: a
+        record on a path without a window passes whatever its event time.
+        """
+        todo = [sink]
+        while todo:
+            a = self.replicas.where[todo.pop()]
+            if self._is_crossing([a]):
+                return False  # read from the log and reached the sink without a window
+            if self.replicas.op(a).kind != Kind.WINDOW:
+                todo.extend(u.replica for u in self.replicas.upstream(a.replica))
+        return True
+
     def python_operators(self, sink: str) -> set[str]:
         """The record-level operators (map, filter, flat_map) the query of sink replica ``sink`` runs at the hub."""
         ops = (self.replicas.op(a) for a in self._at_hub_from([sink]))

@@ -235,6 +235,7 @@ class Lifecycle:
             counted=compiler.counted(sink.replica),
             label=label,
             watermarked=compiler.keeps_watermark(sink.replica),
+            windowed=compiler.windows_everything(sink.replica),
         )
         return query, df
 
@@ -285,8 +286,10 @@ class Lifecycle:
         (and compute its windows again) until a re-plan drops the handover,
         which a steady network may never bring. It is done as :meth:`unsettled`
         tells (its watermark past the share's end by the longest window
-        upstream of its sink), and only a query that keeps a watermark can
-        tell: one without goes on until the handover is dropped. Its folder
+        upstream of its sink), and only a query whose every record reaches its
+        sink through a hub window can tell (a record on a path without one
+        is written whatever its event time): any other goes on until the
+        handover is dropped. Its folder
         keeps only a note (:data:`SHARE_WRITTEN`), so that no deployment of a
         plan that lists the handover starts it again.
 
@@ -299,7 +302,7 @@ class Lifecycle:
                 graph = deployed.app.graph()
                 for slot, q in list(deployed.queries.items()):
                     share = q.sink.share
-                    if share is None or not q.watermarked or any(math.isinf(hi) for _, hi in share.intervals):
+                    if share is None or not q.windowed or any(math.isinf(hi) for _, hi in share.intervals):
                         continue
                     needed = _share_needs(graph, q)
                     reached = _reported_watermark(q.handle, q.watermarked)

@@ -47,6 +47,8 @@ class Query:
     """The query's name in Spark (within its app), if not ``replica``: the handover's old-placement query has its own."""
     watermarked: bool = False
     """Whether the query runs a window at the hub, so its progress reports a watermark once a batch has read records."""
+    windowed: bool = False
+    """Whether every record it reads reaches its sink through a hub window, so its watermark bounds what it writes."""
 
     @property
     def running(self) -> bool:

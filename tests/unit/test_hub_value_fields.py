@@ -86,6 +86,22 @@ def test_a_query_keeps_a_watermark_when_it_runs_a_window_at_the_hub() -> None:
     assert not keeps("s1")  # the windows' results reach the hub as records
 
 
+def test_a_query_whose_every_record_passes_a_hub_window_says_so() -> None:
+    app = App("filtered")
+    app.source("readings", time_field="ts").window(name="per_key", key="k", size="1s", aggs={"n": agg.count()}).filter(
+        lambda r: r["n"] > 1, name="busy"
+    ).sink(sinks.memory("out"), name="out")
+
+    def everything(window_at: str, filter_at: str) -> bool:
+        chain = [("per_key", window_at, 0), ("busy", filter_at, 0)]
+        plan = chain_plan(app.name, 1, {"s1": chain, "s2": chain})
+        return Compiler(None, Replicas(app, plan, app.graph())).windows_everything("out")  # type: ignore[arg-type]
+
+    assert everything("cloud", "cloud")  # the filter reads the hub window's results
+    assert not everything("s1", "cloud")  # the filter reads results from the log: no watermark bounds them
+    assert not everything("s1", "s1")
+
+
 def _compiler(app: App, close_windows: bool) -> Compiler:
     plan = chain_plan(app.name, 1, {"s1": [("per_key", "cloud", 0)], "s2": [("per_key", "cloud", 0)]})
     return Compiler(None, Replicas(app, plan, app.graph()), close_windows=close_windows)  # type: ignore[arg-type]
