@@ -36,7 +36,7 @@ from hub.spark_transforms import transform_frame
 from hub.spark_windows import closes_early, parse_fields, parses_once, window_frame
 from hub.window_close import OBSERVATION as CLOSED_COUNT
 from spanedge.dag import known_fields
-from spanedge.errors import InvalidPlan
+from spanedge.errors import InvalidDataflow, InvalidPlan
 from spanedge.operators import Kind, Operator
 from spanedge.plan import Assignment, split_replica
 
@@ -139,7 +139,12 @@ class Compiler:
         return fingerprint(self.replicas, sink, closing=self.closing_window(sink) is not None)
 
     def frame(self, sink: str, log_dir: Path, reader: str) -> DataFrame:
-        """The records reaching sink replica ``sink``, read from the log in ``log_dir`` as ``reader``."""
+        """The records reaching sink replica ``sink``, read from the log in ``log_dir`` as ``reader``.
+
+        Raises:
+            InvalidDataflow: a hub window of the query reads another hub window's results (:meth:`check_windows`).
+        """
+        self.check_windows(sink)
         fields = self.value_fields(sink)
         source = read_log(self.spark, log_dir, self.replicas.app.name, reader, fields).select(*COLUMNS)
         memo: dict[str, DataFrame] = {}
@@ -149,6 +154,34 @@ class Compiler:
         df = self._frame(sink, source, memo)
         self._counted[sink] = self._counts.targets
         return df
+
+    def check_windows(self, sink: str) -> None:
+        """Refuse a query in which a hub window reads the results of another hub window.
+
+        Each window at the hub keeps its own watermark on its input, and Spark
+        takes one per lineage: it refuses the query ("Redefining watermark is
+        disallowed") when the later window also reads records from the log,
+        and holds the watermark at zero, firing nothing, when it reads only
+        the earlier one's results.
+
+        Raises:
+            InvalidDataflow: naming both windows and how to place them.
+        """
+        for a in self._at_hub_from([sink]):
+            op = self.replicas.op(a)
+            if op.kind is not Kind.WINDOW:
+                continue
+            ups = [u.replica for u in self.replicas.upstream(a.replica)]
+            earlier = next((u for u in self._at_hub_from(ups) if self.replicas.op(u).kind is Kind.WINDOW), None)
+            if earlier is not None:
+                first = self.replicas.op(earlier)
+                msg = (
+                    f"window {op.describe()} would run at the hub on the results of window {first.describe()}, "
+                    f"which the plan also puts at the hub ({earlier.replica}); the hub cannot chain two windows in "
+                    f"one Spark query: run {first.describe()} at the edge sites (scope='local') so that its results "
+                    "reach the hub as records, or compute both in one window"
+                )
+                raise InvalidDataflow(msg)
 
     def closing_window(self, sink: str) -> Operator | None:
         """The window the sink of ``sink`` closes itself (:mod:`hub.window_close`), if any.

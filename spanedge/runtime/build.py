@@ -168,18 +168,23 @@ def hub_feeds(app: App, plan: Plan) -> dict[str, float]:
     """Replicas the hub hands over to a spoke in ``plan``, with the event time their input goes to the hub before.
 
     As the old owner, the hub finishes the windows starting before the switch
-    T. They need the records up to T plus the window's size, and its
-    watermark must pass their ends plus the allowed lateness, which in Spark
-    only records newer still do: their sources send records before T + 2 x
-    size (or gap) + allowed lateness of the largest window moved at T. A
-    record-level replica needs its input before T.
+    T, the moved replica's and those downstream of it (which read the moved
+    replica's results of windows starting up to their own size past T). A
+    window needs the records up to its end, and the hub's watermark must pass
+    its end plus the allowed lateness, which in Spark only records newer
+    still do: the sources send records before T plus, for the moved replica
+    and each window downstream of it, twice its size (or gap) and its allowed
+    lateness, the largest such sum over the replicas moved at T. A
+    record-level replica with no window downstream needs its input before T.
     """
+    graph = app.graph()
     moving = [h for h in plan.handovers if h.source == plan.hub]
     margin: dict[float, float] = {}
     for h in moving:
-        op = app.operators.get(split_replica(h.replica)[0])
-        spec = op.window if op is not None else None
-        span = 0.0 if spec is None else 2 * (spec.size or spec.gap or 0.0) + spec.allowed_lateness
+        name = split_replica(h.replica)[0]
+        names = {name, *graph.descendants(name)} if name in graph else set()
+        specs = [spec for n in names if (spec := graph.op(n).window) is not None]
+        span = sum(2 * (spec.size or spec.gap or 0.0) + spec.allowed_lateness for spec in specs)
         margin[h.switch_at] = max(margin.get(h.switch_at, 0.0), span)
     return {h.replica: h.switch_at + margin[h.switch_at] for h in moving}
 

@@ -7,6 +7,8 @@ to the hub goes through the real ingest, the hub's part through the engine.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,10 @@ from hub.engine import Engine
 from hub.handover import stamp_handovers
 from hub.ingest import Ingest
 from hub.lifecycle import SHARE_WRITTEN, before_slot
+from simulate.reference import Item, evaluate
 from spanedge import App, agg, sinks
 from spanedge.envelope import Record
-from spanedge.plan import Plan
+from spanedge.plan import Assignment, Flow, Plan
 from spanedge.runtime import Pipeline, from_plan
 from spanedge.runtime.outputs import HubRecord
 from spanedge.sites import parse_sites
@@ -58,22 +61,23 @@ def make_plan(site: str, version: int) -> Plan:
 class Spoke:
     """The spoke's pipeline under successive plans, publishing what it sends to the hub as its outbox would."""
 
-    def __init__(self, app: App, publisher: Publisher) -> None:
+    def __init__(self, app: App, publisher: Publisher, site: str = "tiny") -> None:
         self.app = app
+        self.site = site
         self.publisher = publisher
         self.seqs: dict[tuple[str, int], int] = {}
         self.pipeline: Pipeline | None = None
 
     def apply(self, plan: Plan) -> None:
         state = self.pipeline.snapshot() if self.pipeline is not None else None
-        self.pipeline = from_plan(self.app, plan, "tiny")
+        self.pipeline = from_plan(self.app, plan, self.site)
         if state is not None:
             self.pipeline.restore(state)
 
     def feed(self, rows: list[dict[str, Any]]) -> None:
         assert self.pipeline is not None
         for row in rows:
-            self.pipeline.process("readings@tiny", orjson.dumps(row))
+            self.pipeline.process(f"readings@{self.site}", orjson.dumps(row))
         by_stream: dict[tuple[str, int], list[HubRecord]] = {}
         for r in self.pipeline.take().to_hub:
             by_stream.setdefault((r.stream, r.epoch), []).append(r)
@@ -173,6 +177,80 @@ def test_a_window_moved_to_the_hub_and_back_is_emitted_once_with_every_record(
         got = [((v["k"], v["window_start"]), (v["n"], v["total"])) for v in results()]
         assert len(got) == len(dict(got)), "a window was emitted twice"
         assert all(key[1] >= T0 + 90.0 and reference[key] == value for key, value in got), got
+    finally:
+        publisher.close()
+        engine.stop()
+        ingest.stop()
+
+
+def sliding_app() -> App:
+    """Each reading scaled, and at the hub per key 30 s sums every 10 s (a sliding window) of the scaled ones."""
+    app = App("sliding")
+    scaled = app.source("readings", time_field="ts").map(lambda r: {**r, "x2": r["x"] * 2}, name="scaled")
+    wide = scaled.window(
+        name="wide", key="k", size=30.0, slide=10.0, aggs={"n": agg.count(), "total": agg.sum("x2")}, scope="global"
+    )
+    wide.sink(sinks.memory("wide_stats"), name="out")
+    return app
+
+
+def sliding_plan(site: str, version: int) -> Plan:
+    """Tiny's ``scaled`` replica at ``site`` since ``version`` (0 for the first); ``wide`` and the sink at the hub."""
+    plan = chain_plan("sliding", version, {"tiny": [("scaled", site, version if version > 1 else 0)]})
+    wide = Assignment("wide", "wide", None, "cloud", "@global_")
+    flows = tuple(f if f.dst != "out" else dataclasses.replace(f, dst="wide") for f in plan.flows)
+    return dataclasses.replace(
+        plan, assignments=(*plan.assignments, wide), flows=(*flows, Flow("wide", "out", 1.0, 100.0))
+    )
+
+
+def test_a_sliding_window_at_the_hub_after_a_replica_the_hub_hands_to_a_spoke_is_whole_across_the_switch(
+    spark: Any, mosquitto: Any, tmp_path: Path
+) -> None:
+    app = sliding_app()
+    sites = parse_sites(SITES.replace("BROKER", mosquitto.url))
+    rows: list[dict[str, Any]] = [{"k": f"p{i % 3}", "x": i, "ts": T0 + i * 0.25} for i in range(4 * 115)]
+    reference = evaluate(app, {"readings": [Item("tiny", r["ts"], r) for r in rows]}).sinks["out"]
+    # the windows the new owner's records close at the hub (Spark's watermark trails the last one)
+    ends = T0 + 100.0
+    expected = {
+        (v["k"], v["window_start"]): (v["n"], v["total"])
+        for v in (i.value for i in reference)
+        if v["window_end"] <= ends
+    }
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id="hub-handover-sliding-test")
+    ingest.start()
+    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+    publisher = Publisher(mosquitto.url, app.name)
+    spoke = Spoke(app, publisher)
+    try:
+        v1 = sliding_plan("cloud", 1)
+        engine.deploy(app, v1)
+        spoke.apply(v1)
+        spoke.feed([r for r in rows if r["ts"] < T0 + 43.0])
+        # the hub hands the map to the spoke; its 30 s windows starting before the switch stay the hub's
+        v2 = stamp_handovers(sliding_plan("tiny", 2), v1, app, T0 + 43.0, delay=5.0)
+        ((switch, source, target),) = [(h.switch_at, h.source, h.target) for h in v2.handovers]
+        assert (source, target) == ("cloud", "tiny")
+        engine.deploy(app, v2)
+        assert set(engine._apps[app.name].queries) == {"out", before_slot("out")}
+        spoke.apply(v2)
+        spoke.feed([r for r in rows if r["ts"] >= T0 + 43.0])
+
+        def results() -> list[dict[str, Any]]:
+            return [row["value"] for row in engine.memory("wide_stats")]
+
+        deadline = time.monotonic() + 180.0
+        while not set(expected) <= {(v["k"], v["window_start"]) for v in results()} and time.monotonic() < deadline:
+            time.sleep(0.2)
+        wait_for(lambda: caught_up(engine, app.name), 60, "the engine to process the whole log")
+        got = [((v["k"], v["window_start"]), (v["n"], v["total"])) for v in results()]
+        assert len(got) == len(dict(got)), "a window was emitted twice"
+        whole = {key: value for key, value in got if key in expected}
+        # the windows across the switch too: the hub was fed until its windows downstream closed
+        missing = {key: (value, whole.get(key)) for key, value in expected.items() if whole.get(key) != value}
+        assert not missing, sorted((k, start - T0, want, have) for (k, start), (want, have) in missing.items())
+        assert any(start < switch < start + 30.0 for _, start in whole)
     finally:
         publisher.close()
         engine.stop()

@@ -20,6 +20,7 @@ from hub.replicas import Replicas
 from spanedge import App, agg, sinks
 from spanedge.plan import Handover, Plan
 from spanedge.runtime import from_plan
+from spanedge.runtime.build import hub_feeds
 from tests.plans import chain_plan
 
 T0 = 1_700_000_000.0
@@ -134,6 +135,17 @@ def test_a_spoke_taking_a_window_from_the_hub_keeps_feeding_the_hub_until_its_wi
     windows = [r for r in sent if r.stream == "win"]
     assert min(r.value["window_start"] for r in windows) == switch
     assert {r.epoch for r in windows} == {3}  # the new owner's epoch
+
+
+def test_the_hub_is_fed_until_the_windows_downstream_of_the_replica_it_hands_over_close_too() -> None:
+    switch = T0 + 60.0
+    plan = make_plan("tiny", 3, 3, (Handover("win@tiny", "cloud", "tiny", switch, 2),))
+    assert hub_feeds(make_app(), plan) == {"win@tiny": switch + 20.0}
+    # a 30 s window at the hub reads the moved window's results of windows starting up to 30 s past the switch
+    assert hub_feeds(make_app(downstream=30.0), plan) == {"win@tiny": switch + 20.0 + 60.0}
+    record_level = make_plan("tiny", 3, 3, (Handover("double@tiny", "cloud", "tiny", switch, 2),), chain=True)
+    assert hub_feeds(make_app(), record_level)["double@tiny"] == switch + 20.0  # the window after it
+    assert hub_feeds(make_app(), make_plan("tiny", 3, 3)) == {}
 
 
 def test_a_source_feeding_a_replica_the_hub_hands_to_another_spoke_still_feeds_the_hub() -> None:

@@ -145,3 +145,20 @@ def test_a_query_without_a_window_to_close_has_one_fingerprint_in_both_modes(tmp
     compiler = _compiler(custom, True)
     keep_checkpoint_modes(compiler, ["out"], tmp_path)
     assert compiler.modes == {}
+
+
+def test_a_hub_window_over_another_hub_windows_results_is_refused_with_what_to_do() -> None:
+    from spanedge.errors import InvalidDataflow
+
+    app = App("rollup")
+    app.source("readings", time_field="ts").window(name="minute", key="k", size="60s", aggs={"n": agg.count()}).window(
+        name="hour", key="k", size="3600s", aggs={"n": agg.sum("n")}, scope="global"
+    ).sink(sinks.memory("out"), name="out")
+
+    def compiler(minute_at: str) -> Compiler:
+        plan = chain_plan(app.name, 1, {"s1": [("minute", minute_at, 0), ("hour", "cloud", 0)]})
+        return Compiler(None, Replicas(app, plan, app.graph()))  # type: ignore[arg-type]
+
+    with pytest.raises(InvalidDataflow, match=r"window 'hour' .* on the results of window 'minute'.*scope='local'"):
+        compiler("cloud").frame("out", Path("unused"), "reader")
+    compiler("s1").check_windows("out")  # the minutes reach the hub as records
