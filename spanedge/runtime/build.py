@@ -9,7 +9,7 @@ from typing import Any
 from spanedge.app import App
 from spanedge.errors import InvalidPlan
 from spanedge.operators import Kind
-from spanedge.plan import Plan, split_replica
+from spanedge.plan import Handover, Plan, split_replica
 from spanedge.runtime.pipeline import Node, Pipeline
 from spanedge.runtime.windows import WindowState
 
@@ -29,7 +29,9 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
     (its part is done); the new owner of one runs it for the later windows
     (a session window moved to or from the hub: split by record time).
     A source here keeps feeding a replica the hub hands over for as long as
-    the hub needs (:func:`hub_feeds`). A window whose keys are divided
+    the hub needs (:func:`hub_feeds`), and the old owner of a replica it
+    hands to the hub keeps running it past the switch for the hub's windows
+    downstream (:func:`spoke_feeds`). A window whose keys are divided
     between sites (:meth:`Plan.shares`) keeps only the keys and windows of
     this site's shares; where it runs as a part, the record-level replicas
     before it run too, only to feed it, and those after it on its results.
@@ -49,6 +51,7 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
         or (a.replica in owned and owned[a.replica][1] < math.inf and a.replica not in retired)
     }
     shadow = _part_chains(plan, site, keyed, wanted)
+    runs_on = spoke_feeds(app, plan)
     local = [a.replica for a in plan.assignments if a.replica in wanted]
     nodes: dict[str, Node] = {}
 
@@ -68,6 +71,9 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
             node.epoch = here.since
         if replica in owned:
             start_from, start_before, node.epoch = owned[replica]
+            past = runs_on.get(replica, start_before)
+            if past > start_before:  # it feeds the hub's windows downstream past the switch
+                node.switch_at, start_before = start_before, past
             node.owns = (start_from, start_before)
             if node.window is not None:
                 node.window.own(start_from, start_before, sessions_by_record_time=_via_hub(plan, site, replica))
@@ -177,16 +183,50 @@ def hub_feeds(app: App, plan: Plan) -> dict[str, float]:
     lateness, the largest such sum over the replicas moved at T. A
     record-level replica with no window downstream needs its input before T.
     """
-    graph = app.graph()
     moving = [h for h in plan.handovers if h.source == plan.hub]
+    spans = _spans(app, moving, itself=True)
     margin: dict[float, float] = {}
     for h in moving:
-        name = split_replica(h.replica)[0]
-        names = {name, *graph.descendants(name)} if name in graph else set()
-        specs = [spec for n in names if (spec := graph.op(n).window) is not None]
-        span = sum(2 * (spec.size or spec.gap or 0.0) + spec.allowed_lateness for spec in specs)
-        margin[h.switch_at] = max(margin.get(h.switch_at, 0.0), span)
+        margin[h.switch_at] = max(margin.get(h.switch_at, 0.0), spans[h.replica])
     return {h.replica: h.switch_at + margin[h.switch_at] for h in moving}
+
+
+def spoke_feeds(app: App, plan: Plan) -> dict[str, float]:
+    """Replicas spokes hand over to the hub in ``plan`` with windows downstream, and the origin their old owner stops at.
+
+    The hub's query of the old placement finishes the windows starting before
+    the switch T, those downstream of the moved replica included, from the
+    old owner's results: a window starting before T needs the results up to
+    its end, and the hub's watermark must pass that end plus the allowed
+    lateness. So the old owner runs the moved replica on past T, by twice
+    the size (or gap) plus the allowed lateness of each window downstream
+    that does not move with it, summed; its part of the handover is still
+    the origins before T (:meth:`Pipeline.delivered`), its own sinks and
+    those moving with it keep to that part, and the hub's old query writes
+    only its share of the results.
+    """
+    moving = [h for h in plan.handovers if h.target == plan.hub and h.source != plan.hub]
+    spans = _spans(app, moving, itself=False)
+    return {h.replica: h.switch_at + spans[h.replica] for h in moving if spans[h.replica] > 0}
+
+
+def _spans(app: App, moving: list[Handover], *, itself: bool) -> dict[str, float]:
+    """Per moved replica, the summed span of the windows downstream of it (and with ``itself``, its own).
+
+    Without ``itself``, only the windows downstream that do not move with it
+    (at the same site) count. A window's span is twice its size (or gap) plus
+    its allowed lateness.
+    """
+    graph = app.graph()
+    spans: dict[str, float] = {}
+    for h in moving:
+        name, group = split_replica(h.replica)
+        names = ({name} if itself else set()) | (set(graph.descendants(name)) if name in graph else set())
+        if not itself:
+            names -= {n for n, g in map(split_replica, (m.replica for m in moving)) if g == group}
+        specs = [spec for n in names if (spec := graph.op(n).window) is not None]
+        spans[h.replica] = sum(2 * (spec.size or spec.gap or 0.0) + spec.allowed_lateness for spec in specs)
+    return spans
 
 
 def edge_part(app: App, site: str, **options: Any) -> Pipeline:

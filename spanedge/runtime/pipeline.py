@@ -42,6 +42,7 @@ class Node:
     window: WindowState | None = None
     epoch: int = 0
     owns: tuple[float, float] | None = None  # one side of a handover: the origin times it emits for
+    switch_at: float | None = None  # an old owner running on past its switch (feeding the hub's windows): the switch
     hub_before: float = math.inf  # records go to the hub only with an origin before this (feeding a hub handover)
     shadow: bool = False  # runs here for a replica's part (key range): its dead letters are the replica's own site's
     n_in: int = 0
@@ -438,10 +439,13 @@ class Pipeline:
 
         The watermark has passed the end of the last window the part owns
         (plus the allowed lateness), or the switch for a record-level replica;
-        the part is dropped later, with the margin :meth:`drained` keeps.
-        Empty while any is still owed.
+        the part is dropped later, with the margin :meth:`drained` keeps. An
+        old owner that runs on past the switch for the hub's windows
+        (:func:`~spanedge.runtime.build.spoke_feeds`) has delivered its part
+        once it has emitted everything before the switch. Empty while any is
+        still owed.
         """
-        ends = {n.replica: end for n in self.nodes if (end := _delivered_at(n)) is not None}
+        ends = {n.replica: end for n in self.nodes if (end := _delivered_at(n, n.switch_at)) is not None}
         if not ends:
             return []
         return list(ends) if self.watermark >= max(ends.values()) else []
@@ -509,10 +513,15 @@ def _leaves(node: Node) -> float | None:
     return switch + window.horizon()
 
 
-def _delivered_at(node: Node) -> float | None:
-    """Where the watermark must be for ``node``'s part of a handover to have emitted everything; ``None`` if it stays."""
-    switch = _switch_of(node)
+def _delivered_at(node: Node, switch: float | None = None) -> float | None:
+    """Where the watermark must be for ``node``'s part of a handover to have emitted everything; ``None`` if it stays.
+
+    With ``switch``, its part up to that time (an old owner running on past its switch for the hub).
+    """
+    switch = _switch_of(node) if switch is None else switch
     window = node.window
-    if switch is None or window is None or window.spec.kind is WindowKind.SESSION:
-        return _leaves(node)
+    if switch is None or window is None:
+        return switch
+    if window.spec.kind is WindowKind.SESSION:
+        return window.session_part_done_at(switch)
     return window.last_end_before(switch) + window.lateness

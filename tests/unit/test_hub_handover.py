@@ -20,7 +20,7 @@ from hub.replicas import Replicas
 from spanedge import App, agg, sinks
 from spanedge.plan import Handover, Plan
 from spanedge.runtime import from_plan
-from spanedge.runtime.build import hub_feeds
+from spanedge.runtime.build import hub_feeds, spoke_feeds
 from tests.plans import chain_plan
 
 T0 = 1_700_000_000.0
@@ -146,6 +146,39 @@ def test_the_hub_is_fed_until_the_windows_downstream_of_the_replica_it_hands_ove
     record_level = make_plan("tiny", 3, 3, (Handover("double@tiny", "cloud", "tiny", switch, 2),), chain=True)
     assert hub_feeds(make_app(), record_level)["double@tiny"] == switch + 20.0  # the window after it
     assert hub_feeds(make_app(), make_plan("tiny", 3, 3)) == {}
+
+
+def test_a_spoke_handing_a_window_to_the_hub_runs_it_on_for_the_hubs_windows_downstream() -> None:
+    switch = T0 + 30.0
+    app = make_app(downstream=30.0)
+    plan = make_plan("cloud", 2, 2, (Handover("win@tiny", "tiny", "cloud", switch, 0),))
+    # the hub's 30 s windows starting before the switch read the moved window's results up to 30 s past it,
+    # and the hub's watermark needs results past their ends: twice the downstream window past the switch
+    assert spoke_feeds(app, plan) == {"win@tiny": switch + 60.0}
+    assert spoke_feeds(make_app(), plan) == {}  # nothing downstream: the part ends at the switch
+    chain = make_plan(
+        "cloud", 2, 2, tuple(Handover(r, "tiny", "cloud", switch, 0) for r in ("double@tiny", "win@tiny"))
+    )
+    assert spoke_feeds(app, chain) == {"double@tiny": switch + 60.0, "win@tiny": switch + 60.0}
+    assert spoke_feeds(make_app(), chain) == {}  # the chain's own window is its old owner's before the switch only
+    pipeline = from_plan(app, plan, "tiny")
+    delivered_at = drained_at = None
+    for payload in readings(T0, T0 + 140.0):
+        pipeline.process("readings@tiny", payload)
+        t = orjson.loads(payload)["ts"]
+        if delivered_at is None and pipeline.delivered():
+            delivered_at = t
+        if drained_at is None and pipeline.drained():
+            drained_at = t
+    pipeline.flush()
+    windows = [r for r in pipeline.take().to_hub if r.stream == "win"]
+    assert sorted({r.value["window_start"] for r in windows}) == [T0 + 10.0 * i for i in range(9)]
+    assert {r.epoch for r in windows} == {0}
+    # its part of the handover (what the hub's hold waits for) is still the windows before the switch
+    assert delivered_at is not None
+    assert delivered_at < switch + 10.0
+    assert drained_at is not None
+    assert drained_at >= switch + 60.0
 
 
 def test_a_source_feeding_a_replica_the_hub_hands_to_another_spoke_still_feeds_the_hub() -> None:
