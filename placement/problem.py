@@ -237,6 +237,7 @@ def build_problem(
             order.append(r.id)
     _candidates(replicas, order, sites, latency, hubs, spokes, previous or {})
     _colocate_sinks(replicas, order)
+    _windows_apart(replicas, order, hubs)
     _propagate(replicas, order, hubs)
     _fit(replicas, order, sites, hubs)
     for rid in order:
@@ -411,6 +412,38 @@ def _propagate(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, 
         if spoke_only:
             kept = tuple(c for c in r.candidates if c not in hubs or c == r.home)
             _restrict(r, kept, f"{replicas[spoke_only[0]].op.describe()} after it must run at a spoke")
+
+
+def _windows_apart(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, ...]) -> None:
+    """Keep a window with another window downstream off the hubs.
+
+    Whatever runs after a hub replica runs at the hub too, and the hub cannot
+    chain two windows in one Spark query (:meth:`hub.compile.Compiler.check_windows`):
+    each keeps its own watermark, and Spark refuses the query or fires nothing.
+    """
+    downstream: dict[str, list[str]] = {}
+    for rid in order:
+        for u in replicas[rid].inputs:
+            downstream.setdefault(u, []).append(rid)
+    later_window: dict[str, str | None] = {}  # the first window downstream of each replica, if any
+    for rid in reversed(order):
+        found = None
+        for d in downstream.get(rid, ()):
+            found = d if replicas[d].op.kind is Kind.WINDOW else later_window[d]
+            if found is not None:
+                break
+        later_window[rid] = found
+    for rid in order:
+        r = replicas[rid]
+        after = later_window[rid]
+        if r.op.kind is not Kind.WINDOW or after is None or not any(c in hubs for c in r.candidates):
+            continue
+        why = (
+            f"window {replicas[after].op.describe()} after it would run at the hub too, and the hub cannot chain "
+            f"two windows in one Spark query; run {r.op.describe()} at the edge (scope='local') or compute both "
+            "in one window"
+        )
+        _restrict(r, tuple(c for c in r.candidates if c not in hubs), why)
 
 
 def _fit(replicas: dict[str, Replica], order: list[str], sites: Sites, hubs: tuple[str, ...]) -> None:

@@ -508,3 +508,41 @@ def test_a_baseline_that_breaks_the_rules_is_marked_infeasible() -> None:
     assert "central (INFEASIBLE)" in text
     assert "central is infeasible here" in text
     assert "local-first (INFEASIBLE)" not in text
+
+
+def windows_in_a_row(first_scope: str | None) -> App:
+    app = App("t")
+    minute = app.source("r").window(
+        key="k", aggs={"n": agg.count()}, size="10s", name="minute", scope=first_scope, cost=1e-3
+    )
+    minute.window(key="k", aggs={"n": agg.sum("n")}, size="1m", name="hour", scope="global").sink(
+        sinks.memory("o"), name="out"
+    )
+    return app
+
+
+def test_a_window_with_a_window_after_it_never_runs_at_the_hub() -> None:
+    # the source site is too small for the window and the hub is cheap to reach: the hub would win,
+    # but the hub cannot chain two windows, so the window goes to the spoke nearby
+    sites = make_sites(
+        {"cloud": hub(), "a": spoke(cpu=0.1, rate=1000), "b": spoke(cpu=4.0)},
+        [link("a", "cloud", 5), link("a", "b", 20), link("b", "cloud", 5)],
+    )
+    where = placement_of(solve(windows_in_a_row(None), sites))
+    assert where["minute"] == "b"
+    assert where["hour"] == "cloud"
+    problem = build_problem(windows_in_a_row(None), sites, LatencyMatrix.from_sites(sites))
+    assert "cloud" not in problem.replicas["minute"].candidates
+
+
+def test_two_windows_in_a_row_that_must_both_run_at_the_hub_are_refused_with_what_to_do() -> None:
+    # over three sites' readings, an unscoped window is one replica at the hub
+    with pytest.raises(InfeasiblePlacement) as err:
+        solve(windows_in_a_row(None), three_spokes())
+    message = str(err.value)
+    assert "window 'hour' (test_placement.py:" in message
+    assert "the hub cannot chain two windows in one Spark query" in message
+    assert "run 'minute' (test_placement.py:" in message
+    assert "at the edge (scope='local')" in message
+    plan = solve(windows_in_a_row("local"), three_spokes())
+    assert {placement_of(plan)[f"minute@{s}"] for s in "abc"} == {"a", "b", "c"}
