@@ -10,13 +10,10 @@ no result is repeated.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import shutil
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +25,7 @@ from hub.handover import before_placement
 from hub.queries import Deployed, Query, await_first_batch, operator_rates
 from hub.replicas import Replicas
 from hub.restarts import RestartBook
+from hub.share_progress import SHARE_WRITTEN, leave_note, reported_watermark, share_needs, written_all
 from hub.sinks import BatchSink, MemoryStore
 from hub.window_close import WindowCloser
 from spanedge.errors import InvalidDataflow, InvalidPlan
@@ -57,9 +55,6 @@ _Built = dict[str, tuple[Query, "DataFrame"]]
 
 Side = tuple[str, float]
 """``("before" | "after", switch time)``: which share of a handover's results a query writes."""
-
-SHARE_WRITTEN = "share-written.json"
-"""In a stopped query's checkpoint folder, all that is left of it: it wrote its whole handover share."""
 
 
 class Lifecycle:
@@ -301,32 +296,28 @@ class Lifecycle:
             for name, deployed in self.apps.items():
                 graph = deployed.app.graph()
                 for slot, q in list(deployed.queries.items()):
-                    share = q.sink.share
-                    if share is None or not q.windowed or any(math.isinf(hi) for _, hi in share.intervals):
+                    done = written_all(graph, q)
+                    if done is None:
                         continue
-                    needed = _share_needs(graph, q)
-                    reached = _reported_watermark(q.handle, q.watermarked)
-                    if reached is None or (needed is not None and reached < needed):
-                        continue
-                    q.stop()
-                    ingest_log.unsubscribe(self.log_dir(name), q.reader)
-                    self.restarts.forget(name, slot)
+                    self._drop_query(name, slot, q)
                     del deployed.queries[slot]
-                    shutil.rmtree(q.checkpoint, ignore_errors=True)
-                    q.checkpoint.mkdir(parents=True, exist_ok=True)
-                    note = {"share": share.describe(), "watermark": reached, "stopped_at": time.time()}
-                    (q.checkpoint / SHARE_WRITTEN).write_text(json.dumps(note) + "\n")
+                    leave_note(q, done[0])
                     log.info(
                         "app %s: query %s wrote its share of the handover (results of origin %s; watermark %.3f "
                         "past %.3f): stopped",
                         name,
                         slot,
-                        share.describe(),
-                        reached,
-                        -math.inf if needed is None else needed,
+                        q.sink.share.describe() if q.sink.share else "nothing",
+                        *done,
                     )
                     stopped.append(f"{name}/{slot}")
         return stopped
+
+    def _drop_query(self, name: str, slot: str, q: Query) -> None:
+        """Stop ``q``, app ``name``'s query in ``slot``, and drop its log reader and restart record."""
+        q.stop()
+        ingest_log.unsubscribe(self.log_dir(name), q.reader)
+        self.restarts.forget(name, slot)
 
     def _retire_earlier_runs(self, app: str, known: list[Query], built: _Built, written: set[str]) -> None:
         """Retire the checkpoints of an earlier run of the hub that this deployment replaces.
@@ -381,9 +372,7 @@ class Lifecycle:
             if deployed is None:
                 return
             for slot, q in deployed.queries.items():
-                q.stop()
-                ingest_log.unsubscribe(self.log_dir(name), q.reader)
-                self.restarts.forget(name, slot)
+                self._drop_query(name, slot, q)
             shutil.rmtree(self.checkpoint_root(name), ignore_errors=True)
 
     def stop(self) -> None:
@@ -450,10 +439,10 @@ class Lifecycle:
             for slot, q in deployed.queries.items():
                 if q.checkpoint.name in kept:
                     continue
-                needed = _share_needs(graph, q)
+                needed = share_needs(graph, q)
                 if needed is None:
                     continue
-                reached = _reported_watermark(q.handle, q.watermarked)
+                reached = reported_watermark(q.handle, q.watermarked)
                 if reached is None or reached < needed:
                     shown = "no batch yet" if reached is None else f"watermark {reached:.0f}"
                     waiting.append(f"hub query {slot} ({shown}, done at {needed:.0f})")
@@ -638,46 +627,3 @@ def _warn_flows_leaving_hub(app: str, plan: Plan) -> None:
                 f.src,
                 f.dst,
             )
-
-
-def _reported_watermark(handle: StreamingQuery | None, watermarked: bool) -> float | None:
-    """The watermark (epoch seconds) of the query's last micro-batch: ``None`` before one, infinite if it keeps none.
-
-    Spark leaves the watermark out of a watermarked query's progress until a
-    batch of the query's run has read records (after a start or a restart
-    from the checkpoint alike), so a missing one means "not yet" there.
-    """
-    if handle is None or not handle.isActive:
-        return None
-    progress = handle.lastProgress
-    if not progress:
-        return None
-    if not watermarked:
-        return math.inf
-    text = (progress.get("eventTime") or {}).get("watermark")
-    if text is None:
-        return None
-    try:
-        return datetime.fromisoformat(str(text)).timestamp()
-    except ValueError:
-        return None
-
-
-def _share_needs(graph: OperatorGraph, q: Query) -> float | None:
-    """The watermark past which ``q`` has written its handover share up to the share's last finite end.
-
-    That is the end plus the longest window upstream of its sink: every
-    window starting before the end has then fired and been written. ``None``
-    for a query without a share, or whose share has no finite end.
-    """
-    share = q.sink.share
-    ends = [hi for _, hi in share.intervals if math.isfinite(hi)] if share is not None else []
-    if not ends:
-        return None
-    return max(ends) + _longest_window(graph, split_replica(q.replica)[0])
-
-
-def _longest_window(graph: OperatorGraph, sink: str) -> float:
-    """The longest window (size or gap) upstream of ``sink``: how far past a share's end its watermark must go."""
-    spans = [(spec.size or spec.gap or 0.0) for n in graph.ancestors(sink) if (spec := graph.op(n).window)]
-    return max(spans, default=0.0)

@@ -18,7 +18,8 @@ import pytest
 from hub.engine import Engine
 from hub.handover import stamp_handovers
 from hub.ingest import Ingest
-from hub.lifecycle import SHARE_WRITTEN, before_slot
+from hub.lifecycle import before_slot
+from hub.share_progress import SHARE_WRITTEN
 from simulate.reference import Item, evaluate
 from spanedge import App, agg, sinks
 from spanedge.envelope import Record

@@ -15,8 +15,9 @@ from hub import cutoffs
 from hub.checkpoints import checkpoint_name
 from hub.compile import Compiler
 from hub.handover import before_placement, hub_moves, stamp_handovers
-from hub.lifecycle import SHARE_WRITTEN, Lifecycle, _split, before_slot
+from hub.lifecycle import Lifecycle, _split, before_slot
 from hub.replicas import Replicas
+from hub.share_progress import SHARE_WRITTEN
 from spanedge import App, agg, sinks
 from spanedge.plan import Handover, Plan
 from spanedge.runtime import from_plan

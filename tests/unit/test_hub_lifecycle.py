@@ -10,8 +10,9 @@ from typing import Any
 from hub import cutoffs
 from hub.checkpoints import checkpoint_name
 from hub.fingerprint import fingerprint
-from hub.lifecycle import Lifecycle, _reported_watermark, unchanged
+from hub.lifecycle import Lifecycle, unchanged
 from hub.replicas import Replicas
+from hub.share_progress import reported_watermark
 from spanedge.loader import load_app_source
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
 
@@ -109,12 +110,12 @@ def test_a_watermarked_query_is_not_done_before_a_batch_reports_its_watermark() 
         return SimpleNamespace(isActive=True, lastProgress=progress)
 
     no_records = handle({"batchId": 0, "eventTime": {}})  # Spark's first batch of a run, before records
-    assert _reported_watermark(no_records, watermarked=True) is None
-    assert _reported_watermark(no_records, watermarked=False) == math.inf  # it writes its records as they come
+    assert reported_watermark(no_records, watermarked=True) is None
+    assert reported_watermark(no_records, watermarked=False) == math.inf  # it writes its records as they come
     reported = handle({"batchId": 3, "eventTime": {"watermark": "2026-11-25T04:00:00.000Z"}})
-    assert _reported_watermark(reported, watermarked=True) == 1795579200.0
-    assert _reported_watermark(handle(None), watermarked=False) is None  # no batch yet
-    assert _reported_watermark(None, watermarked=True) is None
+    assert reported_watermark(reported, watermarked=True) == 1795579200.0
+    assert reported_watermark(handle(None), watermarked=False) is None  # no batch yet
+    assert reported_watermark(None, watermarked=True) is None
 
 
 class _FakeQuery:
