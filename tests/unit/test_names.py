@@ -24,7 +24,7 @@ from spanedge.names import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-PROPERTIES = settings(database=None, max_examples=500, deadline=None)
+PROPERTIES = settings(database=None, max_examples=200, deadline=None)
 valid_names = st.from_regex(re.compile(r"[a-z0-9][a-z0-9_-]{0,62}", re.ASCII), fullmatch=True)
 
 

@@ -34,7 +34,7 @@ HUB = PlanSigningKey.generate()
 OTHER = PlanSigningKey.generate()
 TRUSTED = TrustedKeys([HUB.public_key])
 PAYLOAD = {"site": "truck-7", "version": 3, "apps": []}
-PROPERTIES = settings(database=None, max_examples=300, deadline=None)
+PROPERTIES = settings(database=None, max_examples=100, deadline=None)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(),

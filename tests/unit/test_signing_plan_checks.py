@@ -143,7 +143,7 @@ fields = st.fixed_dictionaries(
 )
 
 
-@settings(database=None, max_examples=300, deadline=None)
+@settings(database=None, max_examples=100, deadline=None)
 @given(fields)
 def test_arbitrary_payloads_raise_only_invalid_plan(payload: dict[str, Any]) -> None:
     try:
