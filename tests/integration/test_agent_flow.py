@@ -88,10 +88,12 @@ async def test_windows_reach_the_hub_and_bad_messages_the_dlq(
         assert '"hot"' in letters[2]["payload"]
         assert all(d["site"] == "truck-7" and d["ts"] > 0 for d in letters)
         await poll(lambda: len(local_stats) == len(want), 10, "the local MQTT sink")
-        await poll(
-            lambda: any(h["dlq"] == 3 and h["late"] == 1 for h in observer.heartbeats()), 10, "DLQ and late counts"
-        )
-        beat = observer.heartbeats()[-1]
+
+        def counted(h: dict[str, Any]) -> bool:  # a heartbeat after the last result's PUBACK too
+            return bool(h["dlq"] == 3 and h["late"] == 1 and h["outbox"]["sent"] == len(want))
+
+        await poll(lambda: any(counted(h) for h in observer.heartbeats()), 20, "DLQ, late and sent counts")
+        beat = next(h for h in observer.heartbeats() if counted(h))
         assert beat["apps"] == ["cold-chain"]
         assert beat["operators"]["readings@truck-7"]["in"] == 405
         side = (tmp_path / "state" / "late-cold-chain.jsonl").read_text().splitlines()
