@@ -400,10 +400,7 @@ def _propagate(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, 
         if any(_hub_only(replicas[u], hubs) for u in r.inputs if not replicas[u].is_source):
             kept = tuple(c for c in r.candidates if c in hubs)
             _restrict(r, kept, "it reads from an operator that runs at a hub")
-    downstream: dict[str, list[str]] = {}
-    for rid in order:
-        for u in replicas[rid].inputs:
-            downstream.setdefault(u, []).append(rid)
+    downstream = _downstream(replicas, order)
     for rid in reversed(order):
         r = replicas[rid]
         if r.is_source:
@@ -414,6 +411,15 @@ def _propagate(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, 
             _restrict(r, kept, f"{replicas[spoke_only[0]].op.describe()} after it must run at a spoke")
 
 
+def _downstream(replicas: dict[str, Replica], order: list[str]) -> dict[str, list[str]]:
+    """The replicas that read each replica's output, in ``order``."""
+    downstream: dict[str, list[str]] = {}
+    for rid in order:
+        for u in replicas[rid].inputs:
+            downstream.setdefault(u, []).append(rid)
+    return downstream
+
+
 def _windows_apart(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, ...]) -> None:
     """Keep a window with another window downstream off the hubs.
 
@@ -421,10 +427,7 @@ def _windows_apart(replicas: dict[str, Replica], order: list[str], hubs: tuple[s
     chain two windows in one Spark query (:meth:`hub.compile.Compiler.check_windows`):
     each keeps its own watermark, and Spark refuses the query or fires nothing.
     """
-    downstream: dict[str, list[str]] = {}
-    for rid in order:
-        for u in replicas[rid].inputs:
-            downstream.setdefault(u, []).append(rid)
+    downstream = _downstream(replicas, order)
     later_window: dict[str, str | None] = {}  # the first window downstream of each replica, if any
     for rid in reversed(order):
         found = None

@@ -218,12 +218,13 @@ def _spans(app: App, moving: list[Handover], *, itself: bool) -> dict[str, float
     its allowed lateness.
     """
     graph = app.graph()
+    moved = [split_replica(m.replica) for m in moving]
     spans: dict[str, float] = {}
     for h in moving:
         name, group = split_replica(h.replica)
         names = ({name} if itself else set()) | (set(graph.descendants(name)) if name in graph else set())
         if not itself:
-            names -= {n for n, g in map(split_replica, (m.replica for m in moving)) if g == group}
+            names -= {n for n, g in moved if g == group}
         specs = [spec for n in names if (spec := graph.op(n).window) is not None]
         spans[h.replica] = sum(2 * (spec.size or spec.gap or 0.0) + spec.allowed_lateness for spec in specs)
     return spans
