@@ -307,4 +307,5 @@ class Agent:
             self.late_count,
             self.apps.handed_over(),
             self.processor.checkpointer.frontiers,
+            self.processor.checkpointer.sink_frontiers,
         )

@@ -70,6 +70,8 @@ class Checkpointer:
         self.last_commit = time.monotonic()
         #: each app's frontier at the last commit: the event time below which it sends the hub nothing after it
         self.frontiers: dict[str, float] = {}
+        #: each app's sink frontier at the last commit: below it, its local sinks get nothing after the commit
+        self.sink_frontiers: dict[str, float] = {}
 
     def collect(self, app: str) -> None:
         """Take the outputs of ``app``'s pipeline into the pending commit."""
@@ -100,6 +102,7 @@ class Checkpointer:
         frontiers = {app: f for app, p in self.pipelines.items() if (f := p.frontier()) is not None}
         stored = self.outbox.commit(self._records, states, frontiers)
         self.frontiers = frontiers
+        self.sink_frontiers = {app: f for app, p in self.pipelines.items() if (f := p.sink_frontier()) is not None}
         done, self._after = self._after, Committed()
         done.stored = stored
         self._records = {}

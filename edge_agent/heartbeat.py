@@ -114,6 +114,7 @@ def heartbeat(
     handed_over: list[dict[str, Any]] | None = None,
     state_bytes: dict[str, dict[str, int]] | None = None,
     complete: dict[str, float | None] | None = None,
+    delivered: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Assemble one heartbeat message (JSON-ready).
 
@@ -126,7 +127,10 @@ def heartbeat(
     hub weighs moving a replica by it and shows it in the plan history.
     ``complete`` gives, per app sending to the hub, the event time below which
     this site sends it nothing more (None: idle); the hub's windows wait for
-    the slowest live site (:mod:`hub.site_frontiers`). Empty or None leaves it out.
+    the slowest live site (:mod:`hub.site_frontiers`). ``delivered`` gives,
+    per app, the event time below which this site has delivered every
+    result, to the hub and to its local sinks: if it dies for good, the hub
+    reports its results from there on at risk. Empty or None leaves either out.
     """
     beat = {
         "site": site,
@@ -151,4 +155,6 @@ def heartbeat(
         beat["state_bytes"] = state_bytes
     if complete:
         beat["complete"] = complete
+    if delivered:
+        beat["delivered"] = delivered
     return beat

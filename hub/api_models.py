@@ -177,7 +177,8 @@ class MoveModel(BaseModel):
     handover_s: float | None = Field(default=None, description="seconds from the re-plan to handed_over_at")
     at_risk_from: float | None = Field(
         default=None,
-        description="the old owner was gone for good: its results from this event time (it had sent all before) "
+        description="the old owner was gone for good: its results from this event time (it had delivered all before, "
+        "its local sinks' included) "
         "to switch_at are lost unless it comes back by recover_by",
     )
     recover_by: float | None = Field(

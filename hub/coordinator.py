@@ -281,7 +281,7 @@ class Coordinator:
         """``record`` with the results its latest moves from sites gone for good may have lost, each logged."""
         entry = record.history[-1]
         moved = plan_history.at_risk(
-            entry.moved, self.gone, lambda site: self.frontiers.complete(record.name, site), DEFAULT_KEEP_S
+            entry.moved, self.gone, lambda site: self.frontiers.delivered(record.name, site), DEFAULT_KEEP_S
         )
         if moved == entry.moved:
             return record

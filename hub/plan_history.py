@@ -126,8 +126,9 @@ def at_risk(
     """``moved`` with what each handover from a site gone for good may have lost.
 
     A gone old owner cannot finish its windows before the switch: its results
-    from the frontier it last announced (``sent_before``: it had sent
-    everything before it) to ``switch_at`` are lost unless its agent comes
+    from the event time it last announced (``sent_before``: it had delivered
+    every result before it, to the hub and to its local sinks) to
+    ``switch_at`` are lost unless its agent comes
     back, with its state directory, while plans still list the handover
     (``keep_s`` after the switch): then its checkpoint and persistent session
     finish them. Such a move gains ``"at_risk_from"`` (absent when the site

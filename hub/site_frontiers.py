@@ -21,6 +21,10 @@ period), it holds nothing back, with a warning: what it still owes comes late.
 
 A site that never announces a frontier (an agent of an older release, or a
 publisher of its own) holds nothing back, as before.
+
+Heartbeats also say, per app, how far the site has delivered every result,
+its local sinks' included (``delivered``): a site that dies for good takes
+the results from there on with it (:func:`hub.plan_history.at_risk`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ log = logging.getLogger("hub.coordinator")
 
 REPORT_FIELD = "complete"
 """The heartbeat and batch field with the sending site's frontier."""
+DELIVERED_FIELD = "delivered"
+"""The heartbeat field with the event time below which the site delivered every result of an app, sinks included."""
 BEHIND_LOG_S = 10.0
 """A site whose frontier trails another's of the same app by more than this is logged as holding the app back."""
 
@@ -68,9 +74,9 @@ def hub_windows(app: App, plan: Plan) -> list[WindowSpec]:
     return [spec for spec in specs if spec is not None]
 
 
-def parse_report(beat: Mapping[str, Any]) -> dict[str, float | None]:
-    """The frontiers a heartbeat lists: ``{app: frontier}``, None for an idle app; malformed entries skipped."""
-    entries = beat.get(REPORT_FIELD)
+def parse_report(beat: Mapping[str, Any], name: str = REPORT_FIELD) -> dict[str, float | None]:
+    """The frontiers a heartbeat's field ``name`` lists: ``{app: frontier}``, None for an idle app; malformed skipped."""
+    entries = beat.get(name)
     out: dict[str, float | None] = {}
     if not isinstance(entries, Mapping):
         return out
@@ -89,6 +95,7 @@ class SiteFrontiers:
         """Start with no site known: nothing is held back."""
         self._lock = threading.Lock()
         self._complete: dict[tuple[str, str], float] = {}
+        self._delivered: dict[tuple[str, str], float] = {}
         self._listed: dict[str, dict[str, bool]] = {}  # site -> {app: idle} from its latest heartbeat
         self._behind: set[tuple[str, str]] = set()  # (app, site) logged as holding the app's windows back
         self._gone: set[tuple[str, str]] = set()  # (app, site) logged as no longer waited for
@@ -111,11 +118,18 @@ class SiteFrontiers:
             for app, value in report.items():
                 if value is not None and value > self._complete.get((app, site), -math.inf):
                     self._complete[(app, site)] = value
+            for app, value in parse_report(beat, DELIVERED_FIELD).items():
+                if value is not None and value > self._delivered.get((app, site), -math.inf):
+                    self._delivered[(app, site)] = value
 
-    def complete(self, app: str, site: str) -> float | None:
-        """The highest frontier ``site`` announced for ``app`` (None: none yet): it sent everything before it."""
+    def delivered(self, app: str, site: str) -> float | None:
+        """The event time below which ``site`` delivered every result of ``app``, its sinks' included.
+
+        The highest it announced, or, from a site that announces none (an older
+        agent), the highest frontier it announced; None if it announced neither.
+        """
         with self._lock:
-            return self._complete.get((app, site))
+            return self._delivered.get((app, site), self._complete.get((app, site)))
 
     def frontiers(self, app: str) -> dict[str, float]:
         """The frontier of every site that holds ``app``'s windows back now (listed, not idle), gone or not."""

@@ -9,6 +9,11 @@ replicas it ran (``S = D`` included), the records of ``S`` with an event time
 from ``t - lookback`` (windows still open, results not yet delivered) to the
 switch of the last of those replicas away from ``D`` (for ever if none
 moved). :mod:`simulate.checking` excuses the results that depend on them.
+
+An agent behind its input (a busy machine) may still hold older results: so
+the records lost start no later than the longest window before what the
+hub's plan history says the dead site had delivered (a move's
+``at_risk_from``, from its heartbeats: every result before it).
 """
 
 from __future__ import annotations
@@ -54,16 +59,32 @@ def destroyed_by(
     """
     out = []
     everyone = sorted(set(sources))
-    for dead, at in sorted(kills.items()):
-        hosted = _hosted(placement, dead, at)
-        back = lookback_of(windows.get(r.partition("@")[0], 0.0) for r in hosted)
+    for dead, killed in sorted(kills.items()):
+        hosted = _hosted(placement, dead, killed)
+        spans = [windows.get(r.partition("@")[0], 0.0) for r in hosted]
+        start = min(killed - lookback_of(spans), _at_risk_from(placement, dead) - max(spans, default=0.0))
         ends: dict[str, float] = {dead: math.inf} if dead in everyone else {}
         for replica, leaves in hosted.items():
             _, _, home = replica.partition("@")
             for source in [home] if home else everyone:
-                ends[source] = max(ends.get(source, at), leaves)
-        out += [Destroyed(source, at - back, end, dead) for source, end in sorted(ends.items())]
+                ends[source] = max(ends.get(source, killed), leaves)
+        out += [Destroyed(source, start, end, dead) for source, end in sorted(ends.items())]
     return out
+
+
+def _at_risk_from(placement: Mapping[str, Any] | None, site: str) -> float:
+    """The earliest ``at_risk_from`` of the moves away from dead ``site`` in the plan history (inf: none)."""
+    history = (placement or {}).get("history", [])
+    return min(
+        (
+            float(m["at_risk_from"])
+            for h in history
+            if isinstance(h, dict)
+            for m in h.get("moved", [])
+            if m.get("from") == site and isinstance(m.get("at_risk_from"), int | float)
+        ),
+        default=math.inf,
+    )
 
 
 def _hosted(placement: Mapping[str, Any] | None, site: str, at: float) -> dict[str, float]:

@@ -349,12 +349,19 @@ class Pipeline:
         wm = self.watermark
         if not math.isfinite(wm):
             return None
-        feeding = _feeding_hub(self.nodes, wm)
-        if not feeding:
+        return _lowest_result(_feeding_hub(self.nodes, wm), wm, lambda n: n.to_hub)
+
+    def sink_frontier(self) -> float | None:
+        """The event time below which this pipeline gives its local sinks nothing more; ``None`` if unknown.
+
+        Also ``None`` if it has no sink here, or none that still gets values
+        (a part of a handover that has emitted all it owned). The same bounds
+        as :meth:`frontier`, over the replicas that feed a sink.
+        """
+        wm = self.watermark
+        if not math.isfinite(wm):
             return None
-        bounds = [wm] if any(n.to_hub and n.window is None for n in feeding) else []
-        bounds += [n.window.earliest_result(wm) for n in feeding if n.window is not None]
-        return min(bounds)
+        return _lowest_result(_feeding(self.nodes, wm, lambda n, _: _is_sink(n)), wm, _is_sink)
 
     def idle_for(self) -> float:
         """Seconds of agent clock since the last record with a usable event time (or since the pipeline was built)."""
@@ -457,14 +464,35 @@ class Pipeline:
 
 def _feeding_hub(nodes: list[Node], watermark: float) -> list[Node]:
     """The nodes (in topological order) whose records may still reach the hub, at ``watermark``."""
+    return _feeding(nodes, watermark, lambda n, wm: n.to_hub and not _sent_hub_all(n, wm))
+
+
+def _feeding(nodes: list[Node], watermark: float, sends: Callable[[Node, float], bool]) -> list[Node]:
+    """The nodes (in topological order) that ``sends`` an output themselves or feed one that does, at ``watermark``."""
     feeding: set[int] = set()
     for node in reversed(nodes):
         if _emitted_all(node, watermark):
             continue
-        sends = node.to_hub and not _sent_hub_all(node, watermark)
-        if sends or any(id(child) in feeding for child in node.children):
+        if sends(node, watermark) or any(id(child) in feeding for child in node.children):
             feeding.add(id(node))
     return [n for n in nodes if id(n) in feeding]
+
+
+def _is_sink(node: Node) -> bool:
+    return node.op.kind is Kind.SINK
+
+
+def _lowest_result(feeding: list[Node], watermark: float, record_level: Callable[[Node], bool]) -> float | None:
+    """The lowest event time a result of ``feeding`` can still carry: the watermark, or a window's earliest result.
+
+    ``record_level`` tells the nodes that output records as they come (their
+    event time is at or past the watermark); None if ``feeding`` is empty.
+    """
+    if not feeding:
+        return None
+    bounds = [watermark] if any(record_level(n) and n.window is None for n in feeding) else []
+    bounds += [n.window.earliest_result(watermark) for n in feeding if n.window is not None]
+    return min(bounds)
 
 
 def _emitted_all(node: Node, watermark: float) -> bool:

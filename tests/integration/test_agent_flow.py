@@ -101,6 +101,8 @@ async def test_windows_reach_the_hub_and_bad_messages_the_dlq(
         assert '"ts":' in orjson.loads(side[0])["payload"]
         assert beat["outbox"]["dropped"] == 0
         assert beat["outbox"]["sent"] == len(want)
+        # every result below the watermark (the closing reading's, less 1 s) went out, to the hub and the local sink
+        assert start + 90.0 < beat["delivered"]["cold-chain"] <= start + 99.0
         await poll(lambda: observer.heartbeats()[-1]["latency"]["cloud"]["samples"] >= 1, 10, "an RTT sample")
         assert observer.heartbeats()[-1]["latency"]["cloud"]["rtt_ms"] > 0
         assert beat["rss_bytes"] > 0

@@ -84,3 +84,17 @@ def test_a_dead_spoke_destroys_its_own_records_and_its_guests_until_their_switch
         Destroyed("field-east", 197.0, math.inf, "field-east")
     ]
     assert lookback_of([10.0, 30.0]) == 33.0
+
+
+def test_a_dead_spoke_behind_its_input_destroys_from_what_it_last_said_it_delivered() -> None:
+    windows = {"probe_means": 10.0}
+    placement = _placement(switch_at=150.0)
+    move = placement["history"][1]["moved"][0]
+    move["at_risk_from"] = 80.0  # its heartbeats: every result before 80 s delivered, sinks' included
+    assert destroyed_by({"barn": 100.0}, placement, ["field-east"], windows) == [
+        Destroyed("field-east", 70.0, 150.0, "barn")  # the window that ends past 80 s
+    ]
+    move["at_risk_from"] = 99.5  # closer to its death than the lookback: the lookback from the kill stands
+    assert destroyed_by({"barn": 100.0}, placement, ["field-east"], windows) == [
+        Destroyed("field-east", 87.0, 150.0, "barn")
+    ]

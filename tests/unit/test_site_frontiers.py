@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_agent.outbox import Outbox
-from edge_agent.telemetry import IDLE_AFTER_S, frontiers
+from edge_agent.telemetry import IDLE_AFTER_S, delivered, frontiers
 from hub.site_frontiers import SiteFrontiers, parse_report
-from spanedge import App, agg
+from spanedge import App, agg, sinks
 from spanedge.runtime import HubRecord, Pipeline, edge_part
 from tests.unit.test_agent_idle import Clock
 
@@ -84,6 +84,54 @@ def test_a_forwarded_record_keeps_its_time_at_or_past_the_frontier_within_the_di
     assert _feed(pipe, "b", 98.5) == [98.5]  # within the disorder: past the frontier
 
 
+def _sinking() -> App:
+    """A window whose results go to a local sink, and every record to another, nothing to the hub."""
+    app = App("farm")
+    source = app.source("s", time_field="t")
+    source.window(name="win", key="k", size=10, aggs={"n": agg.count()}).sink(sinks.memory("w"), name="windows")
+    source.sink(sinks.memory("r"), name="records")
+    return app
+
+
+def _sink_time(value: dict[str, float]) -> float:
+    return value["window_end"] - 0.001 if "window_end" in value else value["t"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    out_of_orderness=st.sampled_from([0.0, 1.0, 4.0]),
+    steps=st.lists(st.tuples(st.sampled_from("abc"), st.floats(0, 6), st.floats(0, 1)), min_size=1, max_size=60),
+)
+def test_no_sink_value_comes_below_a_sink_frontier_announced_before_it(
+    out_of_orderness: float, steps: list[tuple[str, float, float]]
+) -> None:
+    pipe = edge_part(_sinking(), "a", clock=Clock(1_000.0), out_of_orderness=out_of_orderness)
+    assert pipe.frontier() is None  # nothing goes to the hub
+    announced = -math.inf
+    newest = 100.0
+    for key, jump, back in steps:
+        newest += jump
+        pipe.process("s@a", orjson.dumps({"k": key, "t": newest - back * out_of_orderness}))
+        assert all(_sink_time(item.value) >= announced for item in pipe.take().sinks)
+        frontier = pipe.sink_frontier()
+        if frontier is not None:
+            announced = max(announced, frontier)
+    assert announced > -math.inf
+    pipe.flush()
+    assert all(_sink_time(item.value) >= announced for item in pipe.take().sinks)
+
+
+def test_a_sink_frontier_needs_a_watermark_and_a_sink_here() -> None:
+    clock = Clock(1_000.0)
+    pipe = edge_part(_sinking(), "a", clock=clock, out_of_orderness=1.0)
+    assert pipe.sink_frontier() is None  # no record yet
+    _feed(pipe, "a", 100.0)
+    assert pipe.sink_frontier() == 99.0 - 0.001  # the window's: the watermark less the results' offset
+    remote = edge_part(_windowed(0.0), "a", clock=clock)
+    _feed(remote, "a", 100.0)
+    assert remote.sink_frontier() is None  # its results go to the hub, no sink here
+
+
 def _hub_record(t: float) -> HubRecord:
     return HubRecord("at_hub", "a", t, None, {"t": t}, orjson.dumps({"t": t}))
 
@@ -101,6 +149,27 @@ def test_the_heartbeat_frontier_waits_for_the_outbox_and_lets_an_idle_app_go(tmp
     box.ack(box.batches(0, 10)[0].ids)
     assert frontiers({"farm": pipe}, committed, box) == {"farm": None}  # idle, nothing owed
     assert frontiers({}, committed, box) == {}  # an app this site no longer runs
+
+
+def test_a_site_has_delivered_what_lies_below_both_frontiers_and_its_outbox(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    assert delivered({"farm": 100.0}, {"farm": 95.0, "barn": 90.0}, box) == {"farm": 95.0, "barn": 90.0}
+    box.commit({"farm": [_hub_record(93.0)]})
+    assert delivered({"farm": 100.0}, {"farm": 95.0}, box) == {"farm": 93.0}  # a record still to send
+    assert delivered({"farm": 100.0}, {}, box) == {"farm": 93.0}
+    assert delivered({}, {}, box) == {}  # no frontier known: nothing announced
+
+
+def test_what_a_site_delivered_is_its_highest_announcement_else_its_frontier() -> None:
+    fronts = SiteFrontiers()
+    assert fronts.delivered("farm", "barn") is None
+    fronts.observe("barn", {"complete": {"farm": 120.0}})  # an agent that announces no delivery
+    assert fronts.delivered("farm", "barn") == 120.0
+    fronts.observe("barn", {"complete": {"farm": 125.0}, "delivered": {"farm": 110.0}})
+    fronts.observe("barn", {"complete": {"farm": 126.0}, "delivered": {"farm": 105.0, "x": "soon"}})  # an older one
+    assert fronts.delivered("farm", "barn") == 110.0
+    assert fronts.delivered("x", "barn") is None
+    assert fronts.hold_from("farm", lambda _: False) == 126.0  # the hub's windows wait on the frontier only
 
 
 def test_the_hub_waits_for_the_lowest_frontier_of_the_live_sites_that_list_the_app() -> None:

@@ -152,8 +152,9 @@ def test_an_overloaded_spoke_hands_its_guests_to_a_neighbour_and_the_history_say
     assert {h.replica for h in record.plan.handovers} >= {"probe_means@field-east"}
 
 
+@pytest.mark.parametrize("sinks_behind", [None, 12.5], ids=["frontier-only", "sinks-behind"])
 def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
-    sites: Sites, caplog: pytest.LogCaptureFixture
+    sites: Sites, caplog: pytest.LogCaptureFixture, sinks_behind: float | None
 ) -> None:
     clock = Clock()
     coordinator, registry = _farm(sites, clock)
@@ -161,8 +162,12 @@ def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
     for site in everyone:
         _beat(coordinator, site)
     app = coordinator.records()[0].name
-    sent_before = clock.now - 7.5  # the barn's last frontier: it had sent every result before it
-    assert coordinator.heartbeat("barn", orjson.dumps(beat("barn", 5.0, complete={app: sent_before})))
+    sent_before = clock.now - 7.5  # the barn's last frontier: it had sent the hub every result before it
+    announced: dict[str, Any] = {"complete": {app: sent_before}}
+    if sinks_behind is not None:  # its local sinks still lacked values from further back: those are at risk too
+        sent_before -= sinks_behind
+        announced["delivered"] = {app: sent_before}
+    assert coordinator.heartbeat("barn", orjson.dumps(beat("barn", 5.0, **announced)))
     versions = [coordinator.records()[0].plan.version]
     # the barn falls silent: first re-plans wait for it (SilenceWatch), nothing moves
     for _ in range(10):
