@@ -25,7 +25,7 @@ from hub import plan_history
 from hub.distribution import PlanDistributor, SiteApp, sites_of
 from hub.drift import DriftPolicy, SilenceWatch
 from hub.handover import DEFAULT_DELAY_S, DEFAULT_KEEP_S, postpone, stamp_handovers
-from hub.handover_hold import HandoverHolds, Mark
+from hub.handover_hold import DEFAULT_LIMIT_S, HandoverHolds, Mark
 from hub.planning import Planner, basis, carry_ownership, default_planner, load_app, plan_app
 from hub.registry import SiteRegistry
 from hub.seal_points import Closings, closing_points
@@ -84,6 +84,7 @@ class Coordinator:
         latency_floor_ms: float = 5.0,
         rate_floor: float = 1.0,
         handover_delay_s: float = DEFAULT_DELAY_S,
+        handover_wait_s: float = DEFAULT_LIMIT_S,
         health: HealthPolicy | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -101,6 +102,8 @@ class Coordinator:
             rate_floor: changes are relative to at least this many records/s.
             handover_delay_s: event-time seconds from a re-plan to the switch of the replicas
                 it moves between sites (at least the plan distribution delay; see :mod:`hub.handover`).
+            handover_wait_s: how long after a switch the hub's windows wait at most for a live
+                old owner's last records (:mod:`hub.handover_hold`).
             health: when a spoke counts as over its CPU budget, recovered or gone (:mod:`hub.site_health`).
             clock: the time source (seconds; also the event-time clock of handovers).
         """
@@ -124,7 +127,7 @@ class Coordinator:
         # a replica moved again before its last handover is over would lose the old side's part
         self._settle = SettleWatch(clock, handover_delay_s, self._hub_unsettled)
         self._forced: set[str] = set()  # apps with a site gone for good among their pending changes
-        self.holds = HandoverHolds(clock=clock)  # hub windows waiting for an old owner's last records
+        self.holds = HandoverHolds(handover_wait_s, clock=clock)  # hub windows waiting for an old owner's last records
         self.frontiers = SiteFrontiers()  # hub windows waiting for the slowest live site
         self._grids: dict[str, tuple[int, float, Closings]] = {}  # per app and plan version: its hub windows' ends
         self.returns = SiteReturns()  # sites gone for good whose return would finish their results

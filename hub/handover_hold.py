@@ -19,9 +19,9 @@ reach the window queries together, the owed records among them, so one
 micro-batch reads them all.
 
 The hold also ends, with a warning, when the old owner is gone (silent for
-the grace period: what it held is lost with it) or :data:`DEFAULT_LIMIT_S`
-after T (the hub's windows then come out without what is still owed, as
-before). Only a handover whose old owner is a spoke that no longer runs the
+the grace period: what it held is lost with it) or ``limit_s`` after T
+(:data:`DEFAULT_LIMIT_S`; ``spanedge hub --handover-wait``): the hub's
+windows then come out without what is still owed, as before. Only a handover whose old owner is a spoke that no longer runs the
 replica holds anything: a spoke that keeps some of a split replica's keys
 never drops it.
 """
@@ -119,7 +119,7 @@ class HandoverHolds:
             if gone(h.source) or now > h.switch_at + self.limit_s:
                 if key not in self._given_up:
                     self._given_up.add(key)
-                    why = f"{h.source} is gone" if gone(h.source) else f"{self.limit_s:.0f} s after the switch"
+                    why = f"{h.source} is gone" if gone(h.source) else self._past_limit()
                     given_up.setdefault((h.switch_at, h.source, why), []).append(h.replica)
                 continue
             owed.append(h)
@@ -144,6 +144,10 @@ class HandoverHolds:
         with self._lock:
             taken, self._untaken = self._untaken, []
             return taken
+
+    def _past_limit(self) -> str:
+        """Why the windows stop waiting for a live old owner, and how to wait longer."""
+        return f"{self.limit_s:g} s after the switch (spanedge hub --handover-wait SECONDS waits longer)"
 
     def _log_changes(self, app: str, owed: set[tuple[str, str, float, str]], now: float) -> None:
         """Log the handovers of ``app`` the hub's windows start waiting for, or stop waiting for as delivered."""

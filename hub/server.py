@@ -64,6 +64,8 @@ class HubConfig:
     check_interval_s: float = 5.0
     #: a spoke silent this long counts as gone: what it ran is re-planned elsewhere (hub.site_health)
     site_grace_s: float = 180.0
+    #: how long after a switch the hub's windows wait at most for a live old owner's last records (hub.handover_hold)
+    handover_wait_s: float = 30.0
     #: a spoke over its CPU budget this long is planned with what it can carry
     overload_for_s: float = 30.0
     #: a spoke able to carry its old load again this long gets its capacity back
@@ -99,6 +101,7 @@ class Hub:
             store=self.store,
             drift_threshold=config.drift_threshold,
             min_replan_interval_s=config.min_replan_interval_s,
+            handover_wait_s=config.handover_wait_s,
             health=HealthPolicy(
                 overload_for_s=config.overload_for_s,
                 recover_for_s=config.overload_recover_s,

@@ -104,6 +104,15 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     help="a spoke silent this many seconds counts as gone: what it ran for other sites is re-planned elsewhere",
 )
 @option(
+    "--handover-wait",
+    default=30.0,
+    type=click.FloatRange(min=0),
+    show_default=True,
+    help="after a replica leaves a spoke, the hub's windows wait at most this many seconds past the switch for "
+    "the old owner's last records (it restarts or is cut off); then they come out without them, with a warning. "
+    "A spoke silent for --site-grace is no longer waited for",
+)
+@option(
     "--overload-for",
     default=30.0,
     type=click.FloatRange(min=0),
@@ -132,6 +141,7 @@ def hub(
     window_close: str,
     log_level: str,
     site_grace: float,
+    handover_wait: float,
     overload_for: float,
     overload_recover: float,
 ) -> None:
@@ -180,6 +190,7 @@ def hub(
             min_replan_interval_s=min_replan_interval,
             log_level=log_level,
             site_grace_s=site_grace,
+            handover_wait_s=handover_wait,
             overload_for_s=overload_for,
             overload_recover_s=overload_recover,
         )

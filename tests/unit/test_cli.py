@@ -384,3 +384,25 @@ def test_spanedge_hub_triggers_micro_batches_as_the_hub_does_by_default() -> Non
 
     (trigger,) = [p for p in hub.params if p.name == "trigger"]
     assert trigger.default == DEFAULT_TRIGGER
+
+
+def test_spanedge_hub_waits_for_an_old_owner_as_long_as_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    pytest.importorskip("fastapi")
+    from hub.server import Hub
+    from tests.keys import key_env
+
+    seen: list[float] = []
+    monkeypatch.setattr(Hub, "serve", lambda self: seen.append(self.coordinator.holds.limit_s))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", root.level)
+    env = {**key_env(tmp_path), "SPANEDGE_TOKEN": "hub-admin-token-0123456789abcdef012345"}
+    args = ["hub", "--sites", SITES, "--no-spark", "--state-dir", str(tmp_path / "hub")]
+    assert CliRunner().invoke(cli, args, env=env).exit_code == 0
+    result = CliRunner().invoke(cli, [*args, "--handover-wait", "90"], env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == [30.0, 90.0]
+    wrong = CliRunner().invoke(cli, [*args, "--handover-wait", "-1"], env=env)
+    assert wrong.exit_code != 0
+    assert "-1" in wrong.output

@@ -73,6 +73,15 @@ def test_the_windows_stop_waiting_for_an_old_owner_that_is_gone_or_late_past_the
     assert warned == [
         "app farm: the hub's windows no longer wait for barn's last records of w@field-east (switch 1000.000): barn is gone"
     ]  # once, for the first reason
+    caplog.clear()
+    patient = HandoverHolds(limit_s=90, clock=lambda: now[0])  # spanedge hub --handover-wait 90
+    assert patient.hold_from(PLAN, lambda *_: None, lambda _site: False) == T
+    now[0] = T + 91
+    assert patient.hold_from(PLAN, lambda *_: None, lambda _site: False) is None
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "app farm: the hub's windows no longer wait for barn's last records of w@field-east (switch 1000.000): "
+        "90 s after the switch (spanedge hub --handover-wait SECONDS waits longer)"
+    ]
 
 
 def test_only_a_spoke_that_gives_the_whole_replica_up_is_waited_for() -> None:
