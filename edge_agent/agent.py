@@ -249,8 +249,13 @@ class Agent:
         """
         self.processor.flush()
         self.apps.apply(plans)
+        self._rewire()
+
+    def _rewire(self) -> None:
+        """Subscribe to what the pipelines read now; the sinks stop using the connections that closed."""
         for closed in self.intake.rewire(self.pipelines):
             self.site_broker.closed(closed)
+            self.sinks.closed(closed)
 
     def _retire_drained(self) -> None:
         """Report the handover parts here that emitted everything; drop them once their last window here fired."""
@@ -264,8 +269,7 @@ class Agent:
             return
         self.processor.flush()  # their last results and the snapshot without them are committed first
         if self.apps.retire_drained():
-            for closed in self.intake.rewire(self.pipelines):
-                self.site_broker.closed(closed)
+            self._rewire()
 
     # -- messages -------------------------------------------------------------
 
@@ -308,4 +312,5 @@ class Agent:
             self.apps.handed_over(),
             self.processor.checkpointer.frontiers,
             self.processor.checkpointer.sink_frontiers,
+            self.sinks.unacknowledged.bounds(),
         )

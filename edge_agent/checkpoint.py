@@ -49,6 +49,8 @@ class Committed:
     dlq: list[tuple[str, DeadLetter]] = field(default_factory=list)
     late: list[tuple[str, DeadLetter]] = field(default_factory=list)
     stored: int = 0
+    #: per app, the event time every sink value here lies at or past (its sink frontier at the commit before)
+    sink_floor: dict[str, float] = field(default_factory=dict)
 
 
 class Checkpointer:
@@ -102,8 +104,10 @@ class Checkpointer:
         frontiers = {app: f for app, p in self.pipelines.items() if (f := p.frontier()) is not None}
         stored = self.outbox.commit(self._records, states, frontiers)
         self.frontiers = frontiers
+        floor = self.sink_frontiers
         self.sink_frontiers = {app: f for app, p in self.pipelines.items() if (f := p.sink_frontier()) is not None}
         done, self._after = self._after, Committed()
+        done.sink_floor = floor
         done.stored = stored
         self._records = {}
         self._dirty = set()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import collections
+import functools
 import logging
+import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -61,6 +64,70 @@ class SiteBrokerLink:
             self._transport.stop()
 
 
+class Unacknowledged:
+    """MQTT sink values published and not yet acknowledged by the broker, each with the event time it lies at or past.
+
+    Sink values are published after their commit; until the broker
+    acknowledges one, a site that dies may lose it. So what the site says it
+    has delivered (:func:`edge_agent.telemetry.delivered`) stays below the
+    lowest bound of these: the app's sink frontier at the commit before
+    (every value of a commit lies at or past it). Acknowledgements come on
+    the connection's thread, possibly before :meth:`published` records the
+    message: such an early one is kept until it does.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[int, int], tuple[str, float | None]] = {}  # (connection, mid) -> (app, bound)
+        self._early: set[tuple[int, int]] = set()
+        self._hooked: set[int] = set()
+
+    def hook(self, transport: Transport) -> None:
+        """Hear ``transport``'s acknowledgements (once per connection, before its first publish)."""
+        if id(transport) not in self._hooked:
+            self._hooked.add(id(transport))
+            transport.on_published = functools.partial(self._acked, id(transport))
+
+    def published(self, transport: Transport, mid: int, app: str, bound: float | None) -> None:
+        """``transport`` published a value of ``app`` as ``mid``; its event time is at or past ``bound`` (None: unknown)."""
+        key = (id(transport), mid)
+        with self._lock:
+            if key in self._early:
+                self._early.discard(key)
+            else:
+                self._pending[key] = (app, bound)
+
+    def _acked(self, connection: int, mid: int) -> None:
+        key = (connection, mid)
+        with self._lock:
+            if self._pending.pop(key, None) is None:
+                self._early.add(key)
+
+    def forget(self, transport: Transport) -> int:
+        """Stop waiting for a closed connection's acknowledgements; return how many never came."""
+        connection = id(transport)
+        self._hooked.discard(connection)
+        with self._lock:
+            gone = [k for k in self._pending if k[0] == connection]
+            for k in gone:
+                del self._pending[k]
+            self._early = {k for k in self._early if k[0] != connection}
+        return len(gone)
+
+    def bounds(self) -> dict[str, float]:
+        """Per app, the lowest event time a value still unacknowledged may carry (apps with none left out)."""
+        out: dict[str, float] = {}
+        with self._lock:
+            for app, bound in self._pending.values():
+                if bound is not None and bound < out.get(app, math.inf):
+                    out[app] = bound
+        return out
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+
 class LocalSinks:
     """Serves what a commit made durable: ``mqtt``, ``file``, ``console`` and ``memory`` sinks, the DLQ and late records.
 
@@ -91,14 +158,18 @@ class LocalSinks:
         self.late_count = 0
         self._files: dict[str, IO[str]] = {}
         self._late_full: set[str] = set()
+        self.unacknowledged = Unacknowledged()
 
     def serve(self, done: Committed) -> None:
         """Deliver the sink values, dead letters and late records of a commit."""
-        for _app, item in done.sinks:
+        for app, item in done.sinks:
             spec = item.spec
             body = orjson.dumps(item.value, default=str)  # a sink never fails on an odd value type
             if spec.kind == "mqtt":
-                self.site_broker().publish(spec.target, body, 1)
+                broker = self.site_broker()
+                self.unacknowledged.hook(broker)
+                mid = broker.publish(spec.target, body, 1)
+                self.unacknowledged.published(broker, mid, app, done.sink_floor.get(app))
             elif spec.kind == "file":
                 self._file(item.operator, spec.target).write(body.decode() + "\n")
             elif spec.kind == "console":
@@ -115,6 +186,16 @@ class LocalSinks:
             self._side_output(app, dead)
         for handle in self._files.values():
             handle.flush()
+
+    def closed(self, transport: Transport) -> None:
+        """``transport`` is closed: its values not yet acknowledged may be lost; say so and stop waiting for them."""
+        lost = self.unacknowledged.forget(transport)
+        if lost:
+            log.warning(
+                "%d MQTT sink value(s) published on %s were never acknowledged before it closed and may be lost",
+                lost,
+                transport.name,
+            )
 
     def _side_output(self, app: str, dead: DeadLetter) -> None:
         """Append a late record to ``<state dir>/late-<app>.jsonl`` (bounded; the count is always kept)."""

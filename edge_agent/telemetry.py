@@ -53,19 +53,27 @@ def frontiers(
     return out
 
 
-def delivered(committed: Mapping[str, float], sinks_committed: Mapping[str, float], outbox: Outbox) -> dict[str, float]:
+def delivered(
+    committed: Mapping[str, float],
+    sinks_committed: Mapping[str, float],
+    outbox: Outbox,
+    unacknowledged: Mapping[str, float] | None = None,
+) -> dict[str, float]:
     """Per app: the event time below which this site has delivered every result, to the hub and to its local sinks.
 
     The lower of the app's frontiers at the last commit (``committed`` for the
     hub, ``sinks_committed`` for the local sinks, whose values are published
-    as the commit is done), lowered to its oldest record still in the outbox.
+    as the commit is done), lowered to its oldest record still in the outbox
+    and to the lowest bound of its MQTT sink values the broker has not yet
+    acknowledged (``unacknowledged``, :class:`edge_agent.sinks.Unacknowledged`).
     An app with neither frontier known is left out. A site that dies for good
     loses the results from here on (:func:`hub.plan_history.at_risk`).
     """
+    unacked = unacknowledged or {}
     out: dict[str, float] = {}
     for app in committed.keys() | sinks_committed.keys():
-        bounds = [f for f in (committed.get(app), sinks_committed.get(app), outbox.oldest(app)) if f is not None]
-        out[app] = min(bounds)
+        bounds = (committed.get(app), sinks_committed.get(app), outbox.oldest(app), unacked.get(app))
+        out[app] = min(f for f in bounds if f is not None)
     return out
 
 
@@ -245,12 +253,14 @@ class Telemetry:
         handed_over: list[dict[str, Any]] | None = None,
         committed: Mapping[str, float] | None = None,
         sinks_committed: Mapping[str, float] | None = None,
+        unacknowledged: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         """The heartbeat message for the agent's current state.
 
         ``handed_over``: see :func:`heartbeat`; ``committed`` and
         ``sinks_committed``: each app's frontier and sink frontier at the
-        last commit (see :func:`frontiers` and :func:`delivered`).
+        last commit, ``unacknowledged`` the bounds of the sink values not yet
+        acknowledged (see :func:`frontiers` and :func:`delivered`).
         """
         counts: dict[str, dict[str, int]] = {}
         lags = []
@@ -281,5 +291,5 @@ class Telemetry:
             handed_over=handed_over,
             state_bytes={name: sizes for name, p in pipelines.items() if (sizes := p.state_bytes())},
             complete=frontiers(pipelines, committed or {}, outbox),
-            delivered=delivered(committed or {}, sinks_committed or {}, outbox),
+            delivered=delivered(committed or {}, sinks_committed or {}, outbox, unacknowledged),
         )

@@ -179,6 +179,7 @@ class Transport(Protocol):
     broker: Broker
     subscribed: threading.Event
     on_connected: Callable[[], None] | None
+    on_published: Callable[[int], None] | None
 
     @property
     def connected(self) -> bool:

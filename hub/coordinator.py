@@ -302,7 +302,7 @@ class Coordinator:
                 record.name,
                 site,
                 ", ".join(replicas),
-                f"from {_utc(since)} (all before were sent)" if since is not None else "not yet received",
+                f"from {_utc(since)} (all before were delivered)" if since is not None else "not yet received",
                 _utc(switch),
                 site,
                 _utc(recover_by),

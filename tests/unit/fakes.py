@@ -43,6 +43,7 @@ class FakeTransport:
         self.published: list[tuple[str, bytes]] = []
         self.connected = False
         self.on_connected = None
+        self.on_published: Any = None
 
     def start(self) -> None: ...
 

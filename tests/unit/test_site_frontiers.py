@@ -158,6 +158,9 @@ def test_a_site_has_delivered_what_lies_below_both_frontiers_and_its_outbox(tmp_
     assert delivered({"farm": 100.0}, {"farm": 95.0}, box) == {"farm": 93.0}  # a record still to send
     assert delivered({"farm": 100.0}, {}, box) == {"farm": 93.0}
     assert delivered({}, {}, box) == {}  # no frontier known: nothing announced
+    box.ack(box.batches(0, 10)[0].ids)
+    assert delivered({"farm": 100.0}, {"farm": 95.0}, box, {"farm": 91.0}) == {"farm": 91.0}  # a sink value unacked
+    assert delivered({"farm": 100.0}, {"farm": 95.0}, box, {"other": 1.0}) == {"farm": 95.0}
 
 
 def test_what_a_site_delivered_is_its_highest_announcement_else_its_frontier() -> None:
