@@ -80,12 +80,10 @@ class Unacknowledged:
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, int], tuple[str, float | None]] = {}  # (connection, mid) -> (app, bound)
         self._early: set[tuple[int, int]] = set()
-        self._hooked: set[int] = set()
 
     def hook(self, transport: Transport) -> None:
-        """Hear ``transport``'s acknowledgements (once per connection, before its first publish)."""
-        if id(transport) not in self._hooked:
-            self._hooked.add(id(transport))
+        """Hear ``transport``'s acknowledgements (set once per connection, before its first publish)."""
+        if getattr(transport.on_published, "func", None) != self._acked:
             transport.on_published = functools.partial(self._acked, id(transport))
 
     def published(self, transport: Transport, mid: int, app: str, bound: float | None) -> None:
@@ -106,7 +104,6 @@ class Unacknowledged:
     def forget(self, transport: Transport) -> int:
         """Stop waiting for a closed connection's acknowledgements; return how many never came."""
         connection = id(transport)
-        self._hooked.discard(connection)
         with self._lock:
             gone = [k for k in self._pending if k[0] == connection]
             for k in gone:
