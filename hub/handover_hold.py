@@ -21,9 +21,9 @@ micro-batch reads them all.
 The hold also ends, with a warning, when the old owner is gone (silent for
 the grace period: what it held is lost with it) or ``limit_s`` after T
 (:data:`DEFAULT_LIMIT_S`; ``spanedge hub --handover-wait``): the hub's
-windows then come out without what is still owed, as before. Only a handover whose old owner is a spoke that no longer runs the
-replica holds anything: a spoke that keeps some of a split replica's keys
-never drops it.
+windows then come out without what is still owed, as before. Only a
+handover whose old owner is a spoke that no longer runs the replica holds
+anything: a spoke that keeps some of a split replica's keys never drops it.
 """
 
 from __future__ import annotations

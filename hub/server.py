@@ -24,6 +24,7 @@ from typing import Any
 
 from hub.coordinator import Coordinator
 from hub.distribution import MqttControl, PlanDistributor
+from hub.handover_hold import DEFAULT_LIMIT_S
 from hub.publishers import from_plans
 from hub.registry import SiteRegistry
 from hub.site_health import HealthPolicy
@@ -65,7 +66,7 @@ class HubConfig:
     #: a spoke silent this long counts as gone: what it ran is re-planned elsewhere (hub.site_health)
     site_grace_s: float = 180.0
     #: how long after a switch the hub's windows wait at most for a live old owner's last records (hub.handover_hold)
-    handover_wait_s: float = 30.0
+    handover_wait_s: float = DEFAULT_LIMIT_S
     #: a spoke over its CPU budget this long is planned with what it can carry
     overload_for_s: float = 30.0
     #: a spoke able to carry its old load again this long gets its capacity back
