@@ -13,8 +13,10 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   window query (then the window and a pass-through query together) has
   committed the last record, with publisher, ingest and Spark running at
   once;
-* latency, for triggers of 100 ms, 250 ms, 470 ms (the hub's default),
-  500 ms (a divisor of the windows' second, the default before) and 1 s:
+* latency, for triggers of 100 ms, 250 ms, 470 ms (the hub's default; once
+  more with the stateless query at ``--stateless-trigger`` 230 ms, the
+  window query's at 470 ms), 500 ms (a divisor of the windows' second, the
+  default before) and 1 s:
   publish -> memory sink of each record of a stateless query
   (p50/p99), and window end -> window result at
   the sink for the windowed query (p50/p99), at a steady ``--rate``, with the
@@ -29,8 +31,11 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
 * idle: the CPU share of one core used by this process and its children
   (Spark's JVM, Python workers; not the broker) over ``--idle-seconds``
   with both apps deployed and no records arriving: first in a session
-  that has just started (the JVM still compiling Spark's code), and at
-  the end, warm, at the default 470 ms trigger, at 500 ms and at 250 ms.
+  that has just started (the JVM still compiling Spark's code), at the
+  default trigger (``--idle-stateless-trigger`` gives the pass-through
+  query its own), and at the end, warm: with the pass-through query at
+  230 ms and the window query at 470 ms, and with one trigger for both at
+  470 ms, 500 ms and 250 ms.
 
 The goals are printed beside the figures, and the machine's load average.
 
@@ -87,8 +92,15 @@ SPACING_S = 1e-4
 LIVE_TRIGGER = "250 milliseconds"
 """The trigger of the live throughput runs."""
 LATENCY_TRIGGERS = ("100 milliseconds", "250 milliseconds", DEFAULT_TRIGGER, "500 milliseconds", "1 second")
+STATELESS_TRIGGER = "230 milliseconds"
+"""The ``--stateless-trigger`` measured beside the default trigger (the window query's)."""
 IDLE_TRIGGERS = (DEFAULT_TRIGGER, "500 milliseconds", "250 milliseconds")
-"""Triggers of the idle runs at the end, on a warm JVM (the hub's default first)."""
+"""Triggers (one for both queries) of the idle runs at the end, on a warm JVM, after one with the hub's defaults."""
+
+
+def intervals(*triggers: str | None) -> list[float]:
+    """The intervals in seconds of the processing-time ``triggers`` (the ingest's ``batch_every``)."""
+    return [s for t in triggers if t is not None and (s := trigger_seconds(t)) is not None]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -291,7 +303,7 @@ def live(
     from hub.ingest import Ingest
 
     ingest = Ingest(
-        ingest_log_broker(url), state / "ingest", client_id="bench-ingest", batch_every=trigger_seconds(LIVE_TRIGGER)
+        ingest_log_broker(url), state / "ingest", client_id="bench-ingest", batch_every=intervals(LIVE_TRIGGER)
     )
     ingest.start()
     ingest.wait_connected()
@@ -348,8 +360,13 @@ def cpu_seconds(exclude: tuple[str, ...] = ("mosquitto",)) -> float:
     return total
 
 
-def idle_cpu(args: argparse.Namespace, url: str, spark: Any, work: Path, trigger: str, tag: str) -> dict[str, float]:
-    """The CPU share of one core the hub's data plane uses with both apps deployed and no records arriving."""
+def idle_cpu(
+    args: argparse.Namespace, url: str, spark: Any, work: Path, trigger: str, tag: str, stateless: str | None = None
+) -> dict[str, float]:
+    """The CPU share of one core the hub's data plane uses with both apps deployed and no records arriving.
+
+    The pass-through query runs every ``stateless`` if given, else every ``trigger`` as the window query.
+    """
     from hub.engine import Engine
     from hub.ingest import Ingest
     from spanedge.loader import load_app_source
@@ -359,10 +376,15 @@ def idle_cpu(args: argparse.Namespace, url: str, spark: Any, work: Path, trigger
     pass_app = load_app_source(PASS_APP.replace("SINK", 'sinks.memory("idle")'), "bench_idle.py")
     window_app = load_app_source(WINDOW_APP, "bench_window.py")
     state = work / f"idle-{tag}"
-    ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-idle-{tag}")
+    ingest = Ingest(
+        ingest_log_broker(url),
+        state / "ingest",
+        client_id=f"bench-ingest-idle-{tag}",
+        batch_every=intervals(trigger, stateless),
+    )
     ingest.start()
     ingest.wait_connected()
-    engine = Engine(state, sites, spark=spark, trigger=trigger)
+    engine = Engine(state, sites, spark=spark, trigger=trigger, stateless_trigger=stateless)
     try:
         for app in (pass_app, window_app):
             engine.deploy(app, plan_for(app))
@@ -397,8 +419,12 @@ def latency(
     trigger: str,
     close_windows: bool = True,
     early_seals: bool = True,
+    stateless: str | None = None,
 ) -> dict[str, float]:
-    """Stateless and window latency at ``trigger`` (:func:`latency_figures`), the hub's way unless told otherwise."""
+    """Stateless and window latency at ``trigger`` (:func:`latency_figures`), the hub's way unless told otherwise.
+
+    The stateless query runs every ``stateless`` if given, else every ``trigger`` as the window query.
+    """
     from hub.engine import Engine
     from hub.ingest import Ingest
     from spanedge.loader import load_app_source
@@ -408,12 +434,15 @@ def latency(
     pass_app = load_app_source(PASS_APP.replace("SINK", 'sinks.memory("passed")'), "bench_latency.py")
     window_app = load_app_source(WINDOW_APP, "bench_window.py")
     tag = f"{trigger.split()[0]}{'' if close_windows else '-next-batch'}{'' if early_seals else '-regular-seal'}"
+    tag += f"-stateless-{stateless.split()[0]}" if stateless else ""
     state = work / f"latency-{tag}"
-    every = trigger_seconds(trigger) if early_seals else None
+    every = intervals(trigger, stateless) if early_seals else []
     ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-{tag}", batch_every=every)
     ingest.start()
     ingest.wait_connected()
-    engine = Engine(state, sites, spark=spark, trigger=trigger, close_windows=close_windows)
+    engine = Engine(
+        state, sites, spark=spark, trigger=trigger, stateless_trigger=stateless, close_windows=close_windows
+    )
     pub = Publisher(url, pass_app.name)
     stop = threading.Event()
     try:
@@ -630,6 +659,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2000.0, help="records/s during the latency runs")
     parser.add_argument("--idle-seconds", type=float, default=20.0, help="measured stretch of the idle run")
     parser.add_argument("--idle-trigger", default=DEFAULT_TRIGGER, help="trigger of the idle run (the hub's)")
+    parser.add_argument(
+        "--idle-stateless-trigger",
+        help="trigger of the idle run's query without a window, if not --idle-trigger (the hub's default)",
+    )
     parser.add_argument("--spark-master", default="local[2]")
     args = parser.parse_args()
 
@@ -644,7 +677,7 @@ def main() -> None:
         work = Path(tmp)
         spark = build_session(args.spark_master, app_name="spanedge-bench-hub")
         try:
-            idle = idle_cpu(args, broker.url, spark, work, args.idle_trigger, "started")
+            idle = idle_cpu(args, broker.url, spark, work, args.idle_trigger, "started", args.idle_stateless_trigger)
             cpu: dict[str, float] = {}
             rates = throughput(args, broker.url, spark, work, cpu)
             lat: dict[str, dict[str, float]] = {}
@@ -655,8 +688,11 @@ def main() -> None:
                     (lat if close else later)[t] = latency(args, broker.url, spark, work, t, close_windows=close)
                 if t == DEFAULT_TRIGGER:
                     regular = latency(args, broker.url, spark, work, t, early_seals=False)
+                    split = latency(args, broker.url, spark, work, t, stateless=STATELESS_TRIGGER)
                 floor[t] = spark_floor(args, spark, work, t)
-            warm = {t: idle_cpu(args, broker.url, spark, work, t, f"warm-{t.split()[0]}") for t in IDLE_TRIGGERS}
+            split_idle = idle_cpu(args, broker.url, spark, work, DEFAULT_TRIGGER, "warm", STATELESS_TRIGGER)
+            warm = {f"{DEFAULT_TRIGGER} (no window: {STATELESS_TRIGGER})": split_idle}
+            warm |= {t: idle_cpu(args, broker.url, spark, work, t, f"warm-{t.split()[0]}") for t in IDLE_TRIGGERS}
         finally:
             spark.stop()
     print(f"\nhub data plane — pyspark {pyspark.__version__}, {args.spark_master}, {args.records} records of ~80 bytes")
@@ -672,7 +708,7 @@ def main() -> None:
     for trigger in LATENCY_TRIGGERS:
         rows = [(trigger, lat[trigger]), ("  next batch", later[trigger]), ("  bare Spark", floor[trigger])]
         if trigger == DEFAULT_TRIGGER:
-            rows.insert(1, ("  regular seal", regular))
+            rows[1:1] = [(f"  no window {STATELESS_TRIGGER.split()[0]} ms", split), ("  regular seal", regular)]
         for label, m in rows:
             print(
                 f"{label:<18}{m['stateless p50 ms']:>12.0f}ms{m['stateless p99 ms']:>7.0f}ms"
@@ -681,8 +717,9 @@ def main() -> None:
             )
     print(f"goals: stateless {GOALS['stateless']}, window close -> result {GOALS['window']}")
     print(f"\nidle hub (2 apps deployed, no records, {args.idle_seconds:.0f} s)   goal {GOALS['idle']}")
+    own = f" (no window: {args.idle_stateless_trigger})" if args.idle_stateless_trigger else ""
     print(
-        f"  trigger {args.idle_trigger}, session just started: {100 * idle['share']:.1f}% of one core, "
+        f"  trigger {args.idle_trigger}{own}, session just started: {100 * idle['share']:.1f}% of one core, "
         f"{idle['progress events']:.0f} progress events"
     )
     for t, m in warm.items():
@@ -698,6 +735,10 @@ def main() -> None:
         "and at once after a record that can close a window)"
     )
     print("next batch: the hub with --window-close next-batch (Spark's append mode: a window a micro-batch later)")
+    print(
+        f"no window {STATELESS_TRIGGER}: the stateless query at spanedge hub --stateless-trigger '{STATELESS_TRIGGER}', "
+        f"the window's at {DEFAULT_TRIGGER} (the other rows: one trigger for both, the hub's default)"
+    )
     print("bare Spark: the same queries without MQTT, ingest or SpanEdge, fed files at the same rate (the floor)")
     print(f"total {time.monotonic() - started:.0f} s")
 

@@ -3,7 +3,8 @@ r"""The hub's data plane as a process: MQTT ingest plus the Spark engine for one
 Run it as::
 
     python -m hub.dataplane --sites sites.yaml --state-dir .spanedge \\
-        --app app.py --plan plan.json [--spark-master local[2]] [--trigger '470 milliseconds'] [--conf KEY=VALUE]
+        --app app.py --plan plan.json [--spark-master local[2]] [--trigger '470 milliseconds'] \\
+        [--stateless-trigger '230 milliseconds'] [--conf KEY=VALUE]
 
 It prints ``dataplane ready`` once the app's queries run, restarts a query
 that fails, and stops cleanly on SIGTERM or SIGINT. All its state (the ingest log, the dedupe marks, the
@@ -47,6 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--spark-master", default="local[2]", help="any Spark master URL")
     parser.add_argument("--trigger", default=DEFAULT_TRIGGER, help="micro-batch interval")
     parser.add_argument(
+        "--stateless-trigger", help="micro-batch interval of the queries that run no window (default: --trigger)"
+    )
+    parser.add_argument(
         "--conf", action="append", default=[], type=_setting, metavar="KEY=VALUE", help="a Spark setting (repeat it)"
     )
     parser.add_argument("--client-id", default="spanedge-hub-ingest", help="MQTT client id of the ingest")
@@ -85,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ingest.start()
     engine = Engine(
-        args.state_dir, sites, spark_master=args.spark_master, trigger=args.trigger, spark_conf=dict(args.conf)
+        args.state_dir,
+        sites,
+        spark_master=args.spark_master,
+        trigger=args.trigger,
+        stateless_trigger=args.stateless_trigger,
+        spark_conf=dict(args.conf),
     )
     try:
         engine.deploy(app, plan)

@@ -56,11 +56,14 @@ class Engine:
         trigger: str = DEFAULT_TRIGGER,
         close_windows: bool = True,
         spark_conf: Mapping[str, str] | None = None,
+        stateless_trigger: str | None = None,
     ) -> None:
         """Use ``spark`` if given, else build a session (stopped by :meth:`stop` only if built here).
 
         ``trigger`` is the micro-batch interval (:data:`hub.spark_session.DEFAULT_TRIGGER`), or
         ``"availableNow"`` to process what the log holds and stop (batch jobs, benchmarks).
+        ``stateless_trigger``, if given, is that of the queries that run no window at the
+        hub (``spanedge hub --stateless-trigger``).
         ``close_windows``: a sink that reads a window directly writes it as soon as
         the watermark passes it (:mod:`hub.window_close`); else in the micro-batch
         after (Spark's append mode). A running query keeps the mode its checkpoint
@@ -75,6 +78,7 @@ class Engine:
         self.state_dir = Path(state_dir)
         self.sites = sites
         self.trigger = trigger
+        self.stateless_trigger = stateless_trigger or trigger
         if spark is None:
             from pyspark.sql import SparkSession
 
@@ -91,7 +95,15 @@ class Engine:
         self.spark.streams.addListener(self._listener)
         self._memory = MemoryStore()
         self._queries = Lifecycle(
-            self.spark, self.state_dir, sites, self._memory, self._late, trigger, self._counts, close_windows
+            self.spark,
+            self.state_dir,
+            sites,
+            self._memory,
+            self._late,
+            trigger,
+            self._counts,
+            close_windows,
+            stateless_trigger=stateless_trigger,
         )
         self._apps: dict[str, Deployed] = self._queries.apps  # the same dict, for inspection
 

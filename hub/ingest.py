@@ -29,7 +29,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ class Ingest:
     default: never; :func:`hub.publishers.from_plans` allows what plans assign).
     ``on_complete(app, site, complete)`` hears each batch's frontier, after
     its records are durable in the log. ``seal_interval`` and ``batch_every``
-    (the engine's trigger interval, if known) are each log's (:class:`hub.log.AppLog`).
+    (the engine's trigger intervals, where known) are each log's (:class:`hub.log.AppLog`).
     """
 
     def __init__(
@@ -75,11 +75,11 @@ class Ingest:
         may_publish: PublishPolicy = own_sites_only,
         on_complete: Callable[[str, str, float], None] | None = None,
         seal_interval: float = SEAL_INTERVAL_S,
-        batch_every: float | None = None,
+        batch_every: Sequence[float] = (),
     ) -> None:
         """Prepare the client; nothing connects until :meth:`start`."""
         self.seal_interval = seal_interval
-        self.batch_every = batch_every
+        self.batch_every = tuple(batch_every)
         self.broker = broker
         self.may_publish = may_publish
         self.on_complete = on_complete

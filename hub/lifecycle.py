@@ -75,8 +75,11 @@ class Lifecycle:
         trigger: str,
         counts: ObservedCounts | None = None,
         close_windows: bool = True,
+        stateless_trigger: str | None = None,
     ) -> None:
         """Run queries on ``spark`` with micro-batches every ``trigger`` (or ``availableNow``).
+
+        A query that runs no window at the hub takes ``stateless_trigger`` instead, if given.
 
         ``counts`` is the listener that totals what the queries observe on their
         operators; without it :meth:`metrics` has no per-operator figures. With
@@ -91,6 +94,7 @@ class Lifecycle:
         self.late = late
         self.counts = counts
         self.trigger = trigger
+        self.stateless_trigger = stateless_trigger or trigger
         self.apps: dict[str, Deployed] = {}
         self._sides: dict[str, dict[str, Side]] = {}  # per app, the handover shares of its last deployment
         # per app, the plan version deployed last and each query's share before it (see _share)
@@ -352,9 +356,13 @@ class Lifecycle:
             if previous is not None and not self._driver_warm():
                 await_first_batch(previous)
             ingest_log.subscribe(self.log_dir(app), q.reader)
-            previous = q.start(app, df, self.trigger)
+            previous = q.start(app, df, self.trigger_of(q))
             deployed.queries[replica] = q
             log.info("app %s: query %s started (checkpoint %s)", app, replica, q.checkpoint.name)
+
+    def trigger_of(self, q: Query) -> str:
+        """The micro-batch interval of ``q``: the windows' unless it runs no window at the hub."""
+        return self.trigger if q.watermarked else self.stateless_trigger
 
     def _driver_warm(self) -> bool:
         """Whether a query of this engine has completed a batch (it stays so)."""

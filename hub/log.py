@@ -63,7 +63,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -650,7 +650,7 @@ class AppLog:
         seal_interval: float = SEAL_INTERVAL_S,
         hold: Hold | None = None,
         closings: Closings | None = None,
-        batch_every: float | None = None,
+        batch_every: Sequence[float] = (),
     ) -> None:
         """Open (or create) the log in ``log_dir``, its sealed segments held back as ``hold`` says.
 
@@ -658,15 +658,15 @@ class AppLog:
         have not been handed yet are read back from the segments. A record
         that crosses one of ``closings`` makes the active segment due at once
         (:meth:`set_closings`). With ``batch_every``, the readers' trigger
-        interval in seconds, the active segment is also due just before each
-        micro-batch starts (Spark starts one at every multiple of the interval
-        since the epoch), so a record waits for its micro-batch, not for a
-        seal and then for the micro-batch after it.
+        intervals in seconds, the active segment is also due just before each
+        micro-batch of any of them starts (Spark starts one at every multiple of
+        an interval since the epoch), so a record waits for its micro-batch, not
+        for a seal and then for the micro-batch after it.
         """
         self.dir = log_dir
         self.segment_bytes = segment_bytes
         self.seal_interval = seal_interval
-        self.batch_every = batch_every
+        self.batch_every = tuple(batch_every)
         self._sealed_at = 0.0
         self._held = 0  # the most sealed segments a held reader waits for
         self.set_closings(closings)
@@ -803,7 +803,9 @@ class AppLog:
             return 0.0  # a window can close: now
         interval = max(self.seal_interval, HELD_SEAL_INTERVAL_S) if slow else self.seal_interval
         due = self._sealed_at + interval
-        return due if slow or not self.batch_every else min(due, self._before_next_batch(self.batch_every))
+        if slow:
+            return due
+        return min((due, *(self._before_next_batch(every) for every in self.batch_every)))
 
     def _before_next_batch(self, every: float) -> float:
         """The :func:`time.monotonic` time :data:`SEAL_AHEAD_S` before the first micro-batch after the last seal."""

@@ -54,6 +54,8 @@ class HubConfig:
     #: Spark settings over the hub's own (``spanedge hub --conf``; hub.spark_session.session_settings)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     trigger: str = DEFAULT_TRIGGER
+    #: the micro-batch interval of the queries that run no window at the hub, if not ``trigger``
+    stateless_trigger: str | None = None
     #: a sink that reads a window directly writes it once the watermark passes it (hub.window_close)
     close_windows: bool = True
     hub_site: str | None = None
@@ -150,6 +152,7 @@ class Hub:
             spark_master=self.config.spark_master,
             spark_conf=self.config.spark_conf,
             trigger=self.config.trigger,
+            stateless_trigger=self.config.stateless_trigger,
             close_windows=self.config.close_windows,
         )
         self.coordinator.engine = self.engine
@@ -159,7 +162,11 @@ class Hub:
             client_id=f"spanedge-hub-ingest-{self.site.name}",
             may_publish=from_plans(self.coordinator.plans_of),
             on_complete=self.coordinator.frontiers.advance,
-            batch_every=trigger_seconds(self.config.trigger),
+            batch_every=[
+                s
+                for t in {self.config.trigger, self.config.stateless_trigger or self.config.trigger}
+                if (s := trigger_seconds(t)) is not None
+            ],
         )
 
     def _tick(self) -> None:

@@ -51,15 +51,17 @@ _TRIGGER_UNITS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3
 _TRIGGER = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", re.IGNORECASE)
 
 
-def trigger_seconds(trigger: str) -> float | None:
-    """The interval of a processing-time ``trigger`` such as ``"470 milliseconds"`` in seconds (None: another kind)."""
+def interval_seconds(trigger: str) -> float | None:
+    """The processing-time interval ``trigger`` (``"470 milliseconds"``, ``"0 seconds"``) in seconds; None if not one."""
     match = _TRIGGER.match(trigger)
-    if match is None:
-        return None
-    unit = match.group(2).lower()
-    scale = _TRIGGER_UNITS.get(unit.removesuffix("s"))
-    seconds = float(match.group(1)) * scale if scale is not None else 0.0
-    return seconds if seconds > 0 else None
+    scale = None if match is None else _TRIGGER_UNITS.get(match.group(2).lower().removesuffix("s"))
+    return None if match is None or scale is None else float(match.group(1)) * scale
+
+
+def trigger_seconds(trigger: str) -> float | None:
+    """The interval of a processing-time ``trigger`` such as ``"470 milliseconds"`` in seconds (None: another kind, or 0)."""
+    seconds = interval_seconds(trigger)
+    return seconds if seconds else None
 
 
 LOCAL_TASK_ATTEMPTS = 4

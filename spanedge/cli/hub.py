@@ -36,6 +36,16 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, value: tuple[str, 
         raise click.BadParameter(str(exc)) from None
 
 
+def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``value`` if it is a micro-batch interval Spark takes (or not given), else a usage error with an example."""
+    from hub.spark_session import interval_seconds
+
+    if value is not None and interval_seconds(value) is None:
+        msg = f"{value!r} is not an interval; give a number and a unit, such as '470 milliseconds' or '1 second'"
+        raise click.BadParameter(msg)
+    return value
+
+
 def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion of ``--log-level``: the levels that start with what is typed, whatever its case."""
     return [level for level in LOG_LEVELS if level.startswith(incomplete.upper())]
@@ -75,10 +85,20 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
 @option(
     "--trigger",
     default=TRIGGER,
+    callback=_interval,
     help="Spark's micro-batch interval; Spark starts micro-batches at multiples of it, so an interval that divides "
     "a second (500 ms) starts one at every window's end, just before the record that closes the window, and each "
     "window waits a whole interval; the ingest seals the log just before each micro-batch; a shorter interval "
     "(230 milliseconds) gives results sooner and costs an idle hub more CPU",
+)
+@option(
+    "--stateless-trigger",
+    default=None,
+    callback=_interval,
+    help="micro-batch interval of the queries that run no window at the hub (record-level operators only, such "
+    "as those after edge windows), if not --trigger's: a record waits about half of it for its micro-batch, "
+    "whatever its phase, so 230 milliseconds brings their results sooner without changing the windows' phase; "
+    "each such query costs an idle hub more CPU",
 )
 @option(
     "--window-close",
@@ -138,6 +158,7 @@ def hub(
     drift_threshold: float,
     min_replan_interval: float,
     trigger: str,
+    stateless_trigger: str | None,
     window_close: str,
     log_level: str,
     site_grace: float,
@@ -183,6 +204,7 @@ def hub(
             spark_master=spark_master,
             spark_conf=spark_conf,
             trigger=trigger,
+            stateless_trigger=stateless_trigger,
             close_windows=window_close == "watermark",
             hub_site=hub_site,
             down_after_s=down_after,

@@ -74,10 +74,11 @@ def test_cold_chain_alerts_match_reference_and_duplicates_are_dropped(
     expected = sorted(canon(s) for rows in stats.values() for s in rows if is_anomaly(s))
     assert expected, "the generated data must contain anomalies"
 
-    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id="hub-test-1")
+    ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id="hub-test-1", batch_every=(0.25,))
     ingest.start()
     assert ingest.wait_connected()
-    engine = Engine(tmp_path, sites, spark=spark, trigger="250 milliseconds")
+    # fleet_alerts runs no window at the hub: it takes the stateless trigger, not the windows' 2 s
+    engine = Engine(tmp_path, sites, spark=spark, trigger="2 seconds", stateless_trigger="250 milliseconds")
     collector = Collector(mosquitto.url, "cold-chain/alerts")
     publisher = Publisher(mosquitto.url, cold_chain.name)
     try:
@@ -99,6 +100,9 @@ def test_cold_chain_alerts_match_reference_and_duplicates_are_dropped(
         assert st["apps"]["cold-chain"]["truck-7"]["unit_stats"]["last_seq"] == len(batches["truck-7"]) - 1
         metrics = engine.metrics()["cold-chain"]["queries"]["fleet_alerts"]
         assert metrics["active"]
+        handle = engine._apps[cold_chain.name].queries["fleet_alerts"].handle
+        assert handle is not None
+        assert str(handle._jsq.streamingQuery().trigger()) == "ProcessingTimeTrigger(250)"
         assert metrics["batch_id"] is not None
     finally:
         publisher.close()

@@ -379,11 +379,45 @@ def test_a_spark_setting_that_is_not_one(tmp_path: Path, given: str, expected: s
 
 
 def test_spanedge_hub_triggers_micro_batches_as_the_hub_does_by_default() -> None:
+    from hub.server import HubConfig
     from hub.spark_session import DEFAULT_TRIGGER
     from spanedge.cli.hub import hub
 
-    (trigger,) = [p for p in hub.params if p.name == "trigger"]
-    assert trigger.default == DEFAULT_TRIGGER
+    defaults = {p.name: p.default for p in hub.params}
+    assert (defaults["trigger"], defaults["stateless_trigger"]) == (DEFAULT_TRIGGER, None)  # None: --trigger's
+    config = HubConfig(tokens={}, plan_key=None, state_dir=Path("."))  # type: ignore[arg-type]
+    assert (config.trigger, config.stateless_trigger) == (DEFAULT_TRIGGER, None)
+
+
+@pytest.mark.parametrize("option", ["--trigger", "--stateless-trigger"])
+def test_spanedge_hub_takes_a_trigger_only_as_an_interval(tmp_path: Path, option: str) -> None:
+    from tests.keys import key_env
+
+    env = {**key_env(tmp_path), "SPANEDGE_TOKEN": "hub-admin-token-0123456789abcdef012345"}
+    args = ["hub", "--sites", SITES, "--no-spark", "--state-dir", str(tmp_path / "hub"), option, "fast"]
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}'" in result.output
+    assert "'fast' is not an interval" in " ".join(result.output.split())
+
+
+def test_spanedge_hub_passes_both_triggers_to_the_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    pytest.importorskip("fastapi")
+    from hub.server import Hub
+    from tests.keys import key_env
+
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(Hub, "serve", lambda self: seen.append((self.config.trigger, self.config.stateless_trigger)))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", root.level)
+    env = {**key_env(tmp_path), "SPANEDGE_TOKEN": "hub-admin-token-0123456789abcdef012345"}
+    args = ["hub", "--sites", SITES, "--no-spark", "--state-dir", str(tmp_path / "hub")]
+    given = ["--trigger", "1 second", "--stateless-trigger", "0 seconds"]
+    result = CliRunner().invoke(cli, [*args, *given], env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == [("1 second", "0 seconds")]
 
 
 def test_spanedge_hub_waits_for_an_old_owner_as_long_as_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -121,15 +121,18 @@ def test_a_watermarked_query_is_not_done_before_a_batch_reports_its_watermark() 
 class _FakeQuery:
     """A query whose start is recorded; its handle reports a batch once ``ran`` is set."""
 
-    def __init__(self, name: str, started: list[str]) -> None:
+    def __init__(self, name: str, started: list[str], watermarked: bool = False) -> None:
         self.replica = name
         self.checkpoint = Path("/state") / name
         self.reader = name
+        self.watermarked = watermarked
         self.handle: Any = None
+        self.trigger: str | None = None
         self._started = started
 
     def start(self, app: str, df: Any, trigger: str) -> Any:
         self._started.append(self.replica)
+        self.trigger = trigger
         self.handle = SimpleNamespace(isActive=True, lastProgress=None, name=self.replica)
         return self.handle
 
@@ -160,3 +163,20 @@ def test_queries_start_one_after_another_only_until_the_driver_has_run_a_batch(
     assert (started, waited) == (["a", "b", "c"], ["a"])
     deploy("second", ["d", "e"])  # a re-plan on a warm driver: no first batch to wait for
     assert (started, waited) == (["a", "b", "c", "d", "e"], ["a"])
+
+
+def test_a_query_without_a_window_at_the_hub_runs_at_the_stateless_trigger(tmp_path: Path, monkeypatch: Any) -> None:
+    import hub.lifecycle as lifecycle_module
+
+    monkeypatch.setattr(lifecycle_module, "await_first_batch", lambda handle: None)
+    monkeypatch.setattr(lifecycle_module.ingest_log, "subscribe", lambda *args: None)
+    queries = {"windows": _FakeQuery("windows", [], watermarked=True), "rows": _FakeQuery("rows", [])}
+    deployed = SimpleNamespace(app=SimpleNamespace(name="fleet"), queries={})
+
+    split = Lifecycle(None, tmp_path, None, None, None, "470 milliseconds", stateless_trigger="230 milliseconds")  # type: ignore[arg-type]
+    split._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
+    assert {n: q.trigger for n, q in queries.items()} == {"windows": "470 milliseconds", "rows": "230 milliseconds"}
+
+    one = Lifecycle(None, tmp_path, None, None, None, "1 second")  # type: ignore[arg-type]
+    one._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
+    assert {n: q.trigger for n, q in queries.items()} == {"windows": "1 second", "rows": "1 second"}

@@ -95,7 +95,7 @@ def test_the_log_seals_at_once_after_a_record_that_can_close_a_window(tmp_path: 
 
 def test_the_log_is_sealed_just_before_each_micro_batch_starts(tmp_path: Path) -> None:
     every = 3600.0  # Spark starts a micro-batch on every whole hour since the epoch
-    app_log = AppLog(tmp_path, seal_interval=7200, batch_every=every)
+    app_log = AppLog(tmp_path, seal_interval=7200, batch_every=(every,))
     app_log.append(encode_records([Record("s1", "x", 1, 1.0, "k", {})]), 1.0, 1.0)
     app_log.flush()
     app_log.seal()
@@ -105,3 +105,20 @@ def test_the_log_is_sealed_just_before_each_micro_batch_starts(tmp_path: Path) -
     next_batch = (math.floor(wall / every) + 1) * every
     assert due - mono == pytest.approx(next_batch - ingest_log.SEAL_AHEAD_S - wall, abs=0.05)
     assert AppLog(tmp_path / "plain", seal_interval=7200).seal_due_at() is None  # nothing appended: nothing due
+
+
+def test_with_two_triggers_the_log_is_sealed_before_the_next_micro_batch_of_either(tmp_path: Path) -> None:
+    hour, two_hours = 3600.0, 7200.0  # micro-batches on every hour, and on every other hour since the epoch
+    due: dict[tuple[float, ...], float] = {}
+    for every in [(two_hours, hour), (two_hours,)]:
+        app_log = AppLog(tmp_path / str(len(every)), seal_interval=7200, batch_every=every)
+        app_log.append(encode_records([Record("s1", "x", 1, 1.0, "k", {})]), 1.0, 1.0)
+        app_log.flush()
+        app_log.seal()
+        app_log.append(encode_records([Record("s1", "x", 2, 2.0, "k", {})]), 2.0, 2.0)
+        at, wall, mono = app_log.seal_due_at(), time.time(), time.monotonic()
+        assert at is not None
+        nearest = min((math.floor(wall / e) + 1) * e for e in every)
+        assert at - mono == pytest.approx(nearest - ingest_log.SEAL_AHEAD_S - wall, abs=0.05)
+        due[every] = at
+    assert due[(two_hours, hour)] <= due[(two_hours,)] + 0.05
