@@ -58,7 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hub.spark_session import DEFAULT_TRIGGER, trigger_seconds  # noqa: E402  (after the path)
+from hub.spark_session import DEFAULT_TRIGGER, batch_intervals  # noqa: E402  (after the path)
 
 PASS_APP = """
 from spanedge import App, sinks
@@ -96,11 +96,6 @@ STATELESS_TRIGGER = "230 milliseconds"
 """The ``--stateless-trigger`` measured beside the default trigger (the window query's)."""
 IDLE_TRIGGERS = (DEFAULT_TRIGGER, "500 milliseconds", "250 milliseconds")
 """Triggers (one for both queries) of the idle runs at the end, on a warm JVM, after one with the hub's defaults."""
-
-
-def intervals(*triggers: str | None) -> list[float]:
-    """The intervals in seconds of the processing-time ``triggers`` (the ingest's ``batch_every``)."""
-    return [s for t in triggers if t is not None and (s := trigger_seconds(t)) is not None]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -303,7 +298,7 @@ def live(
     from hub.ingest import Ingest
 
     ingest = Ingest(
-        ingest_log_broker(url), state / "ingest", client_id="bench-ingest", batch_every=intervals(LIVE_TRIGGER)
+        ingest_log_broker(url), state / "ingest", client_id="bench-ingest", batch_every=batch_intervals(LIVE_TRIGGER)
     )
     ingest.start()
     ingest.wait_connected()
@@ -380,7 +375,7 @@ def idle_cpu(
         ingest_log_broker(url),
         state / "ingest",
         client_id=f"bench-ingest-idle-{tag}",
-        batch_every=intervals(trigger, stateless),
+        batch_every=batch_intervals(trigger, stateless),
     )
     ingest.start()
     ingest.wait_connected()
@@ -436,7 +431,7 @@ def latency(
     tag = f"{trigger.split()[0]}{'' if close_windows else '-next-batch'}{'' if early_seals else '-regular-seal'}"
     tag += f"-stateless-{stateless.split()[0]}" if stateless else ""
     state = work / f"latency-{tag}"
-    every = intervals(trigger, stateless) if early_seals else []
+    every = batch_intervals(trigger, stateless) if early_seals else []
     ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-{tag}", batch_every=every)
     ingest.start()
     ingest.wait_connected()

@@ -78,7 +78,6 @@ class Engine:
         self.state_dir = Path(state_dir)
         self.sites = sites
         self.trigger = trigger
-        self.stateless_trigger = stateless_trigger or trigger
         if spark is None:
             from pyspark.sql import SparkSession
 

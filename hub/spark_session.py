@@ -64,6 +64,11 @@ def trigger_seconds(trigger: str) -> float | None:
     return seconds if seconds else None
 
 
+def batch_intervals(*triggers: str | None) -> list[float]:
+    """The distinct intervals in seconds of the processing-time ``triggers`` given (an ingest's ``batch_every``)."""
+    return sorted({s for t in triggers if t is not None and (s := trigger_seconds(t)) is not None})
+
+
 LOCAL_TASK_ATTEMPTS = 4
 """Attempts of a task in local mode (Spark's default there is 1: any task failure fails the query)."""
 

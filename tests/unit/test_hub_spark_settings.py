@@ -11,6 +11,7 @@ from hub.spark_session import (
     DEFAULT_TRIGGER,
     DEFAULTS,
     STATE_STORE_PROVIDER,
+    batch_intervals,
     session_settings,
     trigger_seconds,
 )
@@ -89,3 +90,9 @@ def test_the_default_trigger_starts_micro_batches_at_every_phase_of_a_window_end
 )
 def test_the_trigger_interval_is_read_from_sparks_spelling(trigger: str, seconds: float | None) -> None:
     assert trigger_seconds(trigger) == (None if seconds is None else pytest.approx(seconds))
+
+
+def test_the_ingest_seals_for_each_distinct_interval_of_the_triggers_given() -> None:
+    assert batch_intervals(DEFAULT_TRIGGER, None) == [pytest.approx(0.47)]
+    assert batch_intervals("1 second", "230 milliseconds", "1 second") == [pytest.approx(0.23), 1.0]
+    assert batch_intervals("availableNow", "0 seconds") == []
