@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS seqs (
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS state (app TEXT PRIMARY KEY, blob BLOB NOT NULL);
+-- every heartbeat asks each app's oldest event time (Outbox.oldest): a lookup, not a scan of the backlog
+CREATE INDEX IF NOT EXISTS outbox_app_t ON outbox (app, t);
 """
 
 # an outbox written before sequences had epochs: its records and sequences are epoch 0
