@@ -13,10 +13,10 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   window query (then the window and a pass-through query together) has
   committed the last record, with publisher, ingest and Spark running at
   once;
-* latency, for triggers of 100 ms, 250 ms, 470 ms (the hub's default; once
-  more with the stateless query at ``--stateless-trigger`` 230 ms, the
-  window query's at 470 ms), 500 ms (a divisor of the windows' second, the
-  default before) and 1 s:
+* latency, for triggers of 100 ms, 250 ms, 470 ms (the window queries'
+  default; once more as the hub runs by default, the stateless query at
+  230 ms), 500 ms (a divisor of the windows' second, the default before)
+  and 1 s, each for both queries:
   publish -> memory sink of each record of a stateless query
   (p50/p99), and window end -> window result at
   the sink for the windowed query (p50/p99), at a steady ``--rate``, with the
@@ -25,6 +25,9 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   ``--window-close next-batch`` (Spark's append mode, a micro-batch later),
   and at the default trigger once more with the ingest's regular seal only
   (every 0.1 s: not just before each micro-batch nor at a window's end);
+  each latency row also gives the CPU this process and the JVM used over
+  its measured stretch (the publisher included), what a busy hub pays
+  for a trigger;
 * the floor, for each trigger: the same pass-through and window queries in
   bare Spark, fed files at the same rate without MQTT, ingest or SpanEdge
   (:func:`spark_floor`), the baseline of the latency figures;
@@ -32,10 +35,10 @@ Measured in one run, against a real Mosquitto and Spark in local mode:
   (Spark's JVM, Python workers; not the broker) over ``--idle-seconds``
   with both apps deployed and no records arriving: first in a session
   that has just started (the JVM still compiling Spark's code), at the
-  default trigger (``--idle-stateless-trigger`` gives the pass-through
-  query its own), and at the end, warm: with the pass-through query at
-  230 ms and the window query at 470 ms, and with one trigger for both at
-  470 ms, 500 ms and 250 ms.
+  hub's default triggers (``--idle-trigger`` and ``--idle-stateless-trigger``
+  change them), and at the end, warm: with the default triggers (the
+  pass-through query at 230 ms, the window query at 470 ms), and with one
+  trigger for both at 470 ms, 500 ms and 250 ms.
 
 The goals are printed beside the figures, and the machine's load average.
 
@@ -58,7 +61,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hub.spark_session import DEFAULT_TRIGGER, batch_intervals  # noqa: E402  (after the path)
+from hub.spark_session import (  # noqa: E402  (after the path)
+    DEFAULT_STATELESS_TRIGGER,
+    DEFAULT_TRIGGER,
+    batch_intervals,
+    stateless_trigger_of,
+)
 
 PASS_APP = """
 from spanedge import App, sinks
@@ -92,8 +100,6 @@ SPACING_S = 1e-4
 LIVE_TRIGGER = "250 milliseconds"
 """The trigger of the live throughput runs."""
 LATENCY_TRIGGERS = ("100 milliseconds", "250 milliseconds", DEFAULT_TRIGGER, "500 milliseconds", "1 second")
-STATELESS_TRIGGER = "230 milliseconds"
-"""The ``--stateless-trigger`` measured beside the default trigger (the window query's)."""
 IDLE_TRIGGERS = (DEFAULT_TRIGGER, "500 milliseconds", "250 milliseconds")
 """Triggers (one for both queries) of the idle runs at the end, on a warm JVM, after one with the hub's defaults."""
 
@@ -360,7 +366,8 @@ def idle_cpu(
 ) -> dict[str, float]:
     """The CPU share of one core the hub's data plane uses with both apps deployed and no records arriving.
 
-    The pass-through query runs every ``stateless`` if given, else every ``trigger`` as the window query.
+    The pass-through query runs every ``stateless`` if given, else as the hub's default has it
+    (:func:`hub.spark_session.stateless_trigger_of`).
     """
     from hub.engine import Engine
     from hub.ingest import Ingest
@@ -375,7 +382,7 @@ def idle_cpu(
         ingest_log_broker(url),
         state / "ingest",
         client_id=f"bench-ingest-idle-{tag}",
-        batch_every=batch_intervals(trigger, stateless),
+        batch_every=batch_intervals(trigger, stateless_trigger_of(trigger, stateless)),
     )
     ingest.start()
     ingest.wait_connected()
@@ -418,7 +425,8 @@ def latency(
 ) -> dict[str, float]:
     """Stateless and window latency at ``trigger`` (:func:`latency_figures`), the hub's way unless told otherwise.
 
-    The stateless query runs every ``stateless`` if given, else every ``trigger`` as the window query.
+    The stateless query runs every ``stateless`` if given, else as the hub's default has it
+    (:func:`hub.spark_session.stateless_trigger_of`).
     """
     from hub.engine import Engine
     from hub.ingest import Ingest
@@ -431,7 +439,7 @@ def latency(
     tag = f"{trigger.split()[0]}{'' if close_windows else '-next-batch'}{'' if early_seals else '-regular-seal'}"
     tag += f"-stateless-{stateless.split()[0]}" if stateless else ""
     state = work / f"latency-{tag}"
-    every = batch_intervals(trigger, stateless) if early_seals else []
+    every = batch_intervals(trigger, stateless_trigger_of(trigger, stateless)) if early_seals else []
     ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-{tag}", batch_every=every)
     ingest.start()
     ingest.wait_connected()
@@ -466,7 +474,7 @@ def latency(
         def warmed() -> bool:
             return len(engine.memory("windows")) > 0 and len(engine.memory("passed")) > 0
 
-        begin, end_send = steady_stretch(run, stop, warmed, args.seconds)
+        begin, end_send, cpu = steady_stretch(run, stop, warmed, args.seconds)
         passed = [
             arrived - row["value"]["sent"]
             for arrived, row in engine._memory.timed("passed")
@@ -478,7 +486,7 @@ def latency(
             if begin <= row["value"]["window_start"] and row["value"]["window_end"] <= end_send
         ]
         batch_ms = [m.get("batch_ms") or 0 for a in engine.metrics().values() for m in a["queries"].values()]
-        return latency_figures(passed, windows, statistics.fmean(batch_ms))
+        return latency_figures(passed, windows, statistics.fmean(batch_ms), cpu)
     finally:
         stop.set()
         engine.stop()
@@ -565,7 +573,7 @@ def spark_floor(args: argparse.Namespace, spark: Any, work: Path, trigger: str) 
         for name, frame in (("passed", lines.select("value")), ("windows", windows))
     ]
     try:
-        begin, end_send = steady_stretch(feed, stop, lambda: all(arrivals.values()), args.seconds)
+        begin, end_send, cpu = steady_stretch(feed, stop, lambda: all(arrivals.values()), args.seconds)
         batches = [p["durationMs"]["triggerExecution"] for q in queries for p in q.recentProgress]
     finally:
         stop.set()
@@ -577,28 +585,31 @@ def spark_floor(args: argparse.Namespace, spark: Any, work: Path, trigger: str) 
         for at, v in arrivals["windows"]
         if begin <= v["window_start"] and v["window_end"] <= end_send
     ]
-    return latency_figures(passed, closed, statistics.median(batches) if batches else 0.0)
+    return latency_figures(passed, closed, statistics.median(batches) if batches else 0.0, cpu)
 
 
-def steady_stretch(send: Any, stop: threading.Event, warmed: Any, seconds: float) -> tuple[float, float]:
-    """Run ``send`` in a thread until results flow, then ``seconds`` more; the measured stretch (wall times).
+def steady_stretch(send: Any, stop: threading.Event, warmed: Any, seconds: float) -> tuple[float, float, float]:
+    """Run ``send`` in a thread until results flow, then ``seconds`` more.
 
+    Returns the measured stretch (wall times) and the share of a core this
+    process and its children (the JVM; the broker excluded) used in it.
     ``stop`` ends the sending; the results of the stretch get 3 s more to arrive.
     """
     thread = threading.Thread(target=send, daemon=True)
     thread.start()
     wait(warmed, 180, "the first results")
-    begin = time.time() + 1.0
-    time.sleep(seconds + 1.0)
-    end_send = time.time()
+    time.sleep(1.0)
+    begin, cpu0, t0 = time.time(), cpu_seconds(), time.monotonic()
+    time.sleep(seconds)
+    end_send, share = time.time(), (cpu_seconds() - cpu0) / (time.monotonic() - t0)
     stop.set()
     thread.join()
     time.sleep(3.0)
-    return begin, end_send
+    return begin, end_send, share
 
 
-def latency_figures(passed: list[float], windows: list[float], batch_ms: float) -> dict[str, float]:
-    """The latency row of one run: stateless and window p50/p99 in ms, the samples, a typical batch's ms."""
+def latency_figures(passed: list[float], windows: list[float], batch_ms: float, cpu: float) -> dict[str, float]:
+    """The latency row of one run: stateless and window p50/p99 in ms, the samples, a typical batch's ms, CPU share."""
     return {
         "stateless p50 ms": 1000 * percentile(passed, 0.5),
         "stateless p99 ms": 1000 * percentile(passed, 0.99),
@@ -607,6 +618,7 @@ def latency_figures(passed: list[float], windows: list[float], batch_ms: float) 
         "samples": float(len(passed)),
         "windows": float(len(windows)),
         "mean batch ms": batch_ms,
+        "cpu share": cpu,
     }
 
 
@@ -656,7 +668,8 @@ def main() -> None:
     parser.add_argument("--idle-trigger", default=DEFAULT_TRIGGER, help="trigger of the idle run (the hub's)")
     parser.add_argument(
         "--idle-stateless-trigger",
-        help="trigger of the idle run's query without a window, if not --idle-trigger (the hub's default)",
+        help="trigger of the idle run's query without a window (default: the hub's, 230 milliseconds "
+        "or --idle-trigger if shorter)",
     )
     parser.add_argument("--spark-master", default="local[2]")
     args = parser.parse_args()
@@ -680,14 +693,17 @@ def main() -> None:
             floor: dict[str, dict[str, float]] = {}
             for i, t in enumerate(LATENCY_TRIGGERS):  # the two modes back to back, each first every other time
                 for close in (True, False) if i % 2 else (False, True):
-                    (lat if close else later)[t] = latency(args, broker.url, spark, work, t, close_windows=close)
+                    (lat if close else later)[t] = latency(args, broker.url, spark, work, t, close, stateless=t)
                 if t == DEFAULT_TRIGGER:
-                    regular = latency(args, broker.url, spark, work, t, early_seals=False)
-                    split = latency(args, broker.url, spark, work, t, stateless=STATELESS_TRIGGER)
+                    regular = latency(args, broker.url, spark, work, t, early_seals=False, stateless=t)
+                    split = latency(args, broker.url, spark, work, t)  # the hub's default: two intervals
                 floor[t] = spark_floor(args, spark, work, t)
-            split_idle = idle_cpu(args, broker.url, spark, work, DEFAULT_TRIGGER, "warm", STATELESS_TRIGGER)
-            warm = {f"{DEFAULT_TRIGGER} (no window: {STATELESS_TRIGGER})": split_idle}
-            warm |= {t: idle_cpu(args, broker.url, spark, work, t, f"warm-{t.split()[0]}") for t in IDLE_TRIGGERS}
+            split_idle = idle_cpu(args, broker.url, spark, work, DEFAULT_TRIGGER, "warm")
+            warm = {f"{DEFAULT_TRIGGER} (no window: {DEFAULT_STATELESS_TRIGGER}, the default)": split_idle}
+            warm |= {
+                f"{t} for both": idle_cpu(args, broker.url, spark, work, t, f"warm-{t.split()[0]}", t)
+                for t in IDLE_TRIGGERS
+            }
         finally:
             spark.stop()
     print(f"\nhub data plane — pyspark {pyspark.__version__}, {args.spark_master}, {args.records} records of ~80 bytes")
@@ -699,20 +715,23 @@ def main() -> None:
         print(f"{label:<46}{value:>12,.0f}{value / base:>17.2f}x{spent}   {GOALS.get(label, '')}")
     print_budget(cpu)
     print(f"\nlatency at {args.rate:.0f} records/s ({args.seconds:.0f} s measured per trigger)")
-    print(f"{'trigger':<18}{'stateless p50':>14}{'p99':>9}{'window p50':>12}{'p99':>9}{'batch ms':>10}{'samples':>9}")
+    print(
+        f"{'trigger':<18}{'stateless p50':>14}{'p99':>9}{'window p50':>12}{'p99':>9}{'batch ms':>10}{'samples':>9}"
+        f"{'CPU':>7}"
+    )
     for trigger in LATENCY_TRIGGERS:
         rows = [(trigger, lat[trigger]), ("  next batch", later[trigger]), ("  bare Spark", floor[trigger])]
         if trigger == DEFAULT_TRIGGER:
-            rows[1:1] = [(f"  no window {STATELESS_TRIGGER.split()[0]} ms", split), ("  regular seal", regular)]
+            rows[1:1] = [(f"  no window {DEFAULT_STATELESS_TRIGGER.split()[0]} ms", split), ("  regular seal", regular)]
         for label, m in rows:
             print(
                 f"{label:<18}{m['stateless p50 ms']:>12.0f}ms{m['stateless p99 ms']:>7.0f}ms"
                 f"{m['window p50 ms']:>10.0f}ms{m['window p99 ms']:>7.0f}ms{m['mean batch ms']:>10.0f}"
-                f"{m['samples']:>9.0f}"
+                f"{m['samples']:>9.0f}{100 * m['cpu share']:>6.0f}%"
             )
     print(f"goals: stateless {GOALS['stateless']}, window close -> result {GOALS['window']}")
     print(f"\nidle hub (2 apps deployed, no records, {args.idle_seconds:.0f} s)   goal {GOALS['idle']}")
-    own = f" (no window: {args.idle_stateless_trigger})" if args.idle_stateless_trigger else ""
+    own = f" (no window: {stateless_trigger_of(args.idle_trigger, args.idle_stateless_trigger)})"
     print(
         f"  trigger {args.idle_trigger}{own}, session just started: {100 * idle['share']:.1f}% of one core, "
         f"{idle['progress events']:.0f} progress events"
@@ -731,10 +750,12 @@ def main() -> None:
     )
     print("next batch: the hub with --window-close next-batch (Spark's append mode: a window a micro-batch later)")
     print(
-        f"no window {STATELESS_TRIGGER}: the stateless query at spanedge hub --stateless-trigger '{STATELESS_TRIGGER}', "
-        f"the window's at {DEFAULT_TRIGGER} (the other rows: one trigger for both, the hub's default)"
+        f"no window {DEFAULT_STATELESS_TRIGGER}: the hub's default, the stateless query at {DEFAULT_STATELESS_TRIGGER} "
+        f"and the window's at {DEFAULT_TRIGGER} (the other rows: one trigger for both, "
+        "spanedge hub --stateless-trigger set to --trigger)"
     )
     print("bare Spark: the same queries without MQTT, ingest or SpanEdge, fed files at the same rate (the floor)")
+    print("CPU: this process and the JVM over the measured stretch, in % of one core (the publisher included)")
     print(f"total {time.monotonic() - started:.0f} s")
 
 

@@ -48,7 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--spark-master", default="local[2]", help="any Spark master URL")
     parser.add_argument("--trigger", default=DEFAULT_TRIGGER, help="micro-batch interval")
     parser.add_argument(
-        "--stateless-trigger", help="micro-batch interval of the queries that run no window (default: --trigger)"
+        "--stateless-trigger",
+        help="micro-batch interval of the queries that run no window (default: 230 milliseconds, or --trigger if shorter)",
     )
     parser.add_argument(
         "--conf", action="append", default=[], type=_setting, metavar="KEY=VALUE", help="a Spark setting (repeat it)"

@@ -62,8 +62,9 @@ class Engine:
 
         ``trigger`` is the micro-batch interval (:data:`hub.spark_session.DEFAULT_TRIGGER`), or
         ``"availableNow"`` to process what the log holds and stop (batch jobs, benchmarks).
-        ``stateless_trigger``, if given, is that of the queries that run no window at the
-        hub (``spanedge hub --stateless-trigger``).
+        ``stateless_trigger`` is that of the queries that run no window at the hub
+        (``spanedge hub --stateless-trigger``; by default 230 ms, or ``trigger`` if
+        shorter: :func:`hub.spark_session.stateless_trigger_of`).
         ``close_windows``: a sink that reads a window directly writes it as soon as
         the watermark passes it (:mod:`hub.window_close`); else in the micro-batch
         after (Spark's append mode). A running query keeps the mode its checkpoint

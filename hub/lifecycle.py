@@ -27,6 +27,7 @@ from hub.replicas import Replicas
 from hub.restarts import RestartBook
 from hub.share_progress import SHARE_WRITTEN, leave_note, reported_watermark, share_needs, written_all
 from hub.sinks import BatchSink, MemoryStore
+from hub.spark_session import stateless_trigger_of
 from hub.window_close import WindowCloser
 from spanedge.errors import InvalidDataflow, InvalidPlan
 from spanedge.operators import Kind
@@ -79,7 +80,9 @@ class Lifecycle:
     ) -> None:
         """Run queries on ``spark`` with micro-batches every ``trigger`` (or ``availableNow``).
 
-        A query that runs no window at the hub takes ``stateless_trigger`` instead, if given.
+        A query that runs no window at the hub takes ``stateless_trigger``
+        instead (by default 230 ms, or ``trigger`` if shorter:
+        :func:`hub.spark_session.stateless_trigger_of`).
 
         ``counts`` is the listener that totals what the queries observe on their
         operators; without it :meth:`metrics` has no per-operator figures. With
@@ -94,7 +97,7 @@ class Lifecycle:
         self.late = late
         self.counts = counts
         self.trigger = trigger
-        self.stateless_trigger = stateless_trigger or trigger
+        self.stateless_trigger = stateless_trigger_of(trigger, stateless_trigger)
         self.apps: dict[str, Deployed] = {}
         self._sides: dict[str, dict[str, Side]] = {}  # per app, the handover shares of its last deployment
         # per app, the plan version deployed last and each query's share before it (see _share)

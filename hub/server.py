@@ -28,7 +28,7 @@ from hub.handover_hold import DEFAULT_LIMIT_S
 from hub.publishers import from_plans
 from hub.registry import SiteRegistry
 from hub.site_health import HealthPolicy
-from hub.spark_session import DEFAULT_TRIGGER, batch_intervals
+from hub.spark_session import DEFAULT_TRIGGER, batch_intervals, stateless_trigger_of
 from hub.state import StateStore
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
@@ -54,7 +54,7 @@ class HubConfig:
     #: Spark settings over the hub's own (``spanedge hub --conf``; hub.spark_session.session_settings)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     trigger: str = DEFAULT_TRIGGER
-    #: the micro-batch interval of the queries that run no window at the hub, if not ``trigger``
+    #: the micro-batch interval of the queries that run no window at the hub (None: 230 ms, or ``trigger`` if shorter)
     stateless_trigger: str | None = None
     #: a sink that reads a window directly writes it once the watermark passes it (hub.window_close)
     close_windows: bool = True
@@ -162,7 +162,9 @@ class Hub:
             client_id=f"spanedge-hub-ingest-{self.site.name}",
             may_publish=from_plans(self.coordinator.plans_of),
             on_complete=self.coordinator.frontiers.advance,
-            batch_every=batch_intervals(self.config.trigger, self.config.stateless_trigger),
+            batch_every=batch_intervals(
+                self.config.trigger, stateless_trigger_of(self.config.trigger, self.config.stateless_trigger)
+            ),
         )
 
     def _tick(self) -> None:

@@ -96,9 +96,9 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     default=None,
     callback=_interval,
     help="micro-batch interval of the queries that run no window at the hub (record-level operators only, such "
-    "as those after edge windows), if not --trigger's: a record waits about half of it for its micro-batch, "
-    "whatever its phase, so 230 milliseconds brings their results sooner without changing the windows' phase; "
-    "each such query costs an idle hub more CPU",
+    "as those after edge windows) [default: 230 milliseconds, or --trigger if shorter]: a record waits about half "
+    "of it for its micro-batch, whatever its phase, so a shorter one brings their results sooner without changing "
+    "the windows' phase, and costs the hub more CPU; give --trigger's value for one interval for every query",
 )
 @option(
     "--window-close",

@@ -384,9 +384,12 @@ def test_spanedge_hub_triggers_micro_batches_as_the_hub_does_by_default() -> Non
     from spanedge.cli.hub import hub
 
     defaults = {p.name: p.default for p in hub.params}
-    assert (defaults["trigger"], defaults["stateless_trigger"]) == (DEFAULT_TRIGGER, None)  # None: --trigger's
+    # None: 230 ms for the queries without a window, or --trigger if shorter (hub.spark_session.stateless_trigger_of)
+    assert (defaults["trigger"], defaults["stateless_trigger"]) == (DEFAULT_TRIGGER, None)
     config = HubConfig(tokens={}, plan_key=None, state_dir=Path("."))  # type: ignore[arg-type]
     assert (config.trigger, config.stateless_trigger) == (DEFAULT_TRIGGER, None)
+    help_text = " ".join(CliRunner().invoke(cli, ["hub", "--help"]).output.split())
+    assert "[default: 230 milliseconds, or --trigger if shorter]" in help_text
 
 
 @pytest.mark.parametrize("option", ["--trigger", "--stateless-trigger"])

@@ -177,6 +177,14 @@ def test_a_query_without_a_window_at_the_hub_runs_at_the_stateless_trigger(tmp_p
     split._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
     assert {n: q.trigger for n, q in queries.items()} == {"windows": "470 milliseconds", "rows": "230 milliseconds"}
 
-    one = Lifecycle(None, tmp_path, None, None, None, "1 second")  # type: ignore[arg-type]
+    default = Lifecycle(None, tmp_path, None, None, None, "1 second")  # type: ignore[arg-type]
+    default._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
+    assert {n: q.trigger for n, q in queries.items()} == {"windows": "1 second", "rows": "230 milliseconds"}
+
+    one = Lifecycle(None, tmp_path, None, None, None, "1 second", stateless_trigger="1 second")  # type: ignore[arg-type]
     one._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
     assert {n: q.trigger for n, q in queries.items()} == {"windows": "1 second", "rows": "1 second"}
+
+    faster = Lifecycle(None, tmp_path, None, None, None, "100 milliseconds")  # type: ignore[arg-type]
+    faster._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
+    assert {n: q.trigger for n, q in queries.items()} == {"windows": "100 milliseconds", "rows": "100 milliseconds"}

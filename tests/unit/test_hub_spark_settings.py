@@ -8,11 +8,13 @@ import pytest
 
 from hub.spark_session import (
     CHECKSUMMED_LOCAL_FS,
+    DEFAULT_STATELESS_TRIGGER,
     DEFAULT_TRIGGER,
     DEFAULTS,
     STATE_STORE_PROVIDER,
     batch_intervals,
     session_settings,
+    stateless_trigger_of,
     trigger_seconds,
 )
 
@@ -90,6 +92,25 @@ def test_the_default_trigger_starts_micro_batches_at_every_phase_of_a_window_end
 )
 def test_the_trigger_interval_is_read_from_sparks_spelling(trigger: str, seconds: float | None) -> None:
     assert trigger_seconds(trigger) == (None if seconds is None else pytest.approx(seconds))
+
+
+@pytest.mark.parametrize(
+    ("trigger", "stateless", "expected"),
+    [
+        (DEFAULT_TRIGGER, None, DEFAULT_STATELESS_TRIGGER),  # the hub's defaults: two intervals
+        ("2 seconds", None, DEFAULT_STATELESS_TRIGGER),
+        ("100 milliseconds", None, "100 milliseconds"),  # never slower than the windows
+        ("230 milliseconds", None, "230 milliseconds"),
+        ("availableNow", None, "availableNow"),  # not an interval: every query's
+        ("0 seconds", None, "0 seconds"),
+        (DEFAULT_TRIGGER, DEFAULT_TRIGGER, DEFAULT_TRIGGER),  # given: one interval for every query
+        ("100 milliseconds", "1 second", "1 second"),
+    ],
+)
+def test_queries_without_a_window_run_at_230_ms_unless_told_or_the_trigger_is_shorter(
+    trigger: str, stateless: str | None, expected: str
+) -> None:
+    assert stateless_trigger_of(trigger, stateless) == expected
 
 
 def test_the_ingest_seals_for_each_distinct_interval_of_the_triggers_given() -> None:
