@@ -86,10 +86,11 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     "--trigger",
     default=TRIGGER,
     callback=_interval,
-    help="Spark's micro-batch interval; Spark starts micro-batches at multiples of it, so an interval that divides "
-    "a second (500 ms) starts one at every window's end, just before the record that closes the window, and each "
-    "window waits a whole interval; the ingest seals the log just before each micro-batch; a shorter interval "
-    "(230 milliseconds) gives results sooner and costs an idle hub more CPU",
+    help="Spark's micro-batch interval of the queries that run a window at the hub (and of all queries, if "
+    "shorter than --stateless-trigger's default); Spark starts micro-batches at multiples of it, so an interval "
+    "that divides a second (500 ms) starts one at every window's end, just before the record that closes the "
+    "window, and each window waits a whole interval; the ingest seals the log just before each micro-batch; a "
+    "shorter interval (230 milliseconds) gives results sooner and costs the hub more CPU",
 )
 @option(
     "--stateless-trigger",
