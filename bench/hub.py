@@ -382,7 +382,7 @@ def idle_cpu(
         ingest_log_broker(url),
         state / "ingest",
         client_id=f"bench-ingest-idle-{tag}",
-        batch_every=batch_intervals(trigger, stateless_trigger_of(trigger, stateless)),
+        batch_every=batch_intervals(trigger, stateless),
     )
     ingest.start()
     ingest.wait_connected()
@@ -439,7 +439,7 @@ def latency(
     tag = f"{trigger.split()[0]}{'' if close_windows else '-next-batch'}{'' if early_seals else '-regular-seal'}"
     tag += f"-stateless-{stateless.split()[0]}" if stateless else ""
     state = work / f"latency-{tag}"
-    every = batch_intervals(trigger, stateless_trigger_of(trigger, stateless)) if early_seals else []
+    every = batch_intervals(trigger, stateless) if early_seals else []
     ingest = Ingest(ingest_log_broker(url), state / "ingest", client_id=f"bench-ingest-{tag}", batch_every=every)
     ingest.start()
     ingest.wait_connected()

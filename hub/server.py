@@ -28,7 +28,7 @@ from hub.handover_hold import DEFAULT_LIMIT_S
 from hub.publishers import from_plans
 from hub.registry import SiteRegistry
 from hub.site_health import HealthPolicy
-from hub.spark_session import DEFAULT_TRIGGER, batch_intervals, stateless_trigger_of
+from hub.spark_session import DEFAULT_TRIGGER, batch_intervals
 from hub.state import StateStore
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
@@ -162,9 +162,7 @@ class Hub:
             client_id=f"spanedge-hub-ingest-{self.site.name}",
             may_publish=from_plans(self.coordinator.plans_of),
             on_complete=self.coordinator.frontiers.advance,
-            batch_every=batch_intervals(
-                self.config.trigger, stateless_trigger_of(self.config.trigger, self.config.stateless_trigger)
-            ),
+            batch_every=batch_intervals(self.config.trigger, self.config.stateless_trigger),
         )
 
     def _tick(self) -> None:

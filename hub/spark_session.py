@@ -92,9 +92,15 @@ def stateless_trigger_of(trigger: str, stateless: str | None = None) -> str:
     return DEFAULT_STATELESS_TRIGGER
 
 
-def batch_intervals(*triggers: str | None) -> list[float]:
-    """The distinct intervals in seconds of the processing-time ``triggers`` given (an ingest's ``batch_every``)."""
-    return sorted({s for t in triggers if t is not None and (s := trigger_seconds(t)) is not None})
+def batch_intervals(trigger: str, stateless: str | None = None) -> list[float]:
+    """The distinct micro-batch intervals in seconds of a hub's queries (an ingest's ``batch_every``).
+
+    ``trigger`` and ``stateless`` as the engine takes them: the window queries'
+    interval and that of the queries without a window (:func:`stateless_trigger_of`);
+    a trigger that is not a processing-time interval has none.
+    """
+    triggers = (trigger, stateless_trigger_of(trigger, stateless))
+    return sorted({s for t in triggers if (s := trigger_seconds(t)) is not None})
 
 
 LOCAL_TASK_ATTEMPTS = 4

@@ -114,6 +114,9 @@ def test_queries_without_a_window_run_at_230_ms_unless_told_or_the_trigger_is_sh
 
 
 def test_the_ingest_seals_for_each_distinct_interval_of_the_triggers_given() -> None:
-    assert batch_intervals(DEFAULT_TRIGGER, None) == [pytest.approx(0.47)]
-    assert batch_intervals("1 second", "230 milliseconds", "1 second") == [pytest.approx(0.23), 1.0]
+    # the hub's defaults: the windows' 470 ms and 230 ms for the queries without a window
+    assert batch_intervals(DEFAULT_TRIGGER) == [pytest.approx(0.23), pytest.approx(0.47)]
+    assert batch_intervals(DEFAULT_TRIGGER, DEFAULT_TRIGGER) == [pytest.approx(0.47)]
+    assert batch_intervals("1 second", "230 milliseconds") == [pytest.approx(0.23), 1.0]
+    assert batch_intervals("100 milliseconds") == [pytest.approx(0.1)]
     assert batch_intervals("availableNow", "0 seconds") == []
