@@ -19,7 +19,7 @@ other result is checked as usual.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -334,8 +334,12 @@ def _check_records(
     risky: Counter[bytes],
 ) -> list[float]:
     latencies = []
+    times = _event_times(expected or ())
     for r in received:
         t = epoch(r.value.get(time_field)) if time_field and isinstance(r.value, dict) else None
+        if t is None:  # no source time in the value (a window's result a map reshaped): the reference's
+            waiting = times.get(_canon(r.value))
+            t = waiting.popleft() if waiting else None
         if t is not None and t >= latency_from:
             latencies.append(r.received_at - t)
     if expected is not None:
@@ -350,6 +354,14 @@ def _check_records(
         check.duplicates = sum(n for v, n in surplus.items() if v in want)
         check.unexpected = sum(n for v, n in surplus.items() if v not in want)
     return latencies
+
+
+def _event_times(expected: Iterable[Item]) -> dict[bytes, deque[float]]:
+    """The event times of the expected results, earliest first, by canonical value (each arrival takes one)."""
+    times: dict[bytes, deque[float]] = defaultdict(deque)
+    for item in sorted(expected, key=lambda i: i.event_time):
+        times[_canon(item.value)].append(item.event_time)
+    return times
 
 
 def site_counts(

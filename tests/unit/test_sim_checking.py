@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from simulate.checking import Reference, check_sink, check_sinks, site_counts, source_time_field
 from simulate.reference import Item, evaluate
 from simulate.results import Collector, Result, mqtt_sinks
@@ -11,6 +13,7 @@ from simulate.sensors import Message, Sent
 from spanedge import App, agg, sinks
 from spanedge.aggregations import Aggregator
 from spanedge.loader import load_app
+from spanedge.runtime.operators import WINDOW_TIME_OFFSET
 from tests.conftest import EXAMPLES
 
 APP = load_app(EXAMPLES / "cold_chain" / "app.py")
@@ -182,6 +185,10 @@ def test_results_a_map_reshaped_after_their_window_are_checked_as_records() -> N
     assert reference.missing([]) == 2
     got = [Result("valve_bus", "barn", i.value, T0 + 40) for i in valves]
     assert reference.missing(got[:2]) == 0
-    checks, _ = check_sinks(farm, reference, got + got[:1], latency_from=T0)
+    checks, latencies = check_sinks(farm, reference, got + got[:1], latency_from=T0)
     valve = next(c for c in checks if c.sink == "valve_bus")
     assert (valve.checked, valve.missing, valve.duplicates, valve.open_at_end) == (2, 0, 1, 1)
+    # valve commands carry no reading time: their latency runs from their window's end, once per result
+    ends = [i.value["at"] for i in valves[:2]]
+    assert sorted(latencies["valve_bus"]) == pytest.approx(sorted(T0 + 40 - end + WINDOW_TIME_OFFSET for end in ends))
+    assert valve.latency.p50 is not None
