@@ -335,16 +335,17 @@ def _check_records(
 ) -> list[float]:
     latencies = []
     times = _event_times(expected or ())
+    want = Counter({value: len(at) for value, at in times.items()})
+    got: Counter[bytes] = Counter()
     for r in received:
+        value = _canon(r.value)
+        got[value] += 1
         t = epoch(r.value.get(time_field)) if time_field and isinstance(r.value, dict) else None
-        if t is None:  # no source time in the value (a window's result a map reshaped): the reference's
-            waiting = times.get(_canon(r.value))
-            t = waiting.popleft() if waiting else None
+        if t is None and (waiting := times.get(value)):  # no source time in it (a map reshaped a window's result)
+            t = waiting.popleft()  # the reference's event time for it: its window's end
         if t is not None and t >= latency_from:
             latencies.append(r.received_at - t)
     if expected is not None:
-        want = Counter(_canon(i.value) for i in expected)
-        got = Counter(_canon(r.value) for r in received)
         check.expected = check.checked = sum(want.values())
         absent = want - got
         destroyed = absent & risky
@@ -357,7 +358,7 @@ def _check_records(
 
 
 def _event_times(expected: Iterable[Item]) -> dict[bytes, deque[float]]:
-    """The event times of the expected results, earliest first, by canonical value (each arrival takes one)."""
+    """The event times of the expected results by canonical value, earliest first (each arrival takes one)."""
     times: dict[bytes, deque[float]] = defaultdict(deque)
     for item in sorted(expected, key=lambda i: i.event_time):
         times[_canon(item.value)].append(item.event_time)
