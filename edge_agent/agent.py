@@ -32,6 +32,7 @@ from edge_agent.intake import Intake
 from edge_agent.outbox import Drainer, Outbox
 from edge_agent.plans import PlanIntake
 from edge_agent.processing import Processor
+from edge_agent.recovery import Recoveries, Spool, spooled_streams
 from edge_agent.sinks import LocalSinks, SiteBrokerLink
 from edge_agent.telemetry import Telemetry
 from edge_agent.transport import Inbox, Message, Transport, TransportFactory
@@ -80,6 +81,7 @@ class Agent:
             settings=AGENT_HUB_LINK,
             on_published=self._on_hub_published,
         )
+        self.connect = connect
         self.intake = Intake(site, sites, self.inbox, connect)
         self.site_broker = SiteBrokerLink(site, sites, self.intake, connect)
         self.sinks = LocalSinks(site, config.state_dir, config.late_file_max_bytes, self.hub, self.site_broker.get)
@@ -101,6 +103,18 @@ class Agent:
             checkpoint_interval=config.checkpoint_interval,
             idle_timeout=config.idle_timeout,
             on_stored=self.drainer.kick,
+        )
+        self.spool = Spool(config.state_dir / "spool.db", config.spool_keep_s)
+        self._spool_link: Transport | None = None
+        self.recoveries = Recoveries(
+            site,
+            sites,
+            self.outbox,
+            self.spool,
+            self.sinks.serve,
+            on_stored=self.drainer.kick,
+            out_of_orderness=config.out_of_orderness,
+            max_future_skew=config.max_future_skew,
         )
         self.hub.on_connected = self.telemetry.reconnected
         self.plan_intake = PlanIntake(site, config.trusted_keys or _no_keys()) if self.managed else None
@@ -187,6 +201,8 @@ class Agent:
                 self._resume_when_due()
             self.processor.step()
             self._retire_drained()
+            if self.recoveries.pending:
+                self.recoveries.step()
 
     async def _shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
         self._stop.set()
@@ -194,6 +210,8 @@ class Agent:
         self.processor.flush()
         self.intake.stop()
         self.site_broker.stop()
+        if self._spool_link is not None:
+            self._spool_link.stop()
         for task in tasks:
             try:
                 await asyncio.wait_for(task, 2.0)
@@ -204,6 +222,7 @@ class Agent:
             log.info("shutdown: outbox %s", "drained" if drained else f"keeps {self.outbox.records} records on disk")
         self.hub.stop()
         self.sinks.close()
+        self.spool.close()
         self.outbox.close()
         log.info("agent of site %s stopped; state checkpointed in %s", self.site, self.config.state_dir)
 
@@ -250,6 +269,33 @@ class Agent:
         self.processor.flush()
         self.apps.apply(plans)
         self._rewire()
+        self._respool()
+        self.recoveries.update(self.plans)
+
+    def _respool(self) -> None:
+        """Spool this site's streams that other spokes consume (:mod:`edge_agent.recovery`)."""
+        streams = sorted(
+            {s for name, plan in self.plans.items() for s in spooled_streams(self.site, plan, self.pipelines[name].app)}
+        )
+        bindings = self.sites.site(self.site).streams
+        filters = sorted({(bindings[s].topic, 1) for s in streams if s in bindings})
+        link = self._spool_link
+        if not filters:
+            if link is not None and link.filters:
+                link.unsubscribe([f for f, _ in link.filters])
+            return
+        if link is None:
+            link = self._spool_link = self.connect(
+                self.sites.site(self.site).mqtt(),
+                f"spanedge-{self.site}-spool",
+                f"site broker ({self.site}, spool)",
+                inbox=self.inbox,
+            )
+            link.start()
+        stale = [f for f, _ in link.filters if (f, 1) not in filters]
+        if stale:
+            link.unsubscribe(stale)
+        link.subscribe(filters)
 
     def _rewire(self) -> None:
         """Subscribe to what the pipelines read now; the sinks stop using the connections that closed."""
@@ -276,6 +322,12 @@ class Agent:
     def _handle(self, messages: list[Message]) -> None:
         """Act on hub control messages; pass the others to the processor, in arrival order."""
         data: list[Message] = []
+        spooled = [m for m in messages if m.source is self._spool_link]
+        if spooled:
+            self.spool.add(spooled)
+            for m in spooled:
+                m.source.ack(m.mid, m.qos)
+            messages = [m for m in messages if m.source is not self._spool_link]
         for m in messages:
             if m.source is not self.hub:
                 data.append(m)
@@ -309,7 +361,7 @@ class Agent:
             self.inbox,
             self.dlq_count,
             self.late_count,
-            self.apps.handed_over(),
+            self.apps.handed_over() + self.recoveries.reports(),
             self.processor.checkpointer.frontiers,
             self.processor.checkpointer.sink_frontiers,
             self.sinks.unacknowledged.bounds(),

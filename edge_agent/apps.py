@@ -119,12 +119,35 @@ class Apps:
         pipeline = self._build(plan)
         if pipeline is None:
             return
+        self._drop_recovered(plan)
         if checkpoint.restore(self.outbox, name, pipeline):
             log.info("app %s: restored window state from the checkpoint", name)
         self.pipelines[name] = pipeline
         self.plans[name] = plan
         if not pipeline.nodes:
             log.info("app %s: the plan runs nothing at site %s", name, self.config.site)
+
+    def _drop_recovered(self, plan: Plan) -> None:
+        """Drop from the outbox what this site's parts that another site recomputed still had to send.
+
+        A site back after the hub counted it gone finds its part of a handover
+        recomputed by the replica's source site (``Handover.recoverer``): its
+        results not yet sent would repeat those.
+        """
+        for h in plan.handovers:
+            if h.source != self.config.site or h.recoverer is None:
+                continue
+            group = plan.assignment(h.replica).group or self.config.site
+            dropped = self.outbox.discard(plan.app, group, h.epoch)
+            if dropped:
+                log.warning(
+                    "app %s: %s recomputed this site's part of %s while it was gone; dropped the %d results "
+                    "of it not yet sent to the hub",
+                    plan.app,
+                    h.recoverer,
+                    h.replica,
+                    dropped,
+                )
 
     def _build(self, plan: Plan) -> Pipeline | None:
         config = self.config

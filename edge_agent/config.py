@@ -97,6 +97,11 @@ class AgentConfig:
         "(0: resume at once)",
         min=0.0,
     )
+    spool_keep_s: float = _option(
+        900.0,
+        "seconds this site keeps the messages of its streams other spokes consume, to recompute a gone spoke's part",
+        min=0.0,
+    )
     metrics_port: int | None = _option(None, "serve Prometheus metrics on this port (unset: off)")
     batch_size: int = 100
     inbox_size: int = 5000

@@ -269,6 +269,23 @@ class Outbox:
                 db.execute("ROLLBACK")
                 raise
 
+    def discard(self, app: str, site: str, epoch: int) -> int:
+        """Remove the records of ``app`` from ``site`` in ``epoch`` not sent yet; return how many."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                where = "FROM outbox WHERE app = ? AND site = ? AND epoch = ?"
+                n, size = db.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) {where}", (app, site, epoch)).fetchone()
+                db.execute(f"DELETE {where}", (app, site, epoch))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self.records -= int(n)
+            self.bytes -= int(size)
+        return int(n)
+
     def load_state(self, app: str) -> bytes | None:
         """Return the last snapshot stored for ``app``."""
         with self._lock:

@@ -107,6 +107,12 @@ class HandoverModel(BaseModel):
     epoch: int = Field(description="the old owner's epoch, which its records keep")
     keys_from: int = Field(default=0, description="the first key hash that moves (a split or merge by key)")
     keys_before: int = Field(default=KEY_SPACE, description="the end of the key hashes that move (exclusive)")
+    recover_from: float | None = Field(
+        default=None,
+        description="the old owner is gone for good: recoverer recomputes its windows (or records) with results "
+        "from this event time to switch_at from the sensor messages it spooled",
+    )
+    recoverer: str | None = Field(default=None, description="the replica's source site, which recomputes that part")
 
 
 class KeyPartModel(BaseModel):
@@ -179,7 +185,12 @@ class MoveModel(BaseModel):
         default=None,
         description="the old owner was gone for good: its results from this event time (it had delivered all before, "
         "its local sinks' included) "
-        "to switch_at are lost unless it comes back by recover_by",
+        "to switch_at are recomputed by recovered_by, or else lost unless it comes back by recover_by",
+    )
+    recovered_by: str | None = Field(
+        default=None,
+        description="the old owner was gone for good: this site (the replica's source site) recomputed its results "
+        "from at_risk_from to switch_at from the sensor messages it spooled",
     )
     recover_by: float | None = Field(
         default=None,

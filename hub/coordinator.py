@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 import orjson
@@ -38,6 +39,9 @@ from spanedge.app import App
 from spanedge.errors import SpanEdgeError
 from spanedge.plan import Plan
 from spanedge.sites import Sites
+
+HOLD_GONE_S = 60.0
+"""Seconds past the grace period a gone site's frontier holds the hub's windows at most, awaiting the re-plan."""
 
 log = logging.getLogger(__name__)
 
@@ -281,17 +285,31 @@ class Coordinator:
         return dataclasses.replace(record, plan=plan, history=[*record.history[:-1], entry])
 
     def _at_risk(self, record: AppRecord) -> AppRecord:
-        """``record`` with the results its latest moves from sites gone for good may have lost, each logged."""
+        """``record`` with the results its latest moves from sites gone for good may have lost, each logged.
+
+        Where the replica's source site can recompute them from its spool, the
+        plan's handover names it (``recoverer``, :mod:`edge_agent.recovery`).
+        """
         entry = record.history[-1]
+        plan = record.plan
         moved = plan_history.at_risk(
-            entry.moved, self.gone, lambda site: self.frontiers.delivered(record.name, site), DEFAULT_KEEP_S
+            entry.moved,
+            self.gone,
+            lambda site: self.frontiers.delivered(record.name, site),
+            DEFAULT_KEEP_S,
+            lambda move: self._recoverer(plan, move),
         )
         if moved == entry.moved:
             return record
         lost: dict[tuple[str, float | None, float, float], list[str]] = {}
+        recovered: dict[tuple[str, float, float, str], list[str]] = {}
         for m in moved:
             if "recover_by" in m:
                 lost.setdefault((m["from"], m.get("at_risk_from"), m["switch_at"], m["recover_by"]), []).append(
+                    m["replica"]
+                )
+            elif "recovered_by" in m:
+                recovered.setdefault((m["from"], m["at_risk_from"], m["switch_at"], m["recovered_by"]), []).append(
                     m["replica"]
                 )
         for (site, since, switch, recover_by), replicas in lost.items():
@@ -307,8 +325,40 @@ class Coordinator:
                 site,
                 _utc(recover_by),
             )
+        for (site, since, switch, by), replicas in recovered.items():
+            log.warning(
+                "app %r: %s is gone: %s recomputes its results of %s from %s (all before were delivered) up to the "
+                "switch at %s from the sensor messages it spooled; the hub's windows wait for them",
+                record.name,
+                site,
+                by,
+                ", ".join(replicas),
+                _utc(since),
+                _utc(switch),
+            )
         self.returns.expect(m["from"] for m in moved if "recover_by" in m)
-        return dataclasses.replace(record, history=[*record.history[:-1], dataclasses.replace(entry, moved=moved)])
+        fixed = {(m["replica"], m["from"], m["switch_at"]): m for m in moved if "recovered_by" in m}
+        handovers = tuple(
+            dataclasses.replace(h, recover_from=fix["at_risk_from"], recoverer=fix["recovered_by"])
+            if (fix := fixed.get((h.replica, h.source, h.switch_at))) is not None and not h.keyed
+            else h
+            for h in plan.handovers
+        )
+        if handovers != plan.handovers:
+            plan = dataclasses.replace(plan, handovers=handovers)
+        return dataclasses.replace(
+            record, plan=plan, history=[*record.history[:-1], dataclasses.replace(entry, moved=moved)]
+        )
+
+    def _recoverer(self, plan: Plan, move: Mapping[str, Any]) -> str | None:
+        """The site that recomputes ``move``'s part from a gone site: the replica's source site, if a live spoke."""
+        if "keys" in move:
+            return None  # a key range: its old owner keeps the other keys' windows; not recovered
+        a = next((a for a in plan.assignments if a.replica == move["replica"]), None)
+        group = a.group if a is not None else None
+        if group is None or group in (move["from"], plan.hub) or self.gone(group):
+            return None
+        return group
 
     def _distribute(self, sites: Iterable[str]) -> dict[str, str]:
         if self.distributor is None:
@@ -381,11 +431,28 @@ class Coordinator:
         for r in self.records():
             starts = (
                 self.holds.hold_from(r.plan, mark_of(r.name), self.gone),
-                self.frontiers.hold_from(r.name, self.gone),
+                self.frontiers.hold_from(r.name, partial(self._let_go, r.plan)),
             )
             holds[r.name] = min((s for s in starts if s is not None), default=None)
         self._note_handed_over()
         return holds
+
+    def _let_go(self, plan: Plan, site: str) -> bool:
+        """Whether the hub's windows of ``plan`` stop waiting for gone ``site``'s frontier.
+
+        A gone site that still runs another site's replicas in the plan in force
+        holds them until the re-plan around it hands those to their source site
+        to recompute (:mod:`edge_agent.recovery`), which the handover holds then
+        wait for; at most :data:`HOLD_GONE_S` past the grace period.
+        """
+        if not self.gone(site):
+            return False
+        guests = any(a.site == site and a.group not in (None, site) for a in plan.assignments)
+        if not guests:
+            return True
+        with self._health_lock:
+            silent = self.health.silent_for(site, self._clock())
+        return silent > self.health.policy.site_grace_s + HOLD_GONE_S
 
     def window_grid(self, name: str) -> float:
         """The grid the ends of app ``name``'s hub windows lie on (0: unknown app, or no window at the hub)."""

@@ -18,7 +18,11 @@ ends when the log holds every one of those records, and the held segments
 reach the window queries together, the owed records among them, so one
 micro-batch reads them all.
 
-The hold also ends, with a warning, when the old owner is gone (silent for
+When the old owner is gone for good and the replica's source site
+recomputes its part (``Handover.recoverer``, :mod:`edge_agent.recovery`),
+the hold waits for that site's report instead, from ``recover_from`` on.
+
+The hold also ends, with a warning, when the site that owes the part is gone (silent for
 the grace period: what it held is lost with it) or ``limit_s`` after T
 (:data:`DEFAULT_LIMIT_S`; ``spanedge hub --handover-wait``): the hub's
 windows then come out without what is still owed, as before. Only a
@@ -65,6 +69,16 @@ def parse_reports(beat: Mapping[str, Any]) -> dict[tuple[str, str, float], tuple
     return out
 
 
+def owner_of(h: Handover) -> str:
+    """The site that owes a handover's part: its old owner, or the site recomputing it for a gone one."""
+    return h.recoverer if h.recoverer is not None else h.source
+
+
+def start_of(h: Handover) -> float:
+    """The earliest event time a handover's part still owes: the switch, or where a recovery starts."""
+    return h.recover_from if h.recover_from is not None and h.recoverer is not None else h.switch_at
+
+
 class HandoverHolds:
     """What each app's hub windows wait for: the old owners' reports, and when to stop waiting.
 
@@ -106,7 +120,8 @@ class HandoverHolds:
         for h in plan.handovers:
             if h.source == plan.hub or h.source in {owner for _, _, owner, _ in plan.owners(h.replica)}:
                 continue
-            key = (plan.app, h.replica, h.switch_at, h.source)
+            owner = owner_of(h)
+            key = (plan.app, h.replica, h.switch_at, owner)
             listed.add(key)
             with self._lock:
                 sent = self._reports.get(key)
@@ -116,11 +131,11 @@ class HandoverHolds:
                         self._delivered.add(key)
                         self._untaken.append((plan.app, h.replica, h.source, now))
                 continue
-            if gone(h.source) or now > h.switch_at + self.limit_s:
+            if gone(owner) or now > h.switch_at + self.limit_s:
                 if key not in self._given_up:
                     self._given_up.add(key)
-                    why = f"{h.source} is gone" if gone(h.source) else self._past_limit()
-                    given_up.setdefault((h.switch_at, h.source, why), []).append(h.replica)
+                    why = f"{owner} is gone" if gone(owner) else self._past_limit()
+                    given_up.setdefault((h.switch_at, owner, why), []).append(h.replica)
                 continue
             owed.append(h)
         for (switch, site, why), replicas in given_up.items():
@@ -132,7 +147,7 @@ class HandoverHolds:
                 switch,
                 why,
             )
-        self._log_changes(plan.app, {(plan.app, h.replica, h.switch_at, h.source) for h in owed}, now)
+        self._log_changes(plan.app, {(plan.app, h.replica, h.switch_at, owner_of(h)) for h in owed}, now)
         with self._lock:  # reports of handovers the plan no longer lists are done with
             for stale in [k for k in self._reports if k[0] == plan.app and k not in listed]:
                 del self._reports[stale]
@@ -167,6 +182,6 @@ class HandoverHolds:
         self._owed = (self._owed - before) | owed
 
     def hold_from(self, plan: Plan, mark: Mark, gone: Callable[[str], bool]) -> float | None:
-        """The event time from which ``plan``'s hub windows wait (the earliest owed switch), or None."""
-        start = min((h.switch_at for h in self.owed(plan, mark, gone)), default=math.inf)
+        """The event time from which ``plan``'s hub windows wait (the earliest owed switch, or recovery start), or None."""
+        start = min((start_of(h) for h in self.owed(plan, mark, gone)), default=math.inf)
         return None if math.isinf(start) else start

@@ -21,6 +21,9 @@ site's stream; a refused batch is dead-lettered and counted as
 ``site_mismatch``. Dedupe is by the envelope's site, stream and epoch.
 A batch's ``complete`` (the publisher's frontier) goes to ``on_complete``
 once the batch's records are in the log (:mod:`hub.site_frontiers`).
+Records a source site recomputed for a spoke gone for good, and those the
+spoke sent for other sites, pass :class:`hub.recovered.Recovered`, which
+keeps one of each twin.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import paho.mqtt.client as mqtt
 from hub.ingest_stats import IngestCounters
 from hub.log import SEAL_INTERVAL_S, AppLog, Hold, encode_records
 from hub.publishers import PublishPolicy, SiteMismatch, check_batch, own_sites_only
+from hub.recovered import Recovered
 from hub.seal_points import Closings
 from spanedge import topics
 from spanedge.envelope import Record
@@ -64,6 +68,7 @@ class Ingest:
     ``on_complete(app, site, complete)`` hears each batch's frontier, after
     its records are durable in the log. ``seal_interval`` and ``batch_every``
     (the engine's trigger intervals, where known) are each log's (:class:`hub.log.AppLog`).
+    ``recovered`` drops the twins of recomputed records (:mod:`hub.recovered`).
     """
 
     def __init__(
@@ -76,8 +81,10 @@ class Ingest:
         on_complete: Callable[[str, str, float], None] | None = None,
         seal_interval: float = SEAL_INTERVAL_S,
         batch_every: Sequence[float] = (),
+        recovered: Recovered | None = None,
     ) -> None:
         """Prepare the client; nothing connects until :meth:`start`."""
+        self.recovered = recovered if recovered is not None else Recovered()
         self.seal_interval = seal_interval
         self.batch_every = tuple(batch_every)
         self.broker = broker
@@ -296,7 +303,7 @@ class Ingest:
             self._dead_letter(topic_app, topic_site, message, str(exc))
             return
         app_log = self._app_log(app)
-        fresh: list[Record] = [r for r in records if app_log.hwm.accept(r)]
+        fresh: list[Record] = self.recovered.keep(app, topic_site, [r for r in records if app_log.hwm.accept(r)])
         times = [r.event_time for r in fresh]
         app_log.append(encode_records(fresh), max(times, default=None), min(times, default=None))
         if fresh:

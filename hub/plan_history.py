@@ -121,24 +121,37 @@ def _with_state(moved: list[dict[str, Any]], state_bytes: Mapping[str, float]) -
 
 
 def at_risk(
-    moved: list[dict[str, Any]], gone: Callable[[str], bool], sent_before: Callable[[str], float | None], keep_s: float
+    moved: list[dict[str, Any]],
+    gone: Callable[[str], bool],
+    sent_before: Callable[[str], float | None],
+    keep_s: float,
+    recoverer: Callable[[Mapping[str, Any]], str | None] = lambda move: None,
 ) -> list[dict[str, Any]]:
-    """``moved`` with what each handover from a site gone for good may have lost.
+    """``moved`` with what each handover from a site gone for good may have lost, and who recovers it.
 
     A gone old owner cannot finish its windows before the switch: its results
     from the event time it last announced (``sent_before``: it had delivered
     every result before it, to the hub and to its local sinks) to
-    ``switch_at`` are lost unless its agent comes
-    back, with its state directory, while plans still list the handover
-    (``keep_s`` after the switch): then its checkpoint and persistent session
-    finish them. Such a move gains ``"at_risk_from"`` (absent when the site
-    announced no frontier) and ``"recover_by"``.
+    ``switch_at`` are at risk. Such a move gains ``"at_risk_from"`` (absent
+    when the site announced no frontier). If ``recoverer`` names a site for
+    it (the replica's source site, which spooled its input; see
+    :mod:`edge_agent.recovery`) and the frontier is known, that site
+    recomputes them: the move gains ``"recovered_by"``. Otherwise they are
+    lost unless the agent comes back, with its state directory, while plans
+    still list the handover (``keep_s`` after the switch): then its checkpoint
+    and persistent session finish them; the move gains ``"recover_by"``.
     """
     out = []
     for m in moved:
         if "switch_at" in m and gone(m["from"]):
             since = sent_before(m["from"])
-            m = {**m, "recover_by": m["switch_at"] + keep_s} | ({"at_risk_from": since} if since is not None else {})
+            by = recoverer(m) if since is not None else None
+            if by is not None:
+                m = {**m, "at_risk_from": since, "recovered_by": by}
+            else:
+                m = {**m, "recover_by": m["switch_at"] + keep_s} | (
+                    {"at_risk_from": since} if since is not None else {}
+                )
         out.append(m)
     return out
 

@@ -26,6 +26,7 @@ from hub.coordinator import Coordinator
 from hub.distribution import MqttControl, PlanDistributor
 from hub.handover_hold import DEFAULT_LIMIT_S
 from hub.publishers import from_plans
+from hub.recovered import Recovered
 from hub.registry import SiteRegistry
 from hub.site_health import HealthPolicy
 from hub.spark_session import DEFAULT_TRIGGER, batch_intervals
@@ -162,6 +163,7 @@ class Hub:
             client_id=f"spanedge-hub-ingest-{self.site.name}",
             may_publish=from_plans(self.coordinator.plans_of),
             on_complete=self.coordinator.frontiers.advance,
+            recovered=Recovered(self.coordinator.frontiers.delivered),
             batch_every=batch_intervals(self.config.trigger, self.config.stateless_trigger),
         )
 

@@ -248,6 +248,11 @@ class SiteHealth:
         state = self._state.get(site)
         return state is not None and state.gone_since is not None
 
+    def silent_for(self, site: str, now: float) -> float:
+        """Seconds since the last heartbeat of ``site`` if it counts as gone, else 0."""
+        state = self._state.get(site)
+        return 0.0 if state is None or state.gone_since is None else max(0.0, now - state.gone_since)
+
     def capacities(self) -> dict[str, float]:
         """The cores each capped site is planned with: 0 for a gone site, what it can carry for an overloaded one."""
         caps = {}

@@ -205,6 +205,12 @@ def _move(m: dict[str, Any], t0: float) -> str:
         if isinstance(back, int | float):
             note += f", back at {back - t0:.1f} s" + (" in time" if back <= m["recover_by"] else ", too late")
         notes.append(note)
+    elif isinstance(m.get("recovered_by"), str) and isinstance(m.get("at_risk_from"), int | float):
+        notes.append(
+            f"{m['from']} gone: results from {m['at_risk_from'] - t0:.1f} s to the switch"
+            + (f" at {m['switch_at'] - t0:.1f} s" if isinstance(m.get("switch_at"), int | float) else "")
+            + f" recomputed by {m['recovered_by']}"
+        )
     if isinstance(m.get("state_bytes"), int):
         notes.append(f"state {_bytes(m['state_bytes'])}")
     if isinstance(m.get("handover_s"), int | float):

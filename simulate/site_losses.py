@@ -60,7 +60,8 @@ def destroyed_by(
     out = []
     everyone = sorted(set(sources))
     for dead, killed in sorted(kills.items()):
-        hosted = _hosted(placement, dead, killed)
+        recovered = _recovered(placement, dead)
+        hosted = {r: leaves for r, leaves in _hosted(placement, dead, killed).items() if r not in recovered}
         spans = [windows.get(r.partition("@")[0], 0.0) for r in hosted]
         start = min(killed - lookback_of(spans), _at_risk_from(placement, dead) - max(spans, default=0.0))
         ends: dict[str, float] = {dead: math.inf} if dead in everyone else {}
@@ -70,6 +71,18 @@ def destroyed_by(
                 ends[source] = max(ends.get(source, killed), leaves)
         out += [Destroyed(source, start, end, dead) for source, end in sorted(ends.items())]
     return out
+
+
+def _recovered(placement: Mapping[str, Any] | None, site: str) -> set[str]:
+    """The replicas moved away from dead ``site`` whose part their source site recomputed (``recovered_by``)."""
+    history = (placement or {}).get("history", [])
+    return {
+        str(m["replica"])
+        for h in history
+        if isinstance(h, dict)
+        for m in h.get("moved", [])
+        if m.get("from") == site and m.get("recovered_by")
+    }
 
 
 def _at_risk_from(placement: Mapping[str, Any] | None, site: str) -> float:

@@ -22,6 +22,8 @@ KEY_SPACE = 1 << 32
 #: Records of a replica's part carry this plus the part's ``since`` as their epoch, so a part and
 #: the replica's own site (``Assignment.since``) never number records of one stream in the same epoch.
 PART_EPOCH = 1 << 31
+#: Records a source site recomputes for a gone old owner carry this plus the plan version that asked for it.
+RECOVERY_EPOCH = 1 << 32
 
 
 @lru_cache(maxsize=65536)
@@ -32,6 +34,16 @@ def _hash_text(text: str) -> int:
 def key_hash(key: Any) -> int:
     """The stable hash of a window key in ``[0, KEY_SPACE)`` (of ``str(key)``)."""
     return _hash_text(key if type(key) is str else str(key))
+
+
+def recovery_epoch(version: int) -> int:
+    """The epoch of the records a source site recomputes for a gone old owner at plan version ``version``."""
+    return RECOVERY_EPOCH + version
+
+
+def is_recovery_epoch(epoch: int) -> bool:
+    """True for the epoch of records recomputed for a gone old owner (:func:`recovery_epoch`)."""
+    return epoch >= RECOVERY_EPOCH
 
 
 def part_epoch(since: int) -> int:

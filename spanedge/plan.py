@@ -65,6 +65,12 @@ class Handover:
     When a keyed replica is split or merged (see :class:`KeyPart`), only the
     keys in ``[keys_from, keys_before)`` move; the others stay where they
     were. A move of the whole replica covers every key.
+
+    ``recover_from`` is set when the old owner is gone for good: its part
+    is then recomputed by the replica's source site (:attr:`recoverer`)
+    from the sensor messages it spooled, for the windows (or records) whose
+    origin lies in ``[recover_from, switch_at)``; the old owner, should it
+    come back, runs no part (see :mod:`edge_agent.recovery`).
     """
 
     replica: str
@@ -74,6 +80,8 @@ class Handover:
     epoch: int = 0
     keys_from: int = 0
     keys_before: int = KEY_SPACE
+    recover_from: float | None = None
+    recoverer: str | None = None
 
     @property
     def keyed(self) -> bool:
@@ -193,18 +201,23 @@ class Plan:
 
         The old owner of a handover owns the windows starting before the
         switch time (with its old epoch), the new owner those starting at or
-        after it (with the epoch of its assignment).
+        after it (with the epoch of its assignment). An old owner whose part
+        another site recovers (``Handover.recoverer``) owns nothing.
         """
         owned: dict[str, tuple[float, float, int]] = {}
         keyed = self.keyed()
         for h in self.handovers:
             if h.replica in keyed:
                 continue  # see shares()
-            if h.source == site:
+            if h.source == site and h.recoverer is None:
                 owned[h.replica] = (-math.inf, h.switch_at, h.epoch)
             elif h.target == site:
                 owned[h.replica] = (h.switch_at, math.inf, self.assignment(h.replica).since)
         return owned
+
+    def recoveries(self, site: str) -> list[Handover]:
+        """The handovers whose gone old owner's part ``site`` recomputes (see :attr:`Handover.recover_from`)."""
+        return [h for h in self.handovers if h.recoverer == site and h.recover_from is not None]
 
     def keyed(self) -> set[str]:
         """Replicas whose keys are divided between sites: split in parts, or split or merged by a handover."""
@@ -301,6 +314,8 @@ class Plan:
         for h in data["handovers"]:
             if h["keys_from"] == 0 and h["keys_before"] == KEY_SPACE:
                 del h["keys_from"], h["keys_before"]
+            if h["recoverer"] is None:
+                del h["recover_from"], h["recoverer"]
         return data
 
     def to_json(self) -> str:

@@ -458,8 +458,11 @@
   }
 
   function goneText(m) {
-    if (!isNum(m.recover_by)) return { cls: "", text: "" };
     const since = isNum(m.at_risk_from) ? `from ${clock(m.at_risk_from)} ` : "";
+    if (m.recovered_by) {
+      return { cls: "recovered", text: `; ${m.from} gone: results ${since}to the switch recomputed by ${m.recovered_by} from its spool` };
+    }
+    if (!isNum(m.recover_by)) return { cls: "", text: "" };
     if (!isNum(m.back_at)) {
       return { cls: "at-risk", text: `; ${m.from} gone: results ${since}to the switch lost unless it is back by ${clock(m.recover_by)}` };
     }

@@ -58,11 +58,13 @@ MoveView = TypedDict(
         "at_risk_from": float | None,
         "recover_by": float | None,
         "back_at": float | None,
+        "recovered_by": str | None,
     },
 )
 """A replica (or a key range of one) whose site changed with a plan version: the handover's switch time,
 the state the replica held at its old site, how long after the re-plan the old site had handed it over, and,
-from a site gone for good, what it may have lost (:func:`hub.plan_history.at_risk`) and when it came back."""
+from a site gone for good, what it may have lost (:func:`hub.plan_history.at_risk`) and when it came back,
+or which site recomputed it."""
 
 
 class HistoryView(TypedDict):
@@ -405,6 +407,7 @@ def _move_view(move: Mapping[str, Any]) -> MoveView:
         "at_risk_from": _number(move.get("at_risk_from")),
         "recover_by": _number(move.get("recover_by")),
         "back_at": _number(move.get("back_at")),
+        "recovered_by": str(move["recovered_by"]) if move.get("recovered_by") else None,
     }
 
 

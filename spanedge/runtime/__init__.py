@@ -4,7 +4,7 @@ Nothing here does I/O. The edge agent, :mod:`spanedge.testing`, the hub's
 Python operators and the simulator's reference all run records through it.
 """
 
-from spanedge.runtime.build import edge_part, from_plan
+from spanedge.runtime.build import edge_part, from_plan, recovery_part
 from spanedge.runtime.operators import WINDOW_TIME_OFFSET, apply, failure
 from spanedge.runtime.outputs import DeadLetter, HubRecord, Outputs, SinkItem
 from spanedge.runtime.pipeline import Node, Pipeline, check_idle_timeout
@@ -28,4 +28,5 @@ __all__ = [
     "edge_part",
     "failure",
     "from_plan",
+    "recovery_part",
 ]

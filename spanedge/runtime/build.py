@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection
 from typing import Any
 
 from spanedge.app import App
 from spanedge.errors import InvalidPlan
-from spanedge.operators import Kind
+from spanedge.keyrange import recovery_epoch
+from spanedge.operators import Kind, WindowKind
 from spanedge.plan import Handover, Plan, split_replica
+from spanedge.runtime.operators import WINDOW_TIME_OFFSET
 from spanedge.runtime.pipeline import Node, Pipeline
 from spanedge.runtime.windows import WindowState
 
@@ -82,6 +85,63 @@ def from_plan(app: App, plan: Plan, site: str, *, retired: Collection[str] = (),
     # a source here with nothing to feed (its consumers were offloaded elsewhere) is not subscribed
     kept = [n for n in nodes.values() if n.op.kind is not Kind.SOURCE or n.children or n.to_hub]
     return Pipeline(app, site, kept, **options)
+
+
+def recovery_part(app: App, plan: Plan, site: str, dead: str, **options: Any) -> Pipeline | None:
+    """The part of gone site ``dead`` that source site ``site`` recomputes in ``plan`` (None: none).
+
+    It is the old owner's part of each handover away from ``dead`` that
+    ``plan`` gives ``site`` to recover (:meth:`Plan.recoveries`), as ``dead``
+    would have run it (the replicas of ``site``'s group it hands over and the
+    sources feeding them), but owning only the origins from the handover's
+    ``recover_from`` on: everything before was delivered. Its records to the
+    hub carry :func:`spanedge.keyrange.recovery_epoch` of the gone site's epoch.
+    """
+    moves = {h.replica: h for h in plan.recoveries(site) if h.source == dead}
+    if not moves:
+        return None
+    plain = dataclasses.replace(
+        plan, handovers=tuple(dataclasses.replace(h, recover_from=None, recoverer=None) for h in plan.handovers)
+    )
+    whole = from_plan(app, plain, dead, **options)
+    kept = {n.replica: n for n in whole.nodes if n.replica in moves}
+    for node in list(kept.values()):
+        for flow in plan.inputs(node.replica):
+            source = next((n for n in whole.nodes if n.replica == flow.src and n.op.kind is Kind.SOURCE), None)
+            if source is not None and source.group == site:
+                kept[source.replica] = source
+    lead = _result_lead({n.replica: n for n in whole.nodes if n.replica in kept}.values())
+    for node in kept.values():
+        node.children = [c for c in node.children if c.replica in kept]
+        h = moves.get(node.replica)
+        if h is None or node.owns is None or h.recover_from is None:
+            continue
+        node.epoch = recovery_epoch(h.epoch)
+        # recover_from bounds the results' event times; ownership goes by origin (a window's start)
+        start = h.recover_from - lead[node.replica] + (WINDOW_TIME_OFFSET if lead[node.replica] else 0.0)
+        node.owns = (max(node.owns[0], start), node.owns[1])
+        if node.window is not None:
+            node.window.own(*node.owns, sessions_by_record_time=_via_hub(plain, dead, node.replica))
+    nodes = [n for n in whole.nodes if n.replica in kept]
+    return Pipeline(app, site, nodes, **options)
+
+
+def _result_lead(nodes: Collection[Node]) -> dict[str, float]:
+    """Per node (in topological order), how far its results' event times may lie past their origin.
+
+    A window's result carries its window's end (less :data:`WINDOW_TIME_OFFSET`)
+    and its start as origin, so the lead is its size (a session's: its gap);
+    a record-level node takes the lead of the window before it, if any.
+    """
+    lead: dict[str, float] = {n.replica: 0.0 for n in nodes}
+    for node in nodes:
+        if node.window is not None:
+            spec = node.window.spec
+            lead[node.replica] = (spec.gap if spec.kind is WindowKind.SESSION else spec.size) or 0.0
+        for child in node.children:
+            if child.replica in lead and child.window is None:
+                lead[child.replica] = max(lead[child.replica], lead[node.replica])
+    return lead
 
 
 def _via_hub(plan: Plan, site: str, replica: str) -> bool:

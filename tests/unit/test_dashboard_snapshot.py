@@ -223,6 +223,7 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "at_risk_from": None,
             "recover_by": None,
             "back_at": None,
+            "recovered_by": None,
         },
         {
             "replica": "stats@truck-9",
@@ -235,6 +236,7 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "at_risk_from": None,
             "recover_by": None,
             "back_at": None,
+            "recovered_by": None,
         },
         {
             "replica": "w@truck-9",
@@ -247,6 +249,7 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "at_risk_from": None,
             "recover_by": 1540.0,
             "back_at": None,
+            "recovered_by": None,
         },
     ]
     assert second["baselines"] == {"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}}

@@ -514,7 +514,7 @@ def test_the_placement_history_shows_what_moved_and_the_baselines(client: TestCl
     history = client.get("/apps/demo/placement", headers=AUTH).json()["history"]
     (handover,) = coordinator.record("demo").plan.handovers
     unknown = {"state_bytes": None, "handed_over_at": None, "handover_s": None}  # no heartbeat, no hold here
-    unknown |= {"at_risk_from": None, "recover_by": None, "back_at": None}  # a is alive
+    unknown |= {"at_risk_from": None, "recover_by": None, "back_at": None, "recovered_by": None}  # a is alive
     assert [(h["version"], h["moved"]) for h in history] == [
         (1, []),
         (2, [{"replica": "parse@a", "from": "a", "to": "cloud", "switch_at": handover.switch_at, **unknown}]),

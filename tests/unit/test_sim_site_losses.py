@@ -98,3 +98,15 @@ def test_a_dead_spoke_behind_its_input_destroys_from_what_it_last_said_it_delive
     assert destroyed_by({"barn": 100.0}, placement, ["field-east"], windows) == [
         Destroyed("field-east", 87.0, 150.0, "barn")
     ]
+
+
+def test_a_part_its_source_site_recomputed_destroys_nothing() -> None:
+    windows = {"probe_means": 10.0}
+    placement = _placement(switch_at=150.0)
+    move = placement["history"][1]["moved"][0]
+    move |= {"at_risk_from": 80.0, "recovered_by": "field-east"}  # field-east recomputed it from its spool
+    assert destroyed_by({"barn": 100.0}, placement, ["field-east"], windows) == []
+    # the dead site's own sensors' records stay lost, from what it last said it delivered
+    assert destroyed_by({"barn": 100.0}, placement, ["field-east", "barn"], windows) == [
+        Destroyed("barn", 80.0, math.inf, "barn")
+    ]

@@ -152,7 +152,7 @@ def test_an_overloaded_spoke_hands_its_guests_to_a_neighbour_and_the_history_say
     assert {h.replica for h in record.plan.handovers} >= {"probe_means@field-east"}
 
 
-@pytest.mark.parametrize("sinks_behind", [None, 12.5], ids=["frontier-only", "sinks-behind"])
+@pytest.mark.parametrize("sinks_behind", [None, 12.5, -1.0], ids=["frontier-only", "sinks-behind", "no-frontier"])
 def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
     sites: Sites, caplog: pytest.LogCaptureFixture, sinks_behind: float | None
 ) -> None:
@@ -164,7 +164,9 @@ def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
     app = coordinator.records()[0].name
     sent_before = clock.now - 7.5  # the barn's last frontier: it had sent the hub every result before it
     announced: dict[str, Any] = {"complete": {app: sent_before}}
-    if sinks_behind is not None:  # its local sinks still lacked values from further back: those are at risk too
+    if sinks_behind == -1.0:  # an agent that announces nothing: what it held is unknown, only its return finishes it
+        announced = {}
+    elif sinks_behind is not None:  # its local sinks still lacked values from further back: those are at risk too
         sent_before -= sinks_behind
         announced["delivered"] = {app: sent_before}
     assert coordinator.heartbeat("barn", orjson.dumps(beat("barn", 5.0, **announced)))
@@ -189,9 +191,20 @@ def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
     assert record.history[-1].reason.startswith("site barn silent for ")
     assert _site_of(coordinator, "probe_means@field-east") not in ("barn", "cloud")
     assert any(h.source == "barn" for h in record.plan.handovers)
-    # the move says what the dead barn may have lost and until when its return recovers it
     (move,) = [m for m in record.history[-1].moved if m["replica"] == "probe_means@field-east"]
-    assert move["at_risk_from"] == sent_before
+    if announced:
+        # field-east, which spooled the input of its windows, recomputes the barn's part from what it announced
+        assert move["at_risk_from"] == sent_before
+        assert move["recovered_by"] == "field-east"
+        assert "recover_by" not in move
+        (h,) = [h for h in record.plan.handovers if h.replica == "probe_means@field-east"]
+        assert (h.source, h.recover_from, h.recoverer) == ("barn", sent_before, "field-east")
+        assert record.plan.recoveries("field-east")
+        assert "barn is gone: field-east recomputes its results of " in caplog.text
+        assert "lost unless" not in caplog.text
+        return
+    # the move says what the dead barn may have lost and until when its return recovers it
+    assert "at_risk_from" not in move
     assert move["recover_by"] == move["switch_at"] + DEFAULT_KEEP_S
     assert all("recover_by" in m for m in record.history[-1].moved if m["from"] == "barn")
     assert "barn is gone: the results of " in caplog.text
