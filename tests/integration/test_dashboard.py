@@ -363,7 +363,7 @@ def farm_control_plane() -> tuple[Any, Any]:
 
 
 def test_dashboard_shows_a_move_away_from_a_site_gone_for_good(browser: Any) -> None:
-    """The barn, host of field-east's offloaded windows, falls silent: the move and what it puts at risk show."""
+    """The barn, host of field-east's offloaded windows, falls silent: the move and who recomputes its part show."""
     import httpx
     from playwright.sync_api import expect
 
@@ -412,20 +412,17 @@ def test_dashboard_shows_a_move_away_from_a_site_gone_for_good(browser: Any) -> 
             expect(latest.locator("td.reason")).to_contain_text("site barn silent for")
             moved = latest.locator('[data-testid=moved][data-replica="probe_means@field-east"]')
             expect(moved).to_have_attribute("data-from", "barn")
-            expect(moved).to_have_class(re.compile(r"\bat-risk\b"))
+            expect(moved).to_have_class(re.compile(r"\brecovered\b"))
             expect(moved).to_contain_text("barn gone: results from ")
-            expect(moved).to_contain_text(" to the switch lost unless it is back by ")
+            expect(moved).to_contain_text(" to the switch recomputed by field-east from its spool")
             color = moved.evaluate("e => getComputedStyle(e).color")
             plain = latest.locator("td.reason").evaluate("e => getComputedStyle(e).color")
-            assert color != plain, "an at-risk move is drawn in the warning colour"
-            # the barn comes back well before recover_by: the same move now says so, no longer at risk
+            assert color != plain, "a recovered move is drawn in its own colour"
+            # the barn comes back: the move still says field-east recomputed its part
             barn_back.set()
             gone = history.filter(has_text="site barn silent for")
             back = gone.locator('[data-testid=moved][data-replica="probe_means@field-east"]')
-            expect(back).to_have_class(re.compile(r"\brecovered\b"))
-            expect(back).to_contain_text("barn gone, back at ")
-            expect(back).to_contain_text("it finishes its results from ")
-            assert back.evaluate("e => getComputedStyle(e).color") not in (color, plain)
+            expect(back).to_contain_text("recomputed by field-east")
             assert errors == []
         finally:
             context.close()  # its event stream too, before the server stops
@@ -436,8 +433,13 @@ def test_dashboard_shows_a_move_away_from_a_site_gone_for_good(browser: Any) -> 
     (entry,) = [m for m in gone_entry.moved if m["replica"] == "probe_means@field-east"]
     assert entry["to"] not in ("barn", "cloud")
     assert entry["at_risk_from"] in barn_frontier  # the last frontier the barn announced
-    assert entry["recover_by"] > entry["switch_at"]
-    assert entry["at_risk_from"] < entry["back_at"] <= entry["recover_by"]
+    assert entry["recovered_by"] == "field-east"
+    (handover,) = [
+        h
+        for h in coordinator.record("smart-farm").plan.handovers
+        if h.source == "barn" and h.replica == entry["replica"]
+    ]
+    assert (handover.recover_from, handover.recoverer) == (entry["at_risk_from"], "field-east")
 
 
 def test_docs_work_without_network(hub_parts: None) -> None:
