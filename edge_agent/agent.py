@@ -270,7 +270,7 @@ class Agent:
         self.apps.apply(plans)
         self._rewire()
         self._respool()
-        self.recoveries.update(self.plans)
+        self.recoveries.update(self.plans, {name: p.app for name, p in self.pipelines.items()})
 
     def _respool(self) -> None:
         """Spool this site's streams that other spokes consume (:mod:`edge_agent.recovery`)."""
@@ -283,6 +283,7 @@ class Agent:
         if not filters:
             if link is not None and link.filters:
                 link.unsubscribe([f for f, _ in link.filters])
+            self.spool.prune(forced=True)
             return
         if link is None:
             link = self._spool_link = self.connect(

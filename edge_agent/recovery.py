@@ -37,7 +37,6 @@ from typing import Any
 from edge_agent.checkpoint import Committed
 from edge_agent.intake import topic_matches
 from edge_agent.outbox import Outbox
-from edge_agent.plans import app_of
 from edge_agent.transport import Message
 from spanedge.app import App
 from spanedge.errors import SpanEdgeError
@@ -99,6 +98,7 @@ class Spool:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA cache_size=-512")  # KiB: the agent's memory is small; reads go in order
         self._db.executescript(_SCHEMA)
         self._pruned_at = 0.0
 
@@ -115,7 +115,7 @@ class Spool:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        self._prune()
+        self.prune()
         return len(rows)
 
     def read(self, after_id: int, arrived_from: float, limit: int = FEED_BATCH) -> list[tuple[int, str, bytes, float]]:
@@ -133,9 +133,10 @@ class Spool:
             row = self._db.execute("SELECT MIN(arrival) FROM spool").fetchone()
         return None if row[0] is None else float(row[0])
 
-    def _prune(self) -> None:
+    def prune(self, *, forced: bool = False) -> None:
+        """Drop the messages older than ``keep_s`` (at most every 10 s unless ``forced``)."""
         now = self.clock()
-        if now - self._pruned_at < 10.0:
+        if now - self._pruned_at < 10.0 and not forced:
             return
         self._pruned_at = now
         with self._lock:
@@ -185,7 +186,8 @@ class Recoveries:
         spool: the spooled messages.
         serve: delivers a commit's sink values and dead letters (:meth:`edge_agent.sinks.LocalSinks.serve`).
         on_stored: called after results were stored (wakes the drain).
-        options: the pipelines' event-time options (``out_of_orderness``, ``max_future_skew``).
+        now: the clock a part's switch is compared with.
+        options: the pipelines' options (``out_of_orderness``, ``max_future_skew``, ``clock``).
     """
 
     def __init__(
@@ -196,7 +198,7 @@ class Recoveries:
         spool: Spool,
         serve: Callable[[Committed], None],
         on_stored: Callable[[], None] = lambda: None,
-        clock: Callable[[], float] = time.time,
+        now: Callable[[], float] = time.time,
         **options: Any,
     ) -> None:
         self.site = site
@@ -205,13 +207,16 @@ class Recoveries:
         self.spool = spool
         self.serve = serve
         self.on_stored = on_stored
-        self.clock = clock
+        self.now = now
         self.options = options
         self.parts: dict[tuple[str, str], _Part] = {}
         self.plans: dict[str, Plan] = {}
 
-    def update(self, plans: Mapping[str, Plan]) -> None:
-        """Start recomputing the parts the plans give this site that are not done yet; drop those no longer listed."""
+    def update(self, plans: Mapping[str, Plan], apps: Mapping[str, App]) -> None:
+        """Start recomputing the parts the plans give this site that are not done yet; drop those no longer listed.
+
+        ``apps`` are the plans' apps, by name.
+        """
         self.plans = dict(plans)
         wanted: dict[tuple[str, str], list[Handover]] = {}
         for name, plan in plans.items():
@@ -227,13 +232,13 @@ class Recoveries:
                 (h.replica, h.switch_at) for h in moves
             }:
                 continue
-            built = self._build(plans[name], dead, moves)
+            built = self._build(apps[name], plans[name], dead, moves)
             if built is not None:
                 self.parts[(name, dead)] = built
 
-    def _build(self, plan: Plan, dead: str, moves: list[Handover]) -> _Part | None:
+    def _build(self, app: App, plan: Plan, dead: str, moves: list[Handover]) -> _Part | None:
         try:
-            pipeline = recovery_part(app_of(plan), plan, self.site, dead, **self.options)
+            pipeline = recovery_part(app, plan, self.site, dead, **self.options)
         except SpanEdgeError as exc:
             log.error("app %s: cannot recompute %s's part: %s", plan.app, dead, exc)
             return None
@@ -283,7 +288,7 @@ class Recoveries:
                         part.fed += 1
             if len(rows) == FEED_BATCH:
                 continue  # more to read first
-            late = self.clock() > part.switch + FLUSH_AFTER_S
+            late = self.now() > part.switch + FLUSH_AFTER_S
             if not part.pipeline.drained() and not late:
                 continue
             if late and not part.pipeline.drained():

@@ -95,6 +95,9 @@ class HandoverHolds:
         self._owed: set[tuple[str, str, float, str]] = set()
         self._delivered: set[tuple[str, str, float, str]] = set()
         self._untaken: list[tuple[str, str, str, float]] = []  # (app, replica, old owner, when delivered)
+        self._starts: dict[
+            tuple[str, str, float, str], float
+        ] = {}  # where each owed part starts (a recovery's earlier)
 
     def observe(self, site: str, beat: Mapping[str, Any]) -> None:
         """Take the finished handover parts a heartbeat of ``site`` lists."""
@@ -147,6 +150,8 @@ class HandoverHolds:
                 switch,
                 why,
             )
+        with self._lock:
+            self._starts.update({(plan.app, h.replica, h.switch_at, owner_of(h)): start_of(h) for h in owed})
         self._log_changes(plan.app, {(plan.app, h.replica, h.switch_at, owner_of(h)) for h in owed}, now)
         with self._lock:  # reports of handovers the plan no longer lists are done with
             for stale in [k for k in self._reports if k[0] == plan.app and k not in listed]:
@@ -173,12 +178,12 @@ class HandoverHolds:
             (delivered, "{ago:.1f} s after the switch, the hub's windows have {site}'s last records of"),
         ):
             groups: dict[tuple[float, str], list[str]] = {}
-            for _, replica, switch, site in sorted(keys):
-                groups.setdefault((switch, site), []).append(replica)
+            for key in sorted(keys):
+                groups.setdefault((key[2], key[3]), []).append(key[1])
             for (switch, site), replicas in groups.items():
-                log.info(
-                    "app %s: %s %s", app, text.format(switch=switch, site=site, ago=now - switch), ", ".join(replicas)
-                )
+                start = min(self._starts.get((app, r, switch, site), switch) for r in replicas)
+                line = text.format(switch=start, site=site, ago=now - switch)
+                log.info("app %s: %s %s", app, line, ", ".join(replicas))
         self._owed = (self._owed - before) | owed
 
     def hold_from(self, plan: Plan, mark: Mark, gone: Callable[[str], bool]) -> float | None:

@@ -202,6 +202,8 @@ def test_a_spoke_gone_past_the_grace_period_is_replanned_around_and_rejoins(
         assert record.plan.recoveries("field-east")
         assert "barn is gone: field-east recomputes its results of " in caplog.text
         assert "lost unless" not in caplog.text
+        # the hub's windows wait for field-east's recomputed results from there on
+        assert coordinator.window_holds(lambda _app: lambda *_key: None)[app] == sent_before
         return
     # the move says what the dead barn may have lost and until when its return recovers it
     assert "at_risk_from" not in move
