@@ -20,7 +20,8 @@ micro-batch reads them all.
 
 When the old owner is gone for good and the replica's source site
 recomputes its part (``Handover.recoverer``, :mod:`edge_agent.recovery`),
-the hold waits for that site's report instead, from ``recover_from`` on.
+the hold waits for that site's report instead, from ``recover_from`` on,
+and twice as long (:data:`RECOVERY_LIMIT_FACTOR`).
 
 The hold also ends, with a warning, when the site that owes the part is gone (silent for
 the grace period: what it held is lost with it) or ``limit_s`` after T
@@ -47,6 +48,8 @@ REPORT_FIELD = "handed_over"
 """The heartbeat field listing the handovers whose part the sending site has finished."""
 DEFAULT_LIMIT_S = 30.0
 """How long after a switch the hub waits at most for its old owner's last records."""
+RECOVERY_LIMIT_FACTOR = 2
+"""A part recomputed for a gone old owner is waited for this many times as long (its source site reads it all first)."""
 
 #: (site, stream, epoch, last seq): the last record of one stream an old owner sent for its part.
 Sent = tuple[str, str, int, int]
@@ -134,10 +137,11 @@ class HandoverHolds:
                         self._delivered.add(key)
                         self._untaken.append((plan.app, h.replica, h.source, now))
                 continue
-            if gone(owner) or now > h.switch_at + self.limit_s:
+            limit = self.limit_s * (RECOVERY_LIMIT_FACTOR if h.recoverer is not None else 1)
+            if gone(owner) or now > h.switch_at + limit:
                 if key not in self._given_up:
                     self._given_up.add(key)
-                    why = f"{owner} is gone" if gone(owner) else self._past_limit()
+                    why = f"{owner} is gone" if gone(owner) else self._past_limit(limit)
                     given_up.setdefault((h.switch_at, owner, why), []).append(h.replica)
                 continue
             owed.append(h)
@@ -165,9 +169,9 @@ class HandoverHolds:
             taken, self._untaken = self._untaken, []
             return taken
 
-    def _past_limit(self) -> str:
+    def _past_limit(self, limit: float) -> str:
         """Why the windows stop waiting for a live old owner, and how to wait longer."""
-        return f"{self.limit_s:g} s after the switch (spanedge hub --handover-wait SECONDS waits longer)"
+        return f"{limit:g} s after the switch (spanedge hub --handover-wait SECONDS waits longer)"
 
     def _log_changes(self, app: str, owed: set[tuple[str, str, float, str]], now: float) -> None:
         """Log the handovers of ``app`` the hub's windows start waiting for, or stop waiting for as delivered."""

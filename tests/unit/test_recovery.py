@@ -241,3 +241,12 @@ def test_a_site_back_drops_what_its_outbox_held_of_a_part_another_site_recompute
     assert [r.site for _, records, _ in (decode_batch(b.payload) for b in box.batches(0, 10)) for r in records] == [
         "big1"
     ]
+
+
+def test_the_hub_waits_longer_for_a_recovery_but_not_for_ever() -> None:
+    plan = recovered_plan()
+    now = [SWITCH + 45]
+    holds = HandoverHolds(limit_s=30, clock=lambda: now[0])
+    assert holds.hold_from(plan, lambda *_: None, lambda site: site == "big1") == RISK  # past 30 s, within 60 s
+    now[0] = SWITCH + 61
+    assert holds.hold_from(plan, lambda *_: None, lambda site: site == "big1") is None
