@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -350,6 +351,76 @@ class Coordinator:
             record, plan=plan, history=[*record.history[:-1], dataclasses.replace(entry, moved=moved)]
         )
 
+    def _recover_carried(self, record: AppRecord, before: Plan, *, new_version: bool) -> AppRecord:
+        """``record`` with the handovers already under way from a site gone for good recovered where they can be.
+
+        An old owner that died finishing its part of an earlier handover owes
+        that part: unless the hub has it all, the replica's source site
+        recomputes it like the part of a move the re-plan makes
+        (:meth:`_at_risk`). Only handovers ``before`` (the plan replaced) listed
+        count: the re-plan's own moves are :meth:`_at_risk`'s. The move in the history entry that made the
+        handover gains ``at_risk_from`` and ``recovered_by``. With
+        ``new_version`` (the placement did not change), the recovery alone
+        makes a new plan version.
+        """
+        plan = record.plan
+        fixed: dict[tuple[str, str, float], tuple[float, str]] = {}
+        carried = {(h.replica, h.source, h.switch_at) for h in before.handovers}
+        for h in plan.handovers:
+            if h.recoverer is not None or h.keyed or h.source == plan.hub or not self.gone(h.source):
+                continue
+            if (h.replica, h.source, h.switch_at) not in carried:
+                continue
+            if self.holds.delivered(plan.app, h):
+                continue
+            since = self.frontiers.delivered(record.name, h.source)
+            by = self._recoverer(plan, {"replica": h.replica, "from": h.source})
+            if since is not None and by is not None:
+                fixed[(h.replica, h.source, h.switch_at)] = (since, by)
+        if not fixed:
+            return record
+        handovers = tuple(
+            dataclasses.replace(h, recover_from=fixed[key][0], recoverer=fixed[key][1])
+            if (key := (h.replica, h.source, h.switch_at)) in fixed
+            else h
+            for h in plan.handovers
+        )
+        history = [
+            dataclasses.replace(
+                e,
+                moved=[
+                    {**m, "at_risk_from": fix[0], "recovered_by": fix[1]}
+                    if (fix := fixed.get((m["replica"], m["from"], m.get("switch_at", math.nan)))) is not None
+                    else m
+                    for m in e.moved
+                ],
+            )
+            for e in record.history
+        ]
+        parts: dict[tuple[str, str, float], list[str]] = {}
+        for (replica, source, _switch), (since, by) in fixed.items():
+            parts.setdefault((source, by, since), []).append(replica)
+        for (source, by, since), replicas in parts.items():
+            log.warning(
+                "app %r: %s is gone before it had delivered its part of a handover: %s recomputes its results of %s "
+                "from %s (all before were delivered) from the sensor messages it spooled; the hub's windows wait for them",
+                record.name,
+                source,
+                by,
+                ", ".join(sorted(replicas)),
+                _utc(since),
+            )
+        plan = dataclasses.replace(plan, handovers=handovers)
+        if new_version:
+            plan = dataclasses.replace(plan, version=plan.version + 1)
+            summary = "; ".join(
+                f"{by} recomputes {source}'s part of {len(r)} replicas" for (source, by, _), r in parts.items()
+            )
+            last = history[-1]
+            reason = last.reason.removesuffix("; placement unchanged")
+            history[-1] = dataclasses.replace(last, version=plan.version, changed=True, reason=f"{reason}; {summary}")
+        return dataclasses.replace(record, plan=plan, history=history)
+
     def _recoverer(self, plan: Plan, move: Mapping[str, Any]) -> str | None:
         """The site that recomputes ``move``'s part from a gone site: the replica's source site, if a live spoke."""
         if "keys" in move:
@@ -430,7 +501,7 @@ class Coordinator:
         holds: dict[str, float | None] = {}
         for r in self.records():
             starts = (
-                self.holds.hold_from(r.plan, mark_of(r.name), self.gone),
+                self.holds.hold_from(r.plan, mark_of(r.name), partial(self._let_go, r.plan)),
                 self.frontiers.hold_from(r.name, partial(self._let_go, r.plan)),
             )
             holds[r.name] = min((s for s in starts if s is not None), default=None)
@@ -440,15 +511,19 @@ class Coordinator:
     def _let_go(self, plan: Plan, site: str) -> bool:
         """Whether the hub's windows of ``plan`` stop waiting for gone ``site``'s frontier.
 
-        A gone site that still runs another site's replicas in the plan in force
-        holds them until the re-plan around it hands those to their source site
-        to recompute (:mod:`edge_agent.recovery`), which the handover holds then
-        wait for; at most :data:`HOLD_GONE_S` past the grace period.
+        A gone site that still runs another site's replicas in the plan in force,
+        or owes its part of a handover, holds them until the re-plan around it
+        hands those to their source site to recompute (:mod:`edge_agent.recovery`),
+        which the handover holds then wait for; at most :data:`HOLD_GONE_S` past
+        the grace period.
         """
         if not self.gone(site):
             return False
         guests = any(a.site == site and a.group not in (None, site) for a in plan.assignments)
-        if not guests:
+        owes = any(
+            h.source == site and h.recoverer is None and not self.holds.delivered(plan.app, h) for h in plan.handovers
+        )
+        if not guests and not owes:
             return True
         with self._health_lock:
             silent = self.health.silent_for(site, self._clock())
@@ -625,6 +700,9 @@ class Coordinator:
                     self._attempts[name] = last_attempt
                 return None
             record, changed = plan_history.replanned(old, plan, self._clock(), reason, basis(self.registry, app), state)
+            if forced:
+                recovering = self._recover_carried(record, old.plan, new_version=not changed)
+                record, changed = recovering, changed or recovering is not record
             self._install(app, record, old.plan if changed else None, changed=changed)
         took = 1000 * (time.perf_counter() - started)
         log.info("app %r re-planned (%s): v%d (%.0f ms)", name, record.history[-1].reason, record.plan.version, took)

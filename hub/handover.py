@@ -111,14 +111,19 @@ def postpone(plan: Plan, previous: Plan | None, app: App, now: float, *, delay: 
     """
     if previous is None:
         return plan
-    earlier = set(previous.handovers)
-    fresh = [h for h in plan.handovers if h not in earlier]
+    earlier = {_plain(h) for h in previous.handovers}
+    fresh = [h for h in plan.handovers if _plain(h) not in earlier]  # a recovery added later is no new move
     if not fresh or min(h.switch_at for h in fresh) >= now + delay:
         return plan
     via_hub = any(plan.hub in (h.source, h.target) for h in fresh)
     at = _switch_at(app, {split_replica(h.replica)[0] for h in fresh}, now, delay, via_hub=via_hub)
     later = tuple(dataclasses.replace(h, switch_at=at) if h in fresh else h for h in plan.handovers)
     return dataclasses.replace(plan, handovers=later)
+
+
+def _plain(h: Handover) -> Handover:
+    """``h`` without a recovery (:attr:`Handover.recoverer`)."""
+    return h if h.recoverer is None else dataclasses.replace(h, recover_from=None, recoverer=None)
 
 
 def _switch_at(app: App, operators: set[str], now: float, delay: float, *, via_hub: bool) -> float:

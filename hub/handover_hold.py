@@ -21,7 +21,8 @@ micro-batch reads them all.
 When the old owner is gone for good and the replica's source site
 recomputes its part (``Handover.recoverer``, :mod:`edge_agent.recovery`),
 the hold waits for that site's report instead, from ``recover_from`` on,
-and twice as long (:data:`RECOVERY_LIMIT_FACTOR`).
+and twice as long (:data:`RECOVERY_LIMIT_FACTOR`), counted from the switch
+or, for a recovery planned after it, from when the hub first saw it.
 
 The hold also ends, with a warning, when the site that owes the part is gone (silent for
 the grace period: what it held is lost with it) or ``limit_s`` after T
@@ -98,9 +99,9 @@ class HandoverHolds:
         self._owed: set[tuple[str, str, float, str]] = set()
         self._delivered: set[tuple[str, str, float, str]] = set()
         self._untaken: list[tuple[str, str, str, float]] = []  # (app, replica, old owner, when delivered)
-        self._starts: dict[
-            tuple[str, str, float, str], float
-        ] = {}  # where each owed part starts (a recovery's earlier)
+        #: where each owed part starts (a recovery's earlier), and when it was first owed
+        self._starts: dict[tuple[str, str, float, str], float] = {}
+        self._first_seen: dict[tuple[str, str, float, str], float] = {}
 
     def observe(self, site: str, beat: Mapping[str, Any]) -> None:
         """Take the finished handover parts a heartbeat of ``site`` lists."""
@@ -138,7 +139,11 @@ class HandoverHolds:
                         self._untaken.append((plan.app, h.replica, h.source, now))
                 continue
             limit = self.limit_s * (RECOVERY_LIMIT_FACTOR if h.recoverer is not None else 1)
-            if gone(owner) or now > h.switch_at + limit:
+            since = h.switch_at
+            if h.recoverer is not None:  # a recovery may be planned long after the switch: counted from then
+                with self._lock:
+                    since = max(since, self._first_seen.setdefault(key, now))
+            if gone(owner) or now > since + limit:
                 if key not in self._given_up:
                     self._given_up.add(key)
                     why = f"{owner} is gone" if gone(owner) else self._past_limit(limit)
@@ -161,7 +166,14 @@ class HandoverHolds:
             for stale in [k for k in self._reports if k[0] == plan.app and k not in listed]:
                 del self._reports[stale]
             self._delivered -= {k for k in self._delivered if k[0] == plan.app and k not in listed}
+            for stale in [k for k in self._first_seen if k[0] == plan.app and k not in listed]:
+                del self._first_seen[stale]
         return owed
+
+    def delivered(self, app: str, h: Handover) -> bool:
+        """Whether the hub's log holds everything the old owner of handover ``h`` of ``app`` said it owed."""
+        with self._lock:
+            return (app, h.replica, h.switch_at, h.source) in self._delivered
 
     def take_delivered(self) -> list[tuple[str, str, str, float]]:
         """The handovers found delivered since the last call: (app, replica, old owner, when the hub had it all)."""

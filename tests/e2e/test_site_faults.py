@@ -39,6 +39,21 @@ def kill_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     )
 
 
+@pytest.fixture(scope="module")
+def dead_mid_handover_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """90 s of probe data; the barn's links slow at 20 s, and it dies for good 2 s before the switch of the move.
+
+    Its last windows before the switch are open: it never delivers its part of the handover.
+    """
+    _require_parts()
+    return simulate_smart_farm(
+        tmp_path_factory.mktemp("dead-mid-handover"),
+        duration=90,
+        faults=["latency:barn:300@20s", "kill-site:old-owner@switch-2s"],
+        tweak={"settle": "15s"},
+    )
+
+
 def _moves_away(outcome: Any, site: str, reason: str) -> dict[str, Any]:
     """The first plan change whose reason contains ``reason``; it moved field-east's windows away from ``site``."""
     history = json.loads((outcome.run_dir / "placement.json").read_text())["history"]
@@ -94,3 +109,24 @@ def test_a_dead_spokes_part_is_recomputed_by_the_source_site(kill_run: Any) -> N
     assert any(
         "recomputed barn's part of " in line and "probe_means@field-east" in line for line in east_log.splitlines()
     )
+
+
+def test_an_old_owner_dead_before_it_delivered_its_part_has_it_recomputed(dead_mid_handover_run: Any) -> None:
+    run = dead_mid_handover_run
+    placement = json.loads((run.run_dir / "placement.json").read_text())
+    (handover,) = [h for h in placement["handovers"] if h["replica"] == "probe_means@field-east"]
+    assert (handover["source"], handover["recoverer"]) == ("barn", "field-east"), handover
+    assert handover["recover_from"] < handover["switch_at"]
+    (move,) = [
+        m
+        for h in placement["history"]
+        for m in h["moved"]
+        if m["replica"] == "probe_means@field-east" and m["from"] == "barn"
+    ]
+    assert move["recovered_by"] == "field-east"
+    assert run.report.destroyed == 0, run.report.sinks
+    _assert_exact(run)
+    hub_log = (run.run_dir / "logs" / "hub.log").read_text()
+    assert "barn is gone before it had delivered its part of a handover: field-east recomputes" in hub_log
+    east_log = (run.run_dir / "logs" / "agent-field-east.log").read_text()
+    assert any("recomputed barn's part of " in line for line in east_log.splitlines())

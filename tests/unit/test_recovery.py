@@ -245,8 +245,18 @@ def test_a_site_back_drops_what_its_outbox_held_of_a_part_another_site_recompute
 
 def test_the_hub_waits_longer_for_a_recovery_but_not_for_ever() -> None:
     plan = recovered_plan()
-    now = [SWITCH + 45]
+    now = [SWITCH + 5]
     holds = HandoverHolds(limit_s=30, clock=lambda: now[0])
+    assert holds.hold_from(plan, lambda *_: None, lambda site: site == "big1") == RISK
+    now[0] = SWITCH + 45
     assert holds.hold_from(plan, lambda *_: None, lambda site: site == "big1") == RISK  # past 30 s, within 60 s
-    now[0] = SWITCH + 61
+    now[0] = SWITCH + 66
     assert holds.hold_from(plan, lambda *_: None, lambda site: site == "big1") is None
+    # a recovery planned long after the switch (its old owner died mid-handover) is waited for from then
+    later = HandoverHolds(limit_s=30, clock=lambda: now[0])
+    now[0] = SWITCH + 200
+    assert later.hold_from(plan, lambda *_: None, lambda site: site == "big1") == RISK
+    now[0] = SWITCH + 255
+    assert later.hold_from(plan, lambda *_: None, lambda site: site == "big1") == RISK
+    now[0] = SWITCH + 261
+    assert later.hold_from(plan, lambda *_: None, lambda site: site == "big1") is None

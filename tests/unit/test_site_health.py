@@ -284,3 +284,39 @@ def test_the_agent_reads_its_budget_file_and_ignores_a_bad_one(
     assert "ignoring CPU budget file" in caplog.text
     (tmp_path / "cpu-budget").unlink()
     assert budget.read() is None
+
+
+def test_an_old_owner_gone_before_it_delivered_its_part_has_its_source_site_recompute_it(
+    sites: Sites, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    coordinator, _ = _farm(sites, clock)
+    app = coordinator.records()[0].name
+    everyone = ("barn", "shed", "field-east", "field-west")
+    for _ in range(7):  # the barn is over its budget: field-east's windows go to the shed, with a handover
+        for site in everyone:
+            extra = {"delivered": {app: clock.now - 4.0}} if site == "barn" else {}
+            assert coordinator.heartbeat(site, orjson.dumps(beat(site, 180.0 if site == "barn" else 5.0, **extra)))
+        coordinator.check()
+        clock.now += 5
+    record = coordinator.records()[0]
+    (handover,) = [h for h in record.plan.handovers if h.replica == "probe_means@field-east"]
+    assert handover.source == "barn"
+    assert handover.recoverer is None
+    last_said = clock.now - 5 - 4.0
+    # the barn dies before it has delivered its part: once gone, field-east recomputes it
+    for _ in range(30):
+        for site in everyone[1:]:
+            _beat(coordinator, site)
+        coordinator.check()
+        clock.now += 5
+    assert coordinator.gone("barn")
+    record = coordinator.records()[0]
+    (handover,) = [h for h in record.plan.handovers if h.replica == "probe_means@field-east"]
+    assert (handover.recoverer, handover.recover_from) == ("field-east", last_said)
+    (move,) = [
+        m for e in record.history for m in e.moved if m["replica"] == "probe_means@field-east" and m["from"] == "barn"
+    ]
+    assert (move["recovered_by"], move["at_risk_from"]) == ("field-east", last_said)
+    assert "barn is gone before it had delivered its part of a handover: field-east recomputes" in caplog.text
+    assert coordinator.window_holds(lambda _app: lambda *_key: None)[app] == last_said
