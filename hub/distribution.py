@@ -70,8 +70,14 @@ class SiteApp:
 
 
 def sites_of(plan: Plan) -> set[str]:
-    """Sites where ``plan`` puts at least one replica, or that finish a replica handed over."""
-    return {a.site for a in plan.assignments} | {h.source for h in plan.handovers} | {p.site for p in plan.parts}
+    """Sites where ``plan`` puts at least one replica, or that finish (or recompute) a replica handed over."""
+    recoverers = {h.recoverer for h in plan.handovers if h.recoverer is not None}
+    return (
+        {a.site for a in plan.assignments}
+        | {h.source for h in plan.handovers}
+        | {p.site for p in plan.parts}
+        | recoverers
+    )
 
 
 @dataclass
@@ -97,13 +103,14 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
     handover bookkeeping (``edge_agent.apps``) read: the hub, the replicas the
     site runs or hands over, the flows into them and out of them and of the
     sources feeding them, where each end of those flows runs and since when,
-    and the handovers of those replicas. Estimated rates, totals, the
+    and the handovers of those replicas (with the parts it recomputes for a
+    gone old owner). Estimated rates, totals, the
     solver's figures, the reasons and the plan version are left out: the
     agent does nothing with them.
     """
     index = index or _Index.of(plan)
     local = {a.replica for a in plan.assignments if a.site == site}
-    local |= {h.replica for h in plan.handovers if site in (h.source, h.target)}
+    local |= {h.replica for h in plan.handovers if site in (h.source, h.target, h.recoverer)}
     for replica in {p.replica for p in plan.parts if p.site == site} | {
         h.replica for h in plan.handovers if h.keyed and h.source == site
     }:
@@ -118,7 +125,7 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
     # a source keeps feeding the hub: spanedge.runtime.build.hub_feeds)
     switches = {h.switch_at for h in plan.handovers if h.replica in ends and h.source == plan.hub}
     handovers = tuple(
-        (h.replica, h.source, h.target, h.switch_at, h.epoch)
+        (h.replica, h.source, h.target, h.switch_at, h.epoch, h.recover_from, h.recoverer)
         for h in plan.handovers
         if h.replica in ends or (h.source == plan.hub and h.switch_at in switches)
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,10 +144,14 @@ def check_sinks(
     results: Sequence[Result],
     latency_from: float,
     destroyed: Sequence[Destroyed] = (),
+    repeats: Collection[tuple[str, str]] = (),
 ) -> tuple[list[SinkCheck], dict[str, list[float]]]:
     """Check every sink of ``app``; return the checks and each sink's latencies in seconds.
 
     Results that depend on ``destroyed`` records and did not arrive whole count as destroyed.
+    A result that came twice, once from the broker of a site killed for good and once from
+    the site that recomputed its part (a pair of ``repeats``, :func:`simulate.site_losses.recoveries`),
+    counts as repeated, not duplicated.
     """
     time_field = source_time_field(app)
     risk = reference.at_risk(app, destroyed)
@@ -158,6 +162,7 @@ def check_sinks(
             continue
         received = [r for r in results if r.sink == op.name]
         check, lat = _check_operator(app, op, reference, received, time_field, latency_from, risk)
+        _count_repeats(check, received, expected_window(reference, op.name), repeats)
         checks.append(check)
         latencies[op.name] = lat
     return checks, latencies
@@ -205,6 +210,31 @@ def _check_operator(
     check.open_at_end += sum(late.values())
     check.unchecked = unchecked
     return check, lat
+
+
+def expected_window(reference: Reference, sink: str) -> WindowSpec | None:
+    """The window whose results ``sink`` gets as they are (None: records, or a window reshaped by a map)."""
+    return None if sink in reference.expected.reshaped else reference.expected.windowed.get(sink)
+
+
+def _count_repeats(
+    check: SinkCheck, received: Sequence[Result], window: WindowSpec | None, repeats: Collection[tuple[str, str]]
+) -> None:
+    """Move from ``check.duplicates`` to ``check.repeated`` the results that came from both sites of a pair of ``repeats``."""
+    if not repeats or not check.duplicates:
+        return
+    sites: dict[Any, set[str]] = defaultdict(set)
+    counts: Counter[Any] = Counter()
+    for r in received:
+        key = _received_key(r.value, window) if window is not None else _canon(r.value)
+        sites[key].add(r.site)
+        counts[key] += 1
+    repeated = sum(
+        n - 1 for key, n in counts.items() if n > 1 and any(d in sites[key] and by in sites[key] for d, by in repeats)
+    )
+    moved = min(repeated, check.duplicates)
+    check.repeated += moved
+    check.duplicates -= moved
 
 
 def _without(received: Sequence[Result], values: Counter[bytes]) -> list[Result]:

@@ -74,6 +74,7 @@ class SinkCheck:
     extra_records: int = 0
     open_at_end: int = 0
     destroyed: int = 0  # results that depend on records a site killed for good took with it, not whole
+    repeated: int = 0  # results a dead site published that the site recomputing its part published again
     unchecked: str | None = None
     latency: Latency = field(default_factory=Latency)
     examples: list[str] = field(default_factory=list)
@@ -132,6 +133,11 @@ class Report:
     destroyed_by: list[str] = field(default_factory=list)
 
     @property
+    def repeated(self) -> int:
+        """Results a killed site had published that the site recomputing its part published again."""
+        return sum(s.repeated for s in self.sinks)
+
+    @property
     def destroyed(self) -> int:
         """Results that depend on what a site killed for good took with it, and did not arrive whole."""
         return sum(s.destroyed for s in self.sinks)
@@ -158,6 +164,7 @@ class Report:
         data["duplicates"] = self.duplicates
         data["wrong"] = self.wrong
         data["destroyed"] = self.destroyed
+        data["repeated"] = self.repeated
         return data
 
 
@@ -278,6 +285,8 @@ def summarise(reports: Sequence[Report]) -> Summary:
     row("wrong results", (str(r.wrong) for r in reports))
     if any(r.destroyed for r in reports):
         row("results destroyed with a killed site", (str(r.destroyed) for r in reports))
+    if any(r.repeated for r in reports):
+        row("results repeated after a killed site", (str(r.repeated) for r in reports))
     row("dead-lettered (expected)", (_dead_cell(r) for r in reports))
     row("late records", (str(sum(s.late for s in r.sites)) for r in reports))
     row("outbox backlog max / at end", (_backlog_cell(r) for r in reports))

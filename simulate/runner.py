@@ -47,7 +47,7 @@ from simulate.results import Collector, mqtt_sinks
 from simulate.scenario import Options, Scenario, check_options, place
 from simulate.sensor_fleet import SensorFleet
 from simulate.sensors import Sent
-from simulate.site_losses import Destroyed, destroyed_by
+from simulate.site_losses import Destroyed, destroyed_by, recoveries
 from simulate.timeline import Timeline, WanSampler, fault_marks, relative, replan_marks
 from simulate.topology import OBSERVER, Topology
 from spanedge.sites import Tier
@@ -299,8 +299,9 @@ class Run:
         scenario, collector = self.scenario, self.collector
         reference = self._reference()
         destroyed = self._destroyed()
+        repeats = recoveries(self.faults.killed, self.placement)
         checks, latencies = check_sinks(
-            scenario.app, reference, collector.results, self.t0 + scenario.sim.warmup, destroyed
+            scenario.app, reference, collector.results, self.t0 + scenario.sim.warmup, destroyed, repeats
         )
         failures = {site: self.fleet.failures_at(site) for site in scenario.spokes}
         report = Report(

@@ -85,6 +85,24 @@ def _recovered(placement: Mapping[str, Any] | None, site: str) -> set[str]:
     }
 
 
+def recoveries(kills: Iterable[str], placement: Mapping[str, Any] | None) -> set[tuple[str, str]]:
+    """``(dead site, site that recomputed its part)`` for each move away from a site in ``kills`` that was recovered.
+
+    Sink values the dead site published after its last heartbeat come out a
+    second time from the recovering site (:mod:`edge_agent.recovery`):
+    :mod:`simulate.checking` counts such a pair of arrivals as *repeated*.
+    """
+    dead = set(kills)
+    history = (placement or {}).get("history", [])
+    return {
+        (str(m["from"]), str(m["recovered_by"]))
+        for h in history
+        if isinstance(h, dict)
+        for m in h.get("moved", [])
+        if m.get("from") in dead and m.get("recovered_by")
+    }
+
+
 def _at_risk_from(placement: Mapping[str, Any] | None, site: str) -> float:
     """The earliest ``at_risk_from`` of the moves away from dead ``site`` in the plan history (inf: none)."""
     history = (placement or {}).get("history", [])

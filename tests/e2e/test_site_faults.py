@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.e2e.conftest import _require_parts, simulate_smart_farm
@@ -100,6 +101,15 @@ def test_a_dead_spokes_part_is_recomputed_by_the_source_site(kill_run: Any) -> N
     assert handover["recover_from"] == move["at_risk_from"]
     recomputed = [r for r in valves if move["at_risk_from"] <= r.value["at"] < switch + 10]
     assert recomputed, "no valve command of the windows the barn left open came out"
+    # what the barn published after its last heartbeat, field-east published again (at least once at the edge)
+    from_barn = {orjson.dumps(r.value, option=orjson.OPT_SORT_KEYS) for r in valves if r.site == "barn"}
+    again = [
+        r
+        for r in recomputed
+        if r.site == "field-east" and orjson.dumps(r.value, option=orjson.OPT_SORT_KEYS) in from_barn
+    ]
+    assert report.repeated == len(again)
+    assert all(r.value["at"] >= move["at_risk_from"] for r in again)
     hub_log = (kill_run.run_dir / "logs" / "hub.log").read_text()
     warning = next(
         line for line in hub_log.splitlines() if "barn is gone: field-east recomputes its results of " in line

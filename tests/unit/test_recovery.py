@@ -260,3 +260,10 @@ def test_the_hub_waits_longer_for_a_recovery_but_not_for_ever() -> None:
     assert later.hold_from(plan, lambda *_: None, lambda site: site == "big1") == RISK
     now[0] = SWITCH + 261
     assert later.hold_from(plan, lambda *_: None, lambda site: site == "big1") is None
+
+
+def test_a_recovery_reaches_the_source_site_even_when_nothing_else_changes_for_it() -> None:
+    from hub.distribution import site_view, sites_of
+
+    assert site_view(recovered_plan(), "tiny") != site_view(recovered_plan(None), "tiny")
+    assert "tiny" in sites_of(recovered_plan())

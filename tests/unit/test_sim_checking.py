@@ -192,3 +192,27 @@ def test_results_a_map_reshaped_after_their_window_are_checked_as_records() -> N
     ends = [i.value["at"] for i in valves[:2]]
     assert sorted(latencies["valve_bus"]) == pytest.approx(sorted(T0 + 40 - end + WINDOW_TIME_OFFSET for end in ends))
     assert valve.latency.p50 is not None
+
+
+def test_a_value_a_dead_site_published_and_its_recovery_published_again_counts_as_repeated() -> None:
+    farm = load_app(EXAMPLES / "smart_farm" / "app.py")
+    probe = {"probe": "east/e01", "zone": "east", "moisture": 20.0, "temp_c": 14.0}
+    items = [Item("field-east", T0 + i, {**probe, "ts": T0 + i}) for i in range(25)]
+    expected = evaluate(farm, {"probes": items})
+    valves = expected.sinks["valve_bus"]
+    reference = Reference(expected, cutoff=T0 + 21, streams={})
+    first, second = (i.value for i in valves[:2])
+    # the barn published the first before it died; field-east, recomputing its part, published both
+    got = [
+        Result("valve_bus", "barn", first, T0 + 30),
+        *(Result("valve_bus", "field-east", v, T0 + 60) for v in (first, second)),
+    ]
+    checks, _ = check_sinks(farm, reference, got, latency_from=T0, repeats={("barn", "field-east")})
+    valve = next(c for c in checks if c.sink == "valve_bus")
+    assert (valve.checked, valve.missing, valve.duplicates, valve.repeated) == (2, 0, 0, 1)
+    # the same value twice from one site stays a duplicate
+    checks, _ = check_sinks(farm, reference, [*got, got[2]], latency_from=T0, repeats={("barn", "field-east")})
+    valve = next(c for c in checks if c.sink == "valve_bus")
+    assert (valve.duplicates, valve.repeated) == (1, 1)
+    checks, _ = check_sinks(farm, reference, got, latency_from=T0)
+    assert next(c for c in checks if c.sink == "valve_bus").duplicates == 1
