@@ -323,12 +323,13 @@ class Agent:
     def _handle(self, messages: list[Message]) -> None:
         """Act on hub control messages; pass the others to the processor, in arrival order."""
         data: list[Message] = []
-        spooled = [m for m in messages if m.source is self._spool_link]
-        if spooled:
+        link = self._spool_link
+        if link is not None and any(m.source is link for m in messages):
+            spooled = [m for m in messages if m.source is link]
             self.spool.add(spooled)
             for m in spooled:
-                m.source.ack(m.mid, m.qos)
-            messages = [m for m in messages if m.source is not self._spool_link]
+                link.ack(m.mid, m.qos)
+            messages = [m for m in messages if m.source is not link]
         for m in messages:
             if m.source is not self.hub:
                 data.append(m)

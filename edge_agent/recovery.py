@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,6 @@ class _Part:
     feed_from: float  # spooled messages that arrived before this are not needed
     fed_id: int = 0
     fed: int = 0
-    started: float = field(default_factory=time.time)
 
     @property
     def start(self) -> float:
@@ -245,9 +244,7 @@ class Recoveries:
         if pipeline is None:
             return None
         routes = []
-        for replica, node in pipeline.sources.items():
-            if node.op.kind is not Kind.SOURCE:
-                continue
+        for replica in pipeline.sources:  # source nodes only
             binding = self.sites.site(self.site).streams.get(split_replica(replica)[0])
             if binding is not None:
                 routes.append((binding.topic, replica))

@@ -338,15 +338,12 @@ class Coordinator:
                 _utc(switch),
             )
         self.returns.expect(m["from"] for m in moved if "recover_by" in m)
-        fixed = {(m["replica"], m["from"], m["switch_at"]): m for m in moved if "recovered_by" in m}
-        handovers = tuple(
-            dataclasses.replace(h, recover_from=fix["at_risk_from"], recoverer=fix["recovered_by"])
-            if (fix := fixed.get((h.replica, h.source, h.switch_at))) is not None and not h.keyed
-            else h
-            for h in plan.handovers
-        )
-        if handovers != plan.handovers:
-            plan = dataclasses.replace(plan, handovers=handovers)
+        fixed = {
+            (m["replica"], m["from"], m["switch_at"]): (m["at_risk_from"], m["recovered_by"])
+            for m in moved
+            if "recovered_by" in m
+        }
+        plan = _with_recoveries(plan, fixed)
         return dataclasses.replace(
             record, plan=plan, history=[*record.history[:-1], dataclasses.replace(entry, moved=moved)]
         )
@@ -379,12 +376,6 @@ class Coordinator:
                 fixed[(h.replica, h.source, h.switch_at)] = (since, by)
         if not fixed:
             return record
-        handovers = tuple(
-            dataclasses.replace(h, recover_from=fixed[key][0], recoverer=fixed[key][1])
-            if (key := (h.replica, h.source, h.switch_at)) in fixed
-            else h
-            for h in plan.handovers
-        )
         history = [
             dataclasses.replace(
                 e,
@@ -410,7 +401,7 @@ class Coordinator:
                 ", ".join(sorted(replicas)),
                 _utc(since),
             )
-        plan = dataclasses.replace(plan, handovers=handovers)
+        plan = _with_recoveries(plan, fixed)
         if new_version:
             plan = dataclasses.replace(plan, version=plan.version + 1)
             summary = "; ".join(
@@ -707,6 +698,20 @@ class Coordinator:
         took = 1000 * (time.perf_counter() - started)
         log.info("app %r re-planned (%s): v%d (%.0f ms)", name, record.history[-1].reason, record.plan.version, took)
         return record
+
+
+def _with_recoveries(plan: Plan, fixed: Mapping[tuple[str, str, float], tuple[float, str]]) -> Plan:
+    """``plan`` with each whole-replica handover keyed ``(replica, old owner, switch)`` in ``fixed`` recovered.
+
+    ``fixed`` gives ``(recover_from, recoverer)`` (see :attr:`spanedge.plan.Handover.recoverer`).
+    """
+    handovers = tuple(
+        dataclasses.replace(h, recover_from=fix[0], recoverer=fix[1])
+        if (fix := fixed.get((h.replica, h.source, h.switch_at))) is not None and not h.keyed
+        else h
+        for h in plan.handovers
+    )
+    return plan if handovers == plan.handovers else dataclasses.replace(plan, handovers=handovers)
 
 
 def _utc(t: float) -> str:

@@ -162,7 +162,7 @@ def check_sinks(
             continue
         received = [r for r in results if r.sink == op.name]
         check, lat = _check_operator(app, op, reference, received, time_field, latency_from, risk)
-        _count_repeats(check, received, expected_window(reference, op.name), repeats)
+        _count_repeats(check, received, reference.expected.windowed.get(op.name), repeats)
         checks.append(check)
         latencies[op.name] = lat
     return checks, latencies
@@ -210,11 +210,6 @@ def _check_operator(
     check.open_at_end += sum(late.values())
     check.unchecked = unchecked
     return check, lat
-
-
-def expected_window(reference: Reference, sink: str) -> WindowSpec | None:
-    """The window whose results ``sink`` gets as they are (None: records, or a window reshaped by a map)."""
-    return None if sink in reference.expected.reshaped else reference.expected.windowed.get(sink)
 
 
 def _count_repeats(
