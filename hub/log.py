@@ -667,7 +667,7 @@ class AppLog:
         self.segment_bytes = segment_bytes
         self.seal_interval = seal_interval
         self.batch_every = tuple(batch_every)
-        self._sealed_at = 0.0
+        self._sealed_at = time.monotonic()  # the first interval counts from the opening, whatever the uptime
         self._held = 0  # the most sealed segments a held reader waits for
         self.set_closings(closings)
         self._seen = -math.inf  # the latest event time appended since the log was opened

@@ -182,7 +182,7 @@ def test_a_record_that_can_close_a_hub_window_is_readable_at_once(mosquitto: Any
     try:
         ingest.start()
         assert ingest.wait_connected()
-        publisher.send(times(range(0, 4), 1001.0), batch=4)  # 1001-1002.5: the first records may seal
+        publisher.send(times(range(0, 4), 1001.0), batch=4)  # 1001-1002.5: within the hour's first interval
         wait_for(lambda: ingest.stats()["records"] == 4, 60, "the first records")
         publisher.send(times(range(4, 8), 1003.0), batch=4)  # 1003-1004.5: inside the window
         wait_for(lambda: ingest.stats()["records"] == 8, 60, "records inside the window")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import orjson
@@ -160,6 +161,16 @@ def test_sealed_segments_reach_every_inbox_once(tmp_path: Path) -> None:
     # the links are the segments' bytes: whole records only
     data = (ingest_log.inbox(tmp_path, "a") / second).read_bytes()
     assert [orjson.loads(line)["seq"] for line in data.splitlines()] == [5, 6, 7]
+
+
+def test_the_first_seal_is_due_an_interval_after_the_log_opened(tmp_path: Path) -> None:
+    before = time.monotonic()
+    app_log = AppLog(tmp_path, seal_interval=3600)
+    accept(app_log, recs("s1", "x", range(3)))
+    due = app_log.seal_due_at()
+    assert due is not None
+    assert before + 3600 <= due <= time.monotonic() + 3600  # not "at once" because the machine is up for long
+    assert not app_log.seal_if_due()
 
 
 def test_a_reader_that_processed_its_inbox_lets_the_log_drop_segments(tmp_path: Path) -> None:
