@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from spanedge.keyrange import spread_of
 
 log = logging.getLogger("spanedge.agent")
 
@@ -36,6 +39,41 @@ class Rates:
                 rate_in, rate_out = max(0, n_in - prev[1]) / dt, max(0, n_out - prev[2]) / dt
             self._last[replica] = (now, n_in, n_out)
             out[replica] = {"in": n_in, "out": n_out, "rate_in": round(rate_in, 3), "rate_out": round(rate_out, 3)}
+        return out
+
+
+class KeySpread:
+    """How the records of each window replica spread over its keys, smoothed over heartbeats.
+
+    Each heartbeat adds the records taken per key since the last one, by
+    bucket of the key hash space (:func:`spanedge.keyrange.spread_of`), to
+    the earlier counts halved: a replica's recent spread, in records. The hub
+    splits a keyed window where its records, not its key space, divide in two
+    (:mod:`placement.split`).
+    """
+
+    #: What an earlier heartbeat's counts weigh at the next one.
+    DECAY = 0.5
+
+    def __init__(self) -> None:
+        self._spread: dict[tuple[str, str], dict[int, float]] = {}
+
+    def update(self, taken: Mapping[str, Mapping[str, Mapping[Any, int]]]) -> dict[str, dict[str, dict[str, float]]]:
+        """Fold ``taken`` (app -> replica -> key -> records) in; return app -> replica -> bucket -> records."""
+        for (app, replica), spread in list(self._spread.items()):
+            faded = {b: n * self.DECAY for b, n in spread.items() if n * self.DECAY >= 0.01}
+            if faded:
+                self._spread[app, replica] = faded
+            else:
+                del self._spread[app, replica]
+        for app, replicas in taken.items():
+            for replica, counts in replicas.items():
+                spread = self._spread.setdefault((app, replica), {})
+                for b, n in spread_of(counts).items():
+                    spread[b] = spread.get(b, 0.0) + n
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for (app, replica), spread in sorted(self._spread.items()):
+            out.setdefault(app, {})[replica] = {str(b): round(n, 2) for b, n in sorted(spread.items())}
         return out
 
 
@@ -115,6 +153,7 @@ def heartbeat(
     state_bytes: dict[str, dict[str, int]] | None = None,
     complete: dict[str, float | None] | None = None,
     delivered: dict[str, float] | None = None,
+    key_spread: dict[str, dict[str, dict[str, float]]] | None = None,
 ) -> dict[str, Any]:
     """Assemble one heartbeat message (JSON-ready).
 
@@ -130,7 +169,9 @@ def heartbeat(
     the slowest live site (:mod:`hub.site_frontiers`). ``delivered`` gives,
     per app, the event time below which this site has delivered every
     result, to the hub and to its local sinks: if it dies for good, the hub
-    reports its results from there on at risk. Empty or None leaves either out.
+    reports its results from there on at risk. ``key_spread`` gives, per app,
+    each window replica's recent records by bucket of its key hash space
+    (:class:`KeySpread`). Empty or None leaves any of these out.
     """
     beat = {
         "site": site,
@@ -157,4 +198,6 @@ def heartbeat(
         beat["complete"] = complete
     if delivered:
         beat["delivered"] = delivered
+    if key_spread:
+        beat["key_spread"] = key_spread
     return beat

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from edge_agent.heartbeat import CpuBudget, ProcessStats, Rates, heartbeat
+from edge_agent.heartbeat import CpuBudget, KeySpread, ProcessStats, Rates, heartbeat
 from edge_agent.outbox import Outbox
 from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms
 from edge_agent.transport import Inbox, Transport
@@ -132,6 +132,7 @@ class Telemetry:
         self.peer_rtt: dict[str, RttStats] = {}
         self.clock = ClockOffset()
         self._rates = Rates()
+        self._key_spread = KeySpread()
         self._proc = ProcessStats()
         self.budget = CpuBudget(budget_file)
         self.last: dict[str, Any] = {}  # the last heartbeat sent, for the metrics endpoint
@@ -292,4 +293,5 @@ class Telemetry:
             state_bytes={name: sizes for name, p in pipelines.items() if (sizes := p.state_bytes())},
             complete=frontiers(pipelines, committed or {}, outbox),
             delivered=delivered(committed or {}, sinks_committed or {}, outbox, unacknowledged),
+            key_spread=self._key_spread.update({name: p.key_records() for name, p in pipelines.items()}),
         )

@@ -124,6 +124,9 @@ class KeyPartModel(BaseModel):
     keys_before: int = Field(description="the end of the key hashes it owns (exclusive), out of 2**32")
     since: int = Field(default=0, description="the plan version at which this site took the part over")
     reason: str = ""
+    share: float | None = Field(
+        default=None, description="the share of the replica's records the part takes, as measured (absent: assumed)"
+    )
 
 
 class FlowModel(BaseModel):

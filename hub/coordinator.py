@@ -683,7 +683,8 @@ class Coordinator:
             old, app = self._records[name], self._apps[name]
             request = {"source": old.source, "filename": old.filename, "slo_ms": old.slo_ms, "weights": old.weights}
             state = self.registry.state_bytes(name, old.plan)  # the same sizes for the planner and the history
-            plan = self._plan(app, old.plan, previous=old.plan, state_bytes=state, **request)
+            spread = self.registry.key_spread(name, old.plan)
+            plan = self._plan(app, old.plan, previous=old.plan, state_bytes=state, key_spread=spread, **request)
             if not forced and self._settle.blocks(name, old.plan, plan, app):
                 if last_attempt is None:
                     del self._attempts[name]

@@ -34,8 +34,12 @@ class Planner(Protocol):
         version: int,
         previous: Plan | None = None,
         state_bytes: Mapping[str, float] | None = None,
+        key_spread: Mapping[str, Mapping[int, float]] | None = None,
     ) -> Plan:
-        """Return the plan of ``app`` (a re-plan of ``previous``, whose replicas hold ``state_bytes``, if given)."""
+        """Return the plan of ``app`` (a re-plan of ``previous``, whose replicas hold ``state_bytes``, if given).
+
+        ``key_spread``: how each window replica's records spread over its keys (see :class:`placement.Previous`).
+        """
         ...
 
 
@@ -70,6 +74,7 @@ def default_planner(
     version: int,
     previous: Plan | None = None,
     state_bytes: Mapping[str, float] | None = None,
+    key_spread: Mapping[str, Mapping[int, float]] | None = None,
     hysteresis: float = HYSTERESIS,
     noise_margin: float = NOISE_MARGIN,
     migration_weight: float | None = None,
@@ -84,7 +89,8 @@ def default_planner(
     the measured links' relative spread if that is more
     (:func:`noise_hysteresis`); ties go to the sites it used (see
     :func:`placement.solve`), and moving a replica costs its ``state_bytes``
-    (by replica, as the sites report them) times the link's cost. The hub plans with the defaults; a planner
+    (by replica, as the sites report them) times the link's cost; a keyed window split
+    in two is cut where ``key_spread`` says its records divide evenly. The hub plans with the defaults; a planner
     without hysteresis or migration cost is
     ``functools.partial(default_planner, hysteresis=0, noise_margin=0, migration_weight=0)``.
     """
@@ -102,7 +108,7 @@ def default_planner(
     before = None
     if previous is not None:
         spread = noise_hysteresis(latency_rows, hysteresis, noise_margin)
-        before = placement.Previous.of(previous, state_bytes, hysteresis=spread)
+        before = placement.Previous.of(previous, state_bytes, hysteresis=spread, key_spread=key_spread)
     return placement.solve(
         app, sites, latency=matrix, weights=w, slo_ms=slo_ms, version=version, baselines=BASELINES, previous=before
     )
@@ -141,20 +147,24 @@ def plan_app(
     slo_ms: float | None,
     previous: Plan | None = None,
     state_bytes: Mapping[str, float] | None = None,
+    key_spread: Mapping[str, Mapping[int, float]] | None = None,
 ) -> Plan:
     """Plan version ``version`` of ``app`` with the measured rates and latencies.
 
     The plan carries the app's source and file name, whatever planner made it.
     ``previous`` (the plan in force, for a re-plan) goes to the planner only
     when given, with ``state_bytes`` (the bytes of state its replicas hold, as
-    their sites last reported: :meth:`SiteRegistry.state_bytes`), so planners
+    their sites last reported: :meth:`SiteRegistry.state_bytes`) and
+    ``key_spread`` (:meth:`SiteRegistry.key_spread`), so planners
     without those parameters still plan first versions.
     """
     sites = registry.effective_sites(app.source_streams())
     # the checks the planner makes, in its order, whatever planner is plugged in
     sites.check_app_streams(app.source_streams(), app.name)
     app.graph()
-    replan: dict[str, Any] = {"previous": previous, "state_bytes": state_bytes} if previous is not None else {}
+    replan: dict[str, Any] = {}
+    if previous is not None:
+        replan = {"previous": previous, "state_bytes": state_bytes, "key_spread": key_spread}
     plan = planner(
         app,
         sites,

@@ -16,12 +16,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
 from hub.links import WINDOW_S, Links, pair
 from placement.latency import LatencyMatrix
+from spanedge.keyrange import KEY_BUCKETS
 from spanedge.plan import Plan
 from spanedge.sites import Sites
 
@@ -248,9 +249,33 @@ class SiteRegistry:
             per_app = reports.get(a.site)
             sizes = per_app.get(app) if isinstance(per_app, dict) else None
             n = sizes.get(a.replica) if isinstance(sizes, dict) else None
-            if isinstance(n, int | float) and not isinstance(n, bool) and math.isfinite(n) and n >= 0:
+            if _count(n):
                 out[a.replica] = float(n)
         return out
+
+    def key_spread(self, app: str, plan: Plan) -> dict[str, dict[int, float]]:
+        """How the records of each window replica of ``plan`` spread over its keys, as the sites last reported.
+
+        Agents report each window replica's recent records by bucket of the
+        key hash space (``key_spread``, per app:
+        :class:`edge_agent.heartbeat.KeySpread`); the reports of every site
+        running a share of a replica are summed. Malformed entries are skipped.
+        """
+        replicas = {a.replica for a in plan.assignments}
+        with self._lock:
+            reports = [s.heartbeat.get("key_spread") for s in self._state.values()]
+        out: dict[str, dict[int, float]] = {}
+        for report in reports:
+            per_app = report.get(app) if isinstance(report, dict) else None
+            for replica, spread in per_app.items() if isinstance(per_app, dict) else ():
+                if replica not in replicas or not isinstance(spread, dict):
+                    continue
+                summed = out.setdefault(replica, {})
+                for bucket, n in spread.items():
+                    b = int(bucket) if isinstance(bucket, str) and bucket.isdigit() else -1
+                    if 0 <= b < KEY_BUCKETS and _count(n):
+                        summed[b] = summed.get(b, 0.0) + float(n)
+        return {replica: spread for replica, spread in out.items() if spread}
 
     def stream_rate(self, stream: str, site: str) -> float | None:
         """The smoothed measured rate of ``stream`` at ``site`` while the site is alive, or None."""
@@ -345,3 +370,8 @@ class SiteRegistry:
             "rejected_heartbeats": state.rejected,
             "latency": None,
         }
+
+
+def _count(n: Any) -> TypeGuard[float]:
+    """True for a finite number >= 0 (not a bool)."""
+    return isinstance(n, int | float) and not isinstance(n, bool) and math.isfinite(n) and n >= 0

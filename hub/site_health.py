@@ -35,7 +35,6 @@ from typing import Any
 import msgspec
 
 from spanedge.app import App
-from spanedge.keyrange import KEY_SPACE
 from spanedge.plan import Plan, split_replica
 from spanedge.sites import Sites, Tier
 
@@ -303,7 +302,7 @@ def _add_plan_load(plan: Plan, app: App, load: dict[str, float]) -> None:
 
     kept = {p.replica: 1.0 for p in plan.parts}
     for p in plan.parts:
-        share = (p.keys_before - p.keys_from) / KEY_SPACE
+        share = p.load_share
         kept[p.replica] -= share
         before, after = plan.part_chain(p.replica)
         load[p.site] = load.get(p.site, 0.0) + share * cost(p.replica) + sum(cost(r) for r in (*before, *after))

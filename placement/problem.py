@@ -52,7 +52,10 @@ class Previous:
     a move ships; replicas not listed hold none). A new plan replaces this
     one only if its objective, migration included, is lower by more than
     ``hysteresis`` (relative). ``parts`` are the key parts of the replicas
-    the previous plan split (:mod:`placement.split`).
+    the previous plan split (:mod:`placement.split`); ``key_spread`` is how
+    each window replica's records spread over the buckets of its key hash
+    space, as the sites measured it (:func:`spanedge.keyrange.spread_of`;
+    replicas not listed: assumed uniform).
     """
 
     placement: Mapping[str, str]
@@ -60,6 +63,7 @@ class Previous:
     state_bytes: Mapping[str, float] = field(default_factory=dict)
     hysteresis: float = HYSTERESIS
     parts: tuple[KeyPart, ...] = ()
+    key_spread: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Reject a negative hysteresis or state size."""
@@ -72,10 +76,16 @@ class Previous:
             raise ValueError(msg)
 
     @classmethod
-    def of(cls, plan: Plan, state_bytes: Mapping[str, float] | None = None, hysteresis: float = HYSTERESIS) -> Previous:
+    def of(
+        cls,
+        plan: Plan,
+        state_bytes: Mapping[str, float] | None = None,
+        hysteresis: float = HYSTERESIS,
+        key_spread: Mapping[str, Mapping[int, float]] | None = None,
+    ) -> Previous:
         """The previous placement of ``plan``."""
         placement = {a.replica: a.site for a in plan.assignments}
-        return cls(placement, plan.hub, dict(state_bytes or {}), hysteresis, plan.parts)
+        return cls(placement, plan.hub, dict(state_bytes or {}), hysteresis, plan.parts, dict(key_spread or {}))
 
     def state(self, rid: str) -> float:
         """Bytes of state replica ``rid`` holds."""

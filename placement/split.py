@@ -2,18 +2,20 @@
 
 When no placement fits, the planner tries splitting one keyed window
 replica that only spokes may run (a ``@local`` window of one source site)
-into two halves of its key hash space (:mod:`spanedge.keyrange`). The
-replica's own site keeps the keys in ``[0, KEY_SPACE/2)`` and runs as
-placed by the integer program, with half the window's load and half that
-of the record-level replicas after it; a *part* at another spoke owns the
-other half. The part runs the window over its keys, the record-level
-replicas after it over its results, and the record-level replicas of the
-same source site before it again, only to feed itself: its load is theirs
-plus half of the rest, reserved from its spoke's CPU before the program is
-solved. Keys are assumed uniform (each half gets half the records): the
-placement has no per-key rates, only the window's ``keys`` hint. The part
-reads the source site's stream over the link to its spoke, and its results
-leave from there; the objective counts both like any crossing.
+in two ranges of its key hash space (:mod:`spanedge.keyrange`), cut where
+its records divide evenly as its sites measured them (the replica's
+``key_spread``; the middle of the key space when nothing was measured).
+The replica's own site keeps the keys below the cut and runs as placed by
+the integer program, with its share of the window's records and of the
+load of the record-level replicas after it; a *part* at another spoke owns
+the keys from the cut. The part runs the window over its keys, the
+record-level replicas after it over its results, and the record-level
+replicas of the same source site before it again, only to feed itself: its
+load is theirs plus its share of the rest, reserved from its spoke's CPU
+before the program is solved. A replica whose records cannot be divided
+(one key carries nearly all of them) is not split. The part reads the
+source site's stream over the link to its spoke, and its results leave
+from there; the objective counts both like any crossing.
 
 The search tries the heaviest splittable windows, each at every spoke it
 may run at (the previous part's spoke first), and keeps the cheapest split
@@ -33,15 +35,15 @@ from placement.latency import LatencyMatrix
 from placement.problem import Previous, Problem, build_problem
 from spanedge.app import App
 from spanedge.errors import InfeasiblePlacement
-from spanedge.keyrange import KEY_SPACE, describe
+from spanedge.keyrange import KEY_SPACE, describe, even_cut, share_below
 from spanedge.operators import Kind
 from spanedge.plan import KeyPart, SolverInfo
 from spanedge.sites import Sites
 
-#: The share of its keys (and, keys being assumed uniform, of its records) the replica's own site keeps.
-SHARE = 0.5
-#: The first key of the part's range.
+#: The first key of the part's range when nothing is known of how the records spread over the keys.
 SPLIT_AT = KEY_SPACE // 2
+#: A cut leaving either site less than this share of the records is no split (one key carries the replica).
+MIN_SHARE = 0.1
 #: How many splittable windows the search tries, heaviest first.
 MAX_TRIED = 2
 
@@ -113,28 +115,66 @@ def splittable(problem: Problem) -> list[str]:
     return sorted(found, key=lambda rid: -problem.load(rid))
 
 
-def part_load(problem: Problem, rid: str) -> float:
-    """Cores a part of ``rid`` uses: the replicas before it whole, itself and those after it for its keys."""
+@dataclass(frozen=True)
+class Cut:
+    """Where a replica's keys are cut in two: the part owns ``[at, KEY_SPACE)``, the replica's own site the rest.
+
+    ``share`` is the share of the replica's records its own site keeps;
+    ``measured`` says whether the sites' key spread gave it (or the keys were
+    assumed uniform).
+    """
+
+    at: int
+    share: float
+    measured: bool
+
+
+def cut_of(rid: str, previous: Previous | None) -> Cut | None:
+    """Where to cut ``rid``'s keys: the previous plan's cut while it still divides the records, else the even cut.
+
+    None if the measured records cannot be divided (either side would take
+    less than :data:`MIN_SHARE`).
+    """
+    spread = previous.key_spread.get(rid) if previous is not None else None
+    earlier = [p for p in previous.parts if p.replica == rid] if previous is not None else []
+    if not spread:
+        at = earlier[0].keys_from if earlier else SPLIT_AT
+        return Cut(at, at / KEY_SPACE, measured=False)
+    if earlier:
+        kept = share_below(spread, earlier[0].keys_from)
+        if kept is not None and MIN_SHARE <= kept <= 1 - MIN_SHARE:
+            return Cut(earlier[0].keys_from, kept, measured=True)
+    even = even_cut(spread)
+    if even is None or not MIN_SHARE <= even[1] <= 1 - MIN_SHARE:
+        return None
+    return Cut(even[0], even[1], measured=True)
+
+
+def part_load(problem: Problem, rid: str, share: float) -> float:
+    """Cores a part of ``rid`` uses: the replicas before it whole, itself and those after it for its keys.
+
+    ``share`` is the share of the records the replica's own site keeps.
+    """
     links = chain(problem, rid)
     assert links is not None
     before, after = links
     own = problem.replicas[rid].load + sum(problem.replicas[d].load for d in after)
-    return sum(problem.replicas[u].load for u in before) + (1 - SHARE) * own
+    return sum(problem.replicas[u].load for u in before) + (1 - share) * own
 
 
 def part_traffic(
-    problem: Problem, weights: Weights, placement: dict[str, str], rid: str, site: str
+    problem: Problem, weights: Weights, placement: dict[str, str], rid: str, site: str, share: float
 ) -> tuple[float, float]:
     """The objective and WAN bytes/s a part at ``site`` adds to a placement of ``problem`` (solved with shares).
 
     The part reads its sources' streams whole and sends what leaves its
-    chain, the other share of what the replica's own site sends.
+    chain, the other share of what the replica's own site (keeping ``share``) sends.
     """
     links = chain(problem, rid)
     assert links is not None
     before, after = links
     here = {rid, *before, *(d for d in after if placement[d] == placement[rid])}
-    scale = (1 - SHARE) / SHARE
+    scale = (1 - share) / share
     cost = wan = 0.0
     for member in here:
         for e in problem.in_edges.get(member, ()):
@@ -173,28 +213,33 @@ def search(
     earlier = {p.replica: p.site for p in previous.parts} if previous is not None else {}
     options: list[Split] = []
     for rid in splittable(problem)[:MAX_TRIED]:
-        need = part_load(problem, rid)
+        cut = cut_of(rid, previous)
+        if cut is None:
+            continue
+        need = part_load(problem, rid, cut.share)
         replica = problem.replicas[rid]
         spokes = sorted(replica.candidates, key=lambda s: (s != earlier.get(rid), replica.candidates.index(s)))
         for site in spokes:
             left = sites.sites[site].cpu - need
             if left <= 0:
                 continue
-            split = build_problem(app, capped(sites, site, left), matrix, before, shares={rid: SHARE})
+            split = build_problem(app, capped(sites, site, left), matrix, before, shares={rid: cut.share})
             try:
                 placement, hub, info = place(split)
             except InfeasiblePlacement:
                 continue
             if placement[rid] == site:
                 continue  # both halves at one site: that is no split
-            cost, wan = part_traffic(split, weights, placement, rid, site)
+            cost, wan = part_traffic(split, weights, placement, rid, site, cut.share)
             score = objective(split, weights, placement) + cost
+            records = f", {1 - cut.share:.0%} of its records as measured" if cut.measured else ""
             reason = (
                 f"split by key: no spoke within reach carries '{replica.op.name}' of {replica.home} "
                 f"({problem.load(rid):.3g} cores) with the rest of its site's operators; "
-                f"{describe(SPLIT_AT, KEY_SPACE)} here ({need:.3g} cores), the others at {placement[rid]}"
+                f"{describe(cut.at, KEY_SPACE)} here{records} ({need:.3g} cores), the others at {placement[rid]}"
             )
-            part = KeyPart(rid, site, SPLIT_AT, KEY_SPACE, reason=reason)
+            share = round(1 - cut.share, 4) if cut.measured else None
+            part = KeyPart(rid, site, cut.at, KEY_SPACE, reason=reason, share=share)
             options.append(Split(split, placement, hub, info, part, cost, wan, score))
         if options:
             break

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -24,6 +24,10 @@ KEY_SPACE = 1 << 32
 PART_EPOCH = 1 << 31
 #: Records a source site recomputes for a gone old owner carry this plus the plan version that asked for it.
 RECOVERY_EPOCH = 1 << 32
+#: Sites report how a window's records spread over the key hash space in this many equal buckets.
+KEY_BUCKETS = 64
+#: The width of one bucket of :data:`KEY_BUCKETS`.
+BUCKET_WIDTH = KEY_SPACE // KEY_BUCKETS
 
 
 @lru_cache(maxsize=65536)
@@ -91,6 +95,40 @@ def complement(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     if at < KEY_SPACE:
         out.append((at, KEY_SPACE))
     return out
+
+
+def spread_of(counts: Mapping[Any, float]) -> dict[int, float]:
+    """Records per bucket of the key hash space (:data:`KEY_BUCKETS`) from records per window key."""
+    out: dict[int, float] = {}
+    for key, n in counts.items():
+        bucket = key_hash(key) // BUCKET_WIDTH
+        out[bucket] = out.get(bucket, 0.0) + n
+    return out
+
+
+def share_below(spread: Mapping[int, float], cut: int) -> float | None:
+    """The share of ``spread``'s records whose key hash is below ``cut`` (a bucket boundary); None: no records."""
+    total = sum(spread.values())
+    if total <= 0:
+        return None
+    return sum(n for b, n in spread.items() if b * BUCKET_WIDTH < cut) / total
+
+
+def even_cut(spread: Mapping[int, float]) -> tuple[int, float] | None:
+    """The bucket boundary that divides ``spread``'s records most evenly, with the share below it.
+
+    None if there are no records. A skewed replica (a few keys, or one hot
+    key) is cut where its records, not its key space, divide in two.
+    """
+    total = sum(spread.values())
+    if total <= 0:
+        return None
+    below, options = 0.0, []
+    for bucket in range(1, KEY_BUCKETS):  # ties go to the boundary nearest the middle of the key space
+        below += spread.get(bucket - 1, 0.0)
+        options.append((abs(below / total - 0.5), abs(bucket - KEY_BUCKETS // 2), bucket, below / total))
+    _, _, bucket, share = min(options)
+    return bucket * BUCKET_WIDTH, share
 
 
 def describe(keys_from: int, keys_before: int) -> str:

@@ -99,7 +99,9 @@ class KeyPart:
     replicas of the same source site before the part (only to feed it) and
     after it (for its results): see :meth:`Plan.part_chain`. ``since`` is the
     plan version at which ``site`` took the part over; its records to the hub
-    carry :func:`spanedge.keyrange.part_epoch` of it.
+    carry :func:`spanedge.keyrange.part_epoch` of it. ``share`` is the share
+    of the replica's records the plan expects the part to take, as the sites
+    measured its keys (None: the range's share of the key space).
     """
 
     replica: str
@@ -108,11 +110,17 @@ class KeyPart:
     keys_before: int
     since: int = 0
     reason: str = ""
+    share: float | None = None
 
     @property
     def epoch(self) -> int:
         """The epoch of the records this part sends to the hub."""
         return part_epoch(self.since)
+
+    @property
+    def load_share(self) -> float:
+        """The share of the replica's records (and load) the part takes."""
+        return (self.keys_before - self.keys_from) / KEY_SPACE if self.share is None else self.share
 
 
 @dataclass(frozen=True)
@@ -311,6 +319,9 @@ class Plan:
         data = dataclasses.asdict(self)
         if not self.parts:
             del data["parts"]
+        for p in data.get("parts", ()):
+            if p["share"] is None:
+                del p["share"]
         for h in data["handovers"]:
             if h["keys_from"] == 0 and h["keys_before"] == KEY_SPACE:
                 del h["keys_from"], h["keys_before"]

@@ -398,6 +398,15 @@ class Pipeline:
         """The size of each window replica's state here, as its snapshot would serialise it (bytes of JSON)."""
         return {n.replica: len(orjson.dumps(self.snapshot_operator(n.replica).to_data())) for n in self.windows}
 
+    def key_records(self) -> dict[str, dict[Any, int]]:
+        """The records each window replica here took per key since the last call (replicas that took none left out)."""
+        out = {}
+        for n in self.windows:
+            assert n.window is not None
+            if taken := n.window.take_key_records():
+                out[n.replica] = taken
+        return out
+
     def snapshot_operator(self, replica: str) -> OperatorSnapshot:
         """The state of one stateful replica here.
 

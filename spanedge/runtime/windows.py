@@ -187,6 +187,7 @@ class WindowState:
         self.shares: tuple[Share, ...] | None = None  # by key too; see own_shares()
         self._split = False
         self.sessions_by_record_time = False  # a move to or from the hub; see own()
+        self.key_records: dict[Any, int] = {}  # records taken per key since take_key_records()
 
     def own(self, start_from: float, start_before: float, *, sessions_by_record_time: bool = False) -> None:
         """Keep only windows starting in ``[start_from, start_before)``: one side of a handover.
@@ -294,6 +295,8 @@ class WindowState:
                 slot = bucket[key] = [key, start, end, self.aggs.zero()]
             self.aggs.add(slot[3], values)
             accepted = True
+        if accepted:
+            self.key_records[key] = self.key_records.get(key, 0) + 1
         return accepted
 
     def _add_session(self, key: Any, t: float, values: list[Any], watermark: float) -> bool:
@@ -332,6 +335,7 @@ class WindowState:
         keep.sort(key=lambda s: s[0])
         self._session_min_end = min(self._session_min_end, merged[1] + gap)
         self._sessions[key] = keep
+        self.key_records[key] = self.key_records.get(key, 0) + 1
         return True
 
     def _merge(self, a: list[Any], b: list[Any]) -> list[Any]:
@@ -436,6 +440,11 @@ class WindowState:
                 if lo <= s[0] < hi:
                     done = max(done, float(s[1]) + gap)
         return min(done, switch + SESSION_CUT_S + gap) + self.lateness
+
+    def take_key_records(self) -> dict[Any, int]:
+        """The records taken per key since the last call (how the replica's load spreads over its keys)."""
+        taken, self.key_records = self.key_records, {}
+        return taken
 
     def _result(self, key: Any, start: float, end: float, accs: list[Any]) -> Emitted:
         try:

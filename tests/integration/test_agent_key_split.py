@@ -2,9 +2,9 @@
 
 Two agents (``tiny``, where the readings arrive, and ``barn``, 5 ms away)
 run the plans the placement makes as tiny's CPU budget halves and comes
-back: the window whole at tiny (v1), split by key with half its keys at
-barn from T1 (v2), merged back into tiny from T2 (v3), each handed over by
-the hub's own stamping. Every window result the agents publish is checked
+back: the window whole at tiny (v1), split by key at barn from T1 (v2), cut
+where tiny's heartbeats say the window's records divide in two, merged
+back into tiny from T2 (v3), each handed over by the hub's own stamping. Every window result the agents publish is checked
 against the reference computed from the generated readings.
 """
 
@@ -23,6 +23,7 @@ from edge_agent.agent import Agent, AgentConfig
 from edge_agent.transport import PahoTransport
 from hub.handover import stamp_handovers
 from hub.planning import carry_ownership
+from hub.registry import SiteRegistry
 from placement.problem import Previous
 from spanedge import topics
 from spanedge.envelope import Record, decode_batch
@@ -73,9 +74,16 @@ links:
 
 
 def readings(t0: float, start: float, end: float) -> list[dict[str, Any]]:
-    """``RATE`` readings per second of event time in ``[start, end)`` past ``t0``, over ``KEYS`` keys."""
+    """``RATE`` readings per second of event time in ``[start, end)`` past ``t0``, over ``KEYS`` keys.
+
+    One key in three readings is ``p0``: a busy sensor, so the middle of the
+    key hash space would give barn 35% of the records, not half.
+    """
     first, last = round(start * RATE), round(end * RATE)
-    return [{"k": f"p{i % KEYS}", "x": i % 23, "ts": round(t0 + i / RATE, 3)} for i in range(first, last)]
+    return [
+        {"k": "p0" if i % 3 == 0 else f"p{i % KEYS}", "x": i % 23, "ts": round(t0 + i / RATE, 3)}
+        for i in range(first, last)
+    ]
 
 
 def reference(data: list[dict[str, Any]], closed_before: float) -> dict[tuple[str, float], dict[str, Any]]:
@@ -113,15 +121,25 @@ def windows(records: list[tuple[str, Record]]) -> dict[tuple[str, float], dict[s
     return out
 
 
-def plans(app_path: Path, sites: dict[float, Sites], t0: float) -> list[Plan]:
-    """The plans the hub makes: whole at tiny, split (T1 = t0 + 30), merged back (T2 = t0 + 60)."""
+def replans(app_path: Path, sites: dict[float, Sites], v1: Plan, spread: dict[str, Any], t0: float) -> list[Plan]:
+    """The re-plans the hub makes with the key spread tiny measured: split (T1 = t0 + 30), merged back (T2 = t0 + 60)."""
     app = load_app(app_path)
-    v1 = placement.solve(app, sites[2.0])
-    v2 = placement.solve(app, sites[1.0], previous=Previous.of(v1), version=2)
+    registry = SiteRegistry(sites[1.0])
+    registry.heartbeat("tiny", orjson.dumps({"site": "tiny", "ts": 0, "apps": ["split"], "key_spread": spread}))
+    measured = registry.key_spread("split", v1)
+    v2 = placement.solve(app, sites[1.0], previous=Previous.of(v1, key_spread=measured), version=2)
     v2 = stamp_handovers(carry_ownership(v2, v1), v1, app, t0 + 25.0)
-    v3 = placement.solve(app, sites[2.0], previous=Previous.of(v2), version=3)
+    v3 = placement.solve(app, sites[2.0], previous=Previous.of(v2, key_spread=measured), version=3)
     v3 = stamp_handovers(carry_ownership(v3, v2), v2, app, t0 + 55.0)
-    return [v1, v2, v3]
+    return [v2, v3]
+
+
+def key_spread(observer: HubObserver) -> dict[str, Any]:
+    """The key spread of tiny's heartbeat that counted the most records of 'stats@tiny'."""
+    with observer._lock:
+        beats = [orjson.loads(p) for t, p in observer.messages if t == topics.control("tiny", "heartbeat")]
+    spreads = [b["key_spread"] for b in beats if "stats@tiny" in b.get("key_spread", {}).get("split", {})]
+    return max(spreads, key=lambda s: sum(s["split"]["stats@tiny"].values()), default={})
 
 
 @pytest.mark.timeout(120)
@@ -133,9 +151,7 @@ async def test_a_keyed_window_split_across_two_spokes_and_merged_back_loses_and_
     app_path = tmp_path / "app.py"
     app_path.write_text(APP)
     t0 = (time.time() - 3600) // 10 * 10
-    v1, v2, v3 = plans(app_path, sites, t0)
-    assert v2.parts[0].site == "barn"
-    assert v3.parts == ()
+    v1 = placement.solve(load_app(app_path), sites[2.0])
     control = client(hub.port)
     observer = HubObserver(hub.port)
     agents = {
@@ -168,6 +184,17 @@ async def test_a_keyed_window_split_across_two_spokes_and_merged_back_loses_and_
         await poll(lambda: agents["tiny"].intake.transports["tiny"].subscribed.is_set(), 15, "tiny's subscription")
         data += readings(t0, 0, 25)
         await send(data)
+        await poll(lambda: key_spread(observer), 30, "tiny to report how its window's records spread over the keys")
+        v2, v3 = replans(app_path, sites, v1, key_spread(observer), t0)
+        (part,) = v2.parts
+        assert part.site == "barn"
+        assert v3.parts == ()
+        cut = part.keys_from
+        assert part.share is not None
+        at_cut = sum(key_hash(r["k"]) >= cut for r in data) / len(data)
+        at_middle = sum(key_hash(r["k"]) >= KEY_SPACE // 2 for r in data) / len(data)
+        assert part.share == pytest.approx(at_cut, abs=0.05)  # the share tiny measured is the data's
+        assert abs(at_cut - 0.5) < abs(at_middle - 0.5) - 0.1  # cut where the records divide evenly
         await deploy(v2, 2)  # the split: barn subscribes to tiny's readings for its keys from T1
         await poll(lambda: "tiny" in agents["barn"].intake.transports, 15, "barn to read tiny's broker")
         await poll(lambda: agents["barn"].intake.transports["tiny"].subscribed.is_set(), 15, "barn's subscription")
@@ -187,7 +214,8 @@ async def test_a_keyed_window_split_across_two_spokes_and_merged_back_loses_and_
         assert at_barn, "barn computed none of the windows"
         assert {epoch for epoch, _ in at_barn} == {PART_EPOCH + 2}
         assert all(t0 + 30 <= v["window_start"] < t0 + 60 for _, v in at_barn)
-        assert all(key_hash(v["k"]) >= KEY_SPACE // 2 for _, v in at_barn)
+        assert all(key_hash(v["k"]) >= cut for _, v in at_barn)
+        assert {v["k"] for _, v in at_barn} == {f"p{i}" for i in range(KEYS) if key_hash(f"p{i}") >= cut}
         await poll(lambda: not agents["barn"].pipelines["split"].nodes, 20, "barn to let its part go")
     finally:
         for agent in agents.values():

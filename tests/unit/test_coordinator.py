@@ -71,6 +71,7 @@ def fake_planner(
     version: int,
     previous: Plan | None = None,
     state_bytes: Any = None,
+    key_spread: Any = None,
 ) -> Plan:
     """Sources at their sites; the rest at the hub, or at site 'a' if a's link to the hub is slow."""
     hub = sites.hubs[0].name

@@ -68,6 +68,7 @@ def planner(
     version: int,
     previous: Plan | None = None,
     state_bytes: Any = None,
+    key_spread: Any = None,
 ) -> Plan:
     if slo_ms is not None and slo_ms < 1:
         msg = f"app '{app.name}': no placement meets the latency SLO of {slo_ms} ms"
