@@ -116,7 +116,8 @@ class FaultSchedule:
 
     ``down`` holds the sites partitioned right now; ``applied`` every fault
     begun so far, with when it began and, once healed, when it ended;
-    ``killed`` the sites killed for good, with when; ``move`` the first move
+    ``killed`` the sites killed for good, with when; ``stopped`` the sites
+    whose agent was killed, for good or to come back; ``move`` the first move
     once seen (faults with a relative time only); ``skipped`` a line for each
     fault with a relative time that could not be applied, and why.
     """
@@ -161,6 +162,7 @@ class FaultSchedule:
         self.poll_s = poll_s
         self.down: set[str] = set()
         self.killed: dict[str, float] = {}
+        self.stopped: set[str] = set()
         self.applied: list[AppliedFault] = []
         self.move: Move | None = None
         self.skipped: list[str] = []
@@ -256,6 +258,7 @@ class FaultSchedule:
             record.ended = self.clock()
             self.note(f"healed {site}")
         elif fault.kind is FaultKind.KILL_AGENT:
+            self.stopped.add(site)
             await loop.run_in_executor(None, self.target.kill_agent, site)
             self.note(f"killed agent {site} (SIGKILL)")
             await asyncio.sleep(self.restart_delay if fault.duration is None else fault.duration)
@@ -275,6 +278,7 @@ class FaultSchedule:
             if self.stop_sensors is not None:
                 self.stop_sensors(site)
             self.killed[site] = self.clock()
+            self.stopped.add(site)
             await loop.run_in_executor(None, self.target.kill_site, site)
             self.note(f"killed site {site} for good: its agent (SIGKILL) and its sensors")
         elif fault.kind is FaultKind.OVERLOAD:

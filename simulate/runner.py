@@ -299,7 +299,7 @@ class Run:
         scenario, collector = self.scenario, self.collector
         reference = self._reference()
         destroyed = self._destroyed()
-        repeats = recoveries(self.faults.killed, self.placement)
+        repeats = recoveries(self.faults.stopped, self.placement)  # a site back from the dead repeats alike
         checks, latencies = check_sinks(
             scenario.app, reference, collector.results, self.t0 + scenario.sim.warmup, destroyed, repeats
         )

@@ -88,9 +88,11 @@ def _recovered(placement: Mapping[str, Any] | None, site: str) -> set[str]:
 def recoveries(kills: Iterable[str], placement: Mapping[str, Any] | None) -> set[tuple[str, str]]:
     """``(dead site, site that recomputed its part)`` for each move away from a site in ``kills`` that was recovered.
 
-    Sink values the dead site published after its last heartbeat come out a
-    second time from the recovering site (:mod:`edge_agent.recovery`):
-    :mod:`simulate.checking` counts such a pair of arrivals as *repeated*.
+    ``kills`` are the sites whose agent was killed, for good or to come back
+    after the re-plan around it. Sink values the dead site published after
+    its last heartbeat come out a second time from the recovering site
+    (:mod:`edge_agent.recovery`): :mod:`simulate.checking` counts such a
+    pair of arrivals as *repeated*.
     """
     dead = set(kills)
     history = (placement or {}).get("history", [])

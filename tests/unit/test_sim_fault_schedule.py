@@ -62,6 +62,7 @@ async def test_an_agent_killed_with_a_downtime_starts_again_after_it() -> None:
     assert notes[-1] == "restarted agent edge"
     (applied,) = schedule.applied
     assert applied.ended is not None
+    assert (schedule.stopped, schedule.killed) == ({"edge"}, {})  # stopped, back: not killed for good
 
 
 async def test_faults_happen_in_time_order_and_heal() -> None:

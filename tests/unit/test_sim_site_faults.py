@@ -83,3 +83,4 @@ async def test_kill_site_stops_the_sensors_kills_the_agent_for_good_and_says_whe
     assert stopped == ["barn"]
     assert target.calls == [("kill-site", "barn")]
     assert schedule.killed == {"barn": 42.0}
+    assert schedule.stopped == {"barn"}
