@@ -150,4 +150,10 @@ def test_the_hub_windows_take_the_old_owners_late_records(run: str, request: pyt
     outcome = request.getfixturevalue(run)
     _assert_exact(outcome)
     hub_log = (outcome.run_dir / "logs" / "hub.log").read_text()
-    assert "no longer wait for" not in hub_log  # the hold ended when the old owner had delivered
+    # the hub saw the old owner deliver its part, and its windows took every record of it (``_assert_exact``); on
+    # 2 saturated cores a restarted old owner has delivered after the hold's 30 s too: the windows, which also
+    # wait for a live site's frontier, were whole then as well
+    assert any(
+        "probe_means@field-east handed over: the hub has its old owner barn's part" in line
+        for line in hub_log.splitlines()
+    ), hub_log
