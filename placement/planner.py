@@ -162,22 +162,22 @@ def _kept_split(
     """The previous plan's split placement, if it still fits."""
     part = previous.parts[0]
     unsplit = build_problem(app, sites, matrix, previous.placement)
-    cut = split.cut_of(part.replica, previous)
     if part.replica not in unsplit.replicas or part.replica not in split.splittable(unsplit):
         return None
+    cut = split.cut_of(part.replica, previous)
     if cut is None or cut.at != part.keys_from:
         return None  # the records no longer divide at the previous cut
-    need = split.part_load(unsplit, part.replica, cut.share)
+    need = split.part_load(unsplit, part.replica, cut.kept)
     left = sites.sites[part.site].cpu - need if part.site in sites.sites else 0.0
     if left <= 0:
         return None
     problem = build_problem(
-        app, split.capped(sites, part.site, left), matrix, previous.placement, shares={part.replica: cut.share}
+        app, split.capped(sites, part.site, left), matrix, previous.placement, shares={part.replica: cut.kept}
     )
     kept = kept_placement(problem, previous)
     if kept is None or kept[0][part.replica] == part.site:
         return None
-    cost, wan = split.part_traffic(problem, weights, kept[0], part.replica, part.site, cut.share)
+    cost, wan = split.part_traffic(problem, weights, kept[0], part.replica, part.site, cut.kept)
     score = objective(problem, weights, kept[0]) + cost
     info = SolverInfo("ilp", "previous plan kept", 0.0, None)
     return Split(problem, kept[0], kept[1], info, part, cost, wan, score)

@@ -119,13 +119,14 @@ def splittable(problem: Problem) -> list[str]:
 class Cut:
     """Where a replica's keys are cut in two: the part owns ``[at, KEY_SPACE)``, the replica's own site the rest.
 
-    ``share`` is the share of the replica's records its own site keeps;
-    ``measured`` says whether the sites' key spread gave it (or the keys were
-    assumed uniform).
+    ``kept`` is the share of the replica's records its own site keeps (the
+    part takes the rest: :attr:`spanedge.plan.KeyPart.share`); ``measured``
+    says whether the sites' key spread gave it (or the keys were assumed
+    uniform).
     """
 
     at: int
-    share: float
+    kept: float
     measured: bool
 
 
@@ -141,40 +142,40 @@ def cut_of(rid: str, previous: Previous | None) -> Cut | None:
         at = earlier[0].keys_from if earlier else SPLIT_AT
         return Cut(at, at / KEY_SPACE, measured=False)
     if earlier:
-        kept = share_below(spread, earlier[0].keys_from)
-        if kept is not None and MIN_SHARE <= kept <= 1 - MIN_SHARE:
-            return Cut(earlier[0].keys_from, kept, measured=True)
+        below = share_below(spread, earlier[0].keys_from)
+        if below is not None and MIN_SHARE <= below <= 1 - MIN_SHARE:
+            return Cut(earlier[0].keys_from, below, measured=True)
     even = even_cut(spread)
     if even is None or not MIN_SHARE <= even[1] <= 1 - MIN_SHARE:
         return None
     return Cut(even[0], even[1], measured=True)
 
 
-def part_load(problem: Problem, rid: str, share: float) -> float:
+def part_load(problem: Problem, rid: str, kept: float) -> float:
     """Cores a part of ``rid`` uses: the replicas before it whole, itself and those after it for its keys.
 
-    ``share`` is the share of the records the replica's own site keeps.
+    ``kept`` is the share of the records the replica's own site keeps.
     """
     links = chain(problem, rid)
     assert links is not None
     before, after = links
     own = problem.replicas[rid].load + sum(problem.replicas[d].load for d in after)
-    return sum(problem.replicas[u].load for u in before) + (1 - share) * own
+    return sum(problem.replicas[u].load for u in before) + (1 - kept) * own
 
 
 def part_traffic(
-    problem: Problem, weights: Weights, placement: dict[str, str], rid: str, site: str, share: float
+    problem: Problem, weights: Weights, placement: dict[str, str], rid: str, site: str, kept: float
 ) -> tuple[float, float]:
     """The objective and WAN bytes/s a part at ``site`` adds to a placement of ``problem`` (solved with shares).
 
     The part reads its sources' streams whole and sends what leaves its
-    chain, the other share of what the replica's own site (keeping ``share``) sends.
+    chain, the other share of what the replica's own site (keeping ``kept``) sends.
     """
     links = chain(problem, rid)
     assert links is not None
     before, after = links
     here = {rid, *before, *(d for d in after if placement[d] == placement[rid])}
-    scale = (1 - share) / share
+    scale = (1 - kept) / kept
     cost = wan = 0.0
     for member in here:
         for e in problem.in_edges.get(member, ()):
@@ -216,29 +217,29 @@ def search(
         cut = cut_of(rid, previous)
         if cut is None:
             continue
-        need = part_load(problem, rid, cut.share)
+        need = part_load(problem, rid, cut.kept)
         replica = problem.replicas[rid]
         spokes = sorted(replica.candidates, key=lambda s: (s != earlier.get(rid), replica.candidates.index(s)))
         for site in spokes:
             left = sites.sites[site].cpu - need
             if left <= 0:
                 continue
-            split = build_problem(app, capped(sites, site, left), matrix, before, shares={rid: cut.share})
+            split = build_problem(app, capped(sites, site, left), matrix, before, shares={rid: cut.kept})
             try:
                 placement, hub, info = place(split)
             except InfeasiblePlacement:
                 continue
             if placement[rid] == site:
                 continue  # both halves at one site: that is no split
-            cost, wan = part_traffic(split, weights, placement, rid, site, cut.share)
+            cost, wan = part_traffic(split, weights, placement, rid, site, cut.kept)
             score = objective(split, weights, placement) + cost
-            records = f", {1 - cut.share:.0%} of its records as measured" if cut.measured else ""
+            records = f", {1 - cut.kept:.0%} of its records as measured" if cut.measured else ""
             reason = (
                 f"split by key: no spoke within reach carries '{replica.op.name}' of {replica.home} "
                 f"({problem.load(rid):.3g} cores) with the rest of its site's operators; "
                 f"{describe(cut.at, KEY_SPACE)} here{records} ({need:.3g} cores), the others at {placement[rid]}"
             )
-            share = round(1 - cut.share, 4) if cut.measured else None
+            share = round(1 - cut.kept, 4) if cut.measured else None
             part = KeyPart(rid, site, cut.at, KEY_SPACE, reason=reason, share=share)
             options.append(Split(split, placement, hub, info, part, cost, wan, score))
         if options:
