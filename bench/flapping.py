@@ -1,7 +1,7 @@
 """Flapping benchmark: do plans move replicas back and forth when the measured latencies are noisy?
 
 The ``smart_farm`` example's hub coordinator (the real
-:class:`hub.coordinator.Coordinator`, :class:`hub.registry.SiteRegistry` and
+:class:`hub.control.coordinator.Coordinator`, :class:`hub.control.registry.SiteRegistry` and
 ILP planner; no brokers, agents or Spark) runs on a simulated clock for a few
 minutes. Every spoke sends a heartbeat every 2 s with the round trip it
 measured to every other site. Each link's one-way delay is the one
@@ -12,7 +12,7 @@ coordinator's analyse step runs every 5 s, as in the hub.
 
 Two coordinators get the same heartbeats, each with its own registry (a
 link's estimate is a trimmed mean over a 60 s window of reports, restarted
-by a level shift; :mod:`hub.links`): one with the hub's defaults (drift
+by a level shift; :mod:`hub.control.links`): one with the hub's defaults (drift
 threshold 0.5; hysteresis 5%, or half the measured links' relative spread if
 more; migration weight 1, though the hub knows no state bytes, so the
 migration term is 0 either way), the baseline with the hysteresis and the
@@ -50,9 +50,9 @@ from typing import Any
 _ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [str(_ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from hub.coordinator import Coordinator  # noqa: E402
-from hub.planning import Planner, default_planner  # noqa: E402
-from hub.registry import SiteRegistry  # noqa: E402
+from hub.control.coordinator import Coordinator  # noqa: E402
+from hub.control.planning import Planner, default_planner  # noqa: E402
+from hub.control.registry import SiteRegistry  # noqa: E402
 from simulate.config import parse_simulation, resolve_links  # noqa: E402
 from spanedge.sites import Sites, load_sites  # noqa: E402
 

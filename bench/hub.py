@@ -61,7 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hub.spark_session import (  # noqa: E402  (after the path)
+from hub.engine.session import (  # noqa: E402  (after the path)
     DEFAULT_STATELESS_TRIGGER,
     DEFAULT_TRIGGER,
     batch_intervals,
@@ -180,7 +180,7 @@ def deploy(engine: Any, ingest: Any, app: Any, early_seals: bool = True) -> None
 
     ``early_seals=False``: only the log's regular seal (the release before).
     """
-    from hub.seal_points import closing_points
+    from hub.ingest.seal_points import closing_points
 
     plan = plan_for(app)
     engine.deploy(app, plan)
@@ -199,8 +199,8 @@ def wait(predicate: Any, timeout: float, what: str) -> float:
 
 def caught_up(engine: Any, app: str, replica: str, tail: int) -> bool:
     """True once the query of ``replica`` has committed every log segment up to ``tail``."""
-    from hub import log as ingest_log
-    from hub.checkpoints import unprocessed
+    from hub.engine.checkpoints import unprocessed
+    from hub.ingest import log as ingest_log
 
     q = engine._apps[app].queries[replica]
     error = q.handle.exception()
@@ -223,8 +223,8 @@ def apps(work: Path) -> list[Any]:
 
 def throughput(args: argparse.Namespace, url: str, spark: Any, work: Path, cpu: dict[str, float]) -> dict[str, float]:
     """Records/s of each path, by label; ``cpu`` receives the CPU-seconds each path spent per 100k records."""
-    from hub.engine import Engine
-    from hub.ingest import Ingest
+    from hub.engine.engine import Engine
+    from hub.ingest.consumer import Ingest
     from spanedge.sites import parse_sites
 
     sites = parse_sites(SITES.format(url=url))
@@ -299,9 +299,9 @@ def live(
 
     Also the CPU-seconds per 100k records of the whole run (publisher, ingest and Spark).
     """
-    from hub import log as ingest_log
-    from hub.engine import Engine
-    from hub.ingest import Ingest
+    from hub.engine.engine import Engine
+    from hub.ingest import log as ingest_log
+    from hub.ingest.consumer import Ingest
 
     ingest = Ingest(
         ingest_log_broker(url), state / "ingest", client_id="bench-ingest", batch_every=batch_intervals(LIVE_TRIGGER)
@@ -367,10 +367,10 @@ def idle_cpu(
     """The CPU share of one core the hub's data plane uses with both apps deployed and no records arriving.
 
     The pass-through query runs every ``stateless`` if given, else as the hub's default has it
-    (:func:`hub.spark_session.stateless_trigger_of`).
+    (:func:`hub.engine.session.stateless_trigger_of`).
     """
-    from hub.engine import Engine
-    from hub.ingest import Ingest
+    from hub.engine.engine import Engine
+    from hub.ingest.consumer import Ingest
     from spanedge.loader import load_app_source
     from spanedge.sites import parse_sites
 
@@ -426,10 +426,10 @@ def latency(
     """Stateless and window latency at ``trigger`` (:func:`latency_figures`), the hub's way unless told otherwise.
 
     The stateless query runs every ``stateless`` if given, else as the hub's default has it
-    (:func:`hub.spark_session.stateless_trigger_of`).
+    (:func:`hub.engine.session.stateless_trigger_of`).
     """
-    from hub.engine import Engine
-    from hub.ingest import Ingest
+    from hub.engine.engine import Engine
+    from hub.ingest.consumer import Ingest
     from spanedge.loader import load_app_source
     from spanedge.sites import parse_sites
 
@@ -498,7 +498,7 @@ def spark_floor(args: argparse.Namespace, spark: Any, work: Path, trigger: str) 
     """The same two queries in bare Spark: what Spark alone allows on this machine, the latency baseline.
 
     A thread writes the records straight into a folder as JSON-lines files, one
-    every :data:`hub.log.SEAL_INTERVAL_S` like sealed segments, at the same rate
+    every :data:`hub.ingest.log.SEAL_INTERVAL_S` like sealed segments, at the same rate
     and tick as :func:`latency`; a pass-through query and a keyed 1 s window
     (count, mean; from_json, watermark 0, append) read it with Spark's file
     source and collect each batch as Arrow in ``foreachBatch``. No MQTT, no
@@ -507,8 +507,8 @@ def spark_floor(args: argparse.Namespace, spark: Any, work: Path, trigger: str) 
     import orjson
     from pyspark.sql import functions as F
 
-    from hub.log import SEAL_INTERVAL_S
-    from hub.spark_source import LINE_DDL
+    from hub.engine.source import LINE_DDL
+    from hub.ingest.log import SEAL_INTERVAL_S
 
     folder = work / f"floor-{trigger.split()[0]}"
     inbox = folder / "inbox"
@@ -676,7 +676,7 @@ def main() -> None:
 
     import pyspark
 
-    from hub.spark_session import build_session
+    from hub.engine.session import build_session
     from simulate.broker import Mosquitto
 
     started = time.monotonic()

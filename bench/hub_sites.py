@@ -339,7 +339,7 @@ def main() -> None:
     parser.add_argument("--hub-log", type=Path, default=None, help="keep a copy of the hub's log here")
     args = parser.parse_args()
 
-    from hub.client import HubClient
+    from hub.api.client import HubClient
     from simulate.broker import Mosquitto, free_port
     from spanedge.signing import PlanSigningKey
 

@@ -90,7 +90,7 @@ class Apps:
         A part counts once it has emitted everything (:meth:`newly_delivered`),
         or at the latest once it is dropped. The hub holds its windows' later
         records back until its log holds those records
-        (:mod:`hub.handover_hold`); the heartbeat carries this list.
+        (:mod:`hub.handover.holds`); the heartbeat carries this list.
         """
         out = []
         for (name, replica, switch), sent in sorted(self.sent.items()):

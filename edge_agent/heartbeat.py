@@ -166,7 +166,7 @@ def heartbeat(
     hub weighs moving a replica by it and shows it in the plan history.
     ``complete`` gives, per app sending to the hub, the event time below which
     this site sends it nothing more (None: idle); the hub's windows wait for
-    the slowest live site (:mod:`hub.site_frontiers`). ``delivered`` gives,
+    the slowest live site (:mod:`hub.handover.frontiers`). ``delivered`` gives,
     per app, the event time below which this site has delivered every
     result, to the hub and to its local sinks: if it dies for good, the hub
     reports its results from there on at risk. ``key_spread`` gives, per app,

@@ -20,7 +20,7 @@ class RttStats:
     """The latest round trip, the 95th percentile of recent ones, and a count.
 
     The latest probe as it is, not smoothed: the hub keeps a window of each
-    link's reports (:mod:`hub.links`) and smooths them there, and a moving
+    link's reports (:mod:`hub.control.links`) and smooths them there, and a moving
     average here would turn a lasting change into a climb over many probes,
     which, on a noisy link, the hub cannot tell from noise.
     """

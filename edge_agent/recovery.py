@@ -18,9 +18,9 @@ its spool (:class:`Recoveries`): once the part's last window has fired, or
 hub in one outbox commit with a mark that the part is done (a restart midway
 starts over; one after it sends nothing twice), its sink values to the
 site's broker, and its heartbeats report the part like an old owner reports
-its own (:mod:`hub.handover_hold`), so the hub's windows wait for it. The
+its own (:mod:`hub.handover.holds`), so the hub's windows wait for it. The
 hub drops the results the gone spoke had delivered after its last frontier
-(:mod:`hub.recovered`).
+(:mod:`hub.handover.recovered`).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ IDLE_AFTER_S = 10.0
 def frontiers(
     pipelines: Mapping[str, Pipeline], committed: Mapping[str, float], outbox: Outbox
 ) -> dict[str, float | None]:
-    """Per app sending to the hub: the event time below which this site sends it nothing more (see :mod:`hub.site_frontiers`).
+    """Per app sending to the hub: the event time below which this site sends it nothing more (see :mod:`hub.handover.frontiers`).
 
     ``committed`` holds each app's frontier at the last commit; a record of
     the app still in the outbox lowers it to that record's event time. An app
@@ -67,7 +67,7 @@ def delivered(
     and to the lowest bound of its MQTT sink values the broker has not yet
     acknowledged (``unacknowledged``, :class:`edge_agent.sinks.Unacknowledged`).
     An app with neither frontier known is left out. A site that dies for good
-    loses the results from here on (:func:`hub.plan_history.at_risk`).
+    loses the results from here on (:func:`hub.control.plan_history.at_risk`).
     """
     unacked = unacknowledged or {}
     out: dict[str, float] = {}

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from hub.spark_session import DEFAULT_TRIGGER
+from hub.engine.session import DEFAULT_TRIGGER
 from spanedge.errors import SpanEdgeError
 from spanedge.loader import load_app
 from spanedge.plan import Plan
@@ -30,7 +30,7 @@ from spanedge.sites import load_sites
 
 
 def _setting(given: str) -> tuple[str, str]:
-    from hub.spark_session import parse_setting
+    from hub.engine.session import parse_setting
 
     try:
         return parse_setting(given)
@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SpanEdgeError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
-    from hub.engine import Engine
-    from hub.ingest import Ingest
-    from hub.publishers import from_plans
+    from hub.engine.engine import Engine
+    from hub.ingest.consumer import Ingest
+    from hub.ingest.publishers import from_plans
 
     stop = threading.Event()
 

@@ -2,9 +2,9 @@
 
 :class:`Hub` composes the parts around one state directory::
 
-    <state_dir>/apps/, distribution.json    deployed apps and plan versions (hub.state)
-    <state_dir>/ingest/<app>/               the durable ingest logs (hub.ingest)
-    <state_dir>/checkpoints/<app>/          Spark checkpoints and sink state (hub.engine)
+    <state_dir>/apps/, distribution.json    deployed apps and plan versions (hub.control.state)
+    <state_dir>/ingest/<app>/               the durable ingest logs (hub.ingest.consumer)
+    <state_dir>/checkpoints/<app>/          Spark checkpoints and sink state (hub.engine.engine)
 
 and :meth:`Hub.serve` runs uvicorn in the foreground until SIGINT/SIGTERM.
 Without Spark (``spark=False``) only the control plane runs: the API,
@@ -22,15 +22,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from hub.coordinator import Coordinator
-from hub.distribution import MqttControl, PlanDistributor
-from hub.handover_hold import DEFAULT_LIMIT_S
-from hub.publishers import from_plans
-from hub.recovered import Recovered
-from hub.registry import SiteRegistry
-from hub.site_health import HealthPolicy
-from hub.spark_session import DEFAULT_TRIGGER, batch_intervals
-from hub.state import StateStore
+from hub.control.coordinator import Coordinator
+from hub.control.distribution import MqttControl, PlanDistributor
+from hub.control.registry import SiteRegistry
+from hub.control.site_health import HealthPolicy
+from hub.control.state import StateStore
+from hub.engine.session import DEFAULT_TRIGGER, batch_intervals
+from hub.handover.holds import DEFAULT_LIMIT_S
+from hub.handover.recovered import Recovered
+from hub.ingest.publishers import from_plans
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
 from spanedge.tokens import Tokens
@@ -38,7 +38,7 @@ from spanedge.tokens import Tokens
 log = logging.getLogger(__name__)
 
 HOLD_CHECK_S = 0.25
-"""How often the hub looks at which windows wait for an old owner's last records (:mod:`hub.handover_hold`)."""
+"""How often the hub looks at which windows wait for an old owner's last records (:mod:`hub.handover.holds`)."""
 
 
 @dataclass(frozen=True)
@@ -52,23 +52,23 @@ class HubConfig:
     port: int = 8000
     spark: bool = True
     spark_master: str = "local[2]"
-    #: Spark settings over the hub's own (``spanedge hub --conf``; hub.spark_session.session_settings)
+    #: Spark settings over the hub's own (``spanedge hub --conf``; hub.engine.session.session_settings)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     trigger: str = DEFAULT_TRIGGER
     #: the micro-batch interval of the queries that run no window at the hub (None: 230 ms, or ``trigger`` if shorter)
     stateless_trigger: str | None = None
-    #: a sink that reads a window directly writes it once the watermark passes it (hub.window_close)
+    #: a sink that reads a window directly writes it once the watermark passes it (hub.engine.window_close)
     close_windows: bool = True
     hub_site: str | None = None
     down_after_s: float = 15.0
-    #: the weight of the newest report in the moving average of each stream's rate (link latencies: hub.links)
+    #: the weight of the newest report in the moving average of each stream's rate (link latencies: hub.control.links)
     rate_alpha: float = 0.3
     drift_threshold: float = 0.5
     min_replan_interval_s: float = 60.0
     check_interval_s: float = 5.0
-    #: a spoke silent this long counts as gone: what it ran is re-planned elsewhere (hub.site_health)
+    #: a spoke silent this long counts as gone: what it ran is re-planned elsewhere (hub.control.site_health)
     site_grace_s: float = 180.0
-    #: how long after a switch the hub's windows wait at most for a live old owner's last records (hub.handover_hold)
+    #: how long after a switch the hub's windows wait at most for a live old owner's last records (hub.handover.holds)
     handover_wait_s: float = DEFAULT_LIMIT_S
     #: a spoke over its CPU budget this long is planned with what it can carry
     overload_for_s: float = 30.0
@@ -141,8 +141,8 @@ class Hub:
 
     def _start_data_plane(self) -> None:
         try:
-            from hub.engine import Engine
-            from hub.ingest import Ingest
+            from hub.engine.engine import Engine
+            from hub.ingest.consumer import Ingest
         except ImportError as exc:
             from spanedge.errors import MissingExtra
 
@@ -183,14 +183,14 @@ class Hub:
     def _hold_windows(self) -> None:
         """Keep each app's hub windows from reading past what an old owner or a live site still owes them.
 
-        See :mod:`hub.handover_hold` and :mod:`hub.site_frontiers`; the holds are set on the ingest's logs,
-        with where the plan in force lets a window close (:mod:`hub.seal_points`).
+        See :mod:`hub.handover.holds` and :mod:`hub.handover.frontiers`; the holds are set on the ingest's logs,
+        with where the plan in force lets a window close (:mod:`hub.ingest.seal_points`).
         """
         while not self._stop.wait(HOLD_CHECK_S):
             self._hold_windows_once()
 
     def _hold_windows_once(self) -> None:
-        from hub.log import Hold
+        from hub.ingest.log import Hold
 
         try:
             for app, start in self.coordinator.window_holds(lambda a: partial(self.ingest.mark, a)).items():
@@ -225,7 +225,7 @@ class Hub:
 
     def api(self) -> Any:
         """The FastAPI app over this hub."""
-        from hub.api import create_app
+        from hub.api.app import create_app
 
         return create_app(
             self.coordinator,

@@ -434,7 +434,7 @@ def _windows_apart(replicas: dict[str, Replica], order: list[str], hubs: tuple[s
     """Keep a window with another window downstream off the hubs.
 
     Whatever runs after a hub replica runs at the hub too, and the hub cannot
-    chain two windows in one Spark query (:meth:`hub.compile.Compiler.check_windows`):
+    chain two windows in one Spark query (:meth:`hub.engine.compile.Compiler.check_windows`):
     each keeps its own watermark, and Spark refuses the query or fires nothing.
     """
     downstream = _downstream(replicas, order)

@@ -1,7 +1,7 @@
 """The processes of a simulated topology: the hub and one agent per spoke, on the topology's brokers and WAN.
 
 Managed mode starts ``spanedge hub`` and deploys the app over its REST API
-with :class:`hub.client.HubClient`; standalone mode starts ``python -m
+with :class:`hub.api.client.HubClient`; standalone mode starts ``python -m
 hub.dataplane`` and the agents with a plan file. :class:`Cluster` is also
 the :class:`~simulate.fault_schedule.FaultTarget` of the run.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.heartbeat import CPU_BUDGET_FILE
-from hub.client import HubClient
+from hub.api.client import HubClient
 from simulate.broker import free_port
 from simulate.errors import SimulationError
 from simulate.processes import Child, spanedge_command

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from hub.client import HubClient
+from hub.api.client import HubClient
 from simulate.errors import SimulationError
 from simulate.results import Collector
 from spanedge.errors import SpanEdgeError

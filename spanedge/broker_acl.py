@@ -10,7 +10,7 @@ gets (:func:`acl_text`) then says, with ``pattern`` rules on the username
   (``spanedge/v1/<app>/<stream>/<site>`` and ``spanedge/v1/<app>/dlq/<site>``),
   which include the output of the replicas placement runs there for other
   sites (their envelopes name those sites; the hub ingest checks them against
-  the plans, :mod:`hub.publishers`);
+  the plans, :mod:`hub.ingest.publishers`);
 * publish its heartbeat ``spanedge/v1/control/<site>/heartbeat``, and publish
   and read its latency probe ``spanedge/v1/control/<site>/probe``;
 * read only its own plan ``spanedge/v1/control/<site>/plan``.

@@ -11,7 +11,7 @@ producing the stream moved to the site publishing it (absent: 0). Each owner
 of a moved replica numbers its records from 1 in its own epoch. A batch
 may carry ``"complete": 1700000010.0``: the event time below which the
 publishing site sends the app nothing after this batch (its frontier), which
-lets the hub's windows wait for a site that is behind (:mod:`hub.site_frontiers`).
+lets the hub's windows wait for a site that is behind (:mod:`hub.handover.frontiers`).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class Handover:
     Spark's window state, so it runs the query of the previous placement and
     the query of the new one side by side and each writes only the results
     whose origin (window start or record event time) is on its side of
-    ``switch_at`` (:mod:`hub.cutoffs`). When the hub is the old owner, the
+    ``switch_at`` (:mod:`hub.handover.cutoffs`). When the hub is the old owner, the
     replica's source sites keep sending it the replica's input until a little
     past the switch, for its windows to complete and close.
 

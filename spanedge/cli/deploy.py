@@ -60,7 +60,7 @@ def deploy(
                 app_name=app_name,
             )
         else:
-            from hub.client import HubClient
+            from hub.api.client import HubClient
             from spanedge.loader import read_app_source
 
             check_hub_url(hub_url)

@@ -11,7 +11,7 @@ from spanedge.cli.params import PATH, Command, option
 
 #: The accepted values of ``spanedge hub --log-level``.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-#: hub.spark_session.DEFAULT_TRIGGER, spelled out: the hub is imported only when the command runs.
+#: hub.engine.session.DEFAULT_TRIGGER, spelled out: the hub is imported only when the command runs.
 TRIGGER = "470 milliseconds"
 
 
@@ -28,7 +28,7 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, value: tuple[str, 
     """Each ``KEY=VALUE`` of ``--conf`` as a setting, or a usage error saying what a setting looks like."""
     if not value:
         return {}
-    from hub.spark_session import parse_setting
+    from hub.engine.session import parse_setting
 
     try:
         return dict(parse_setting(given) for given in value)
@@ -38,7 +38,7 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, value: tuple[str, 
 
 def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """``value`` if it is a micro-batch interval Spark takes (or not given), else a usage error with an example."""
-    from hub.spark_session import interval_seconds
+    from hub.engine.session import interval_seconds
 
     if value is not None and interval_seconds(value) is None:
         msg = f"{value!r} is not an interval; give a number and a unit, such as '470 milliseconds' or '1 second'"

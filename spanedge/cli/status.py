@@ -24,7 +24,7 @@ def status(hub_url: str, token: str | None, as_json: bool) -> None:
     """Show sites, apps and placements from the hub."""
     import json
 
-    from hub.client import HubClient
+    from hub.api.client import HubClient
     from spanedge.errors import SpanEdgeError
 
     check_hub_url(hub_url)

@@ -138,7 +138,7 @@ class Aggregations:
 
 
 #: Event-time seconds past a handover's switch after which a session that began before it takes no record:
-#: half of how long a plan lists a handover (``hub.handover.DEFAULT_KEEP_S``), so the old owner's part ends in time.
+#: half of how long a plan lists a handover (``hub.handover.switches.DEFAULT_KEEP_S``), so the old owner's part ends in time.
 SESSION_CUT_S = 300.0
 
 Emitted = tuple[Any, float, float, dict[str, Any]]

@@ -9,7 +9,7 @@ SIGKILLed just after it with a hub restart, the old owner cut off across T.
 The hub's farm-wide window (Spark, ``allowed_lateness`` 0) is checked apart:
 the old owner's last records before T reach the hub after other sites'
 later records, and the hub holds those back from its windows until the old
-owner has delivered (:mod:`hub.handover_hold`), so the window ending at T
+owner has delivered (:mod:`hub.handover.holds`), so the window ending at T
 (T is on the moved 10 s windows, the hub's window is 30 s) takes them.
 """
 

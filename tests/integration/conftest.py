@@ -20,7 +20,7 @@ def spark() -> Iterator[Any]:
             missing_part(f"{module} is not installed: pip install 'spanedge[hub]'")
     if shutil.which("java") is None:
         missing_part("java is not installed; Spark needs a JDK 17+ (apt-get install openjdk-17-jre-headless)")
-    from hub.spark_session import build_session
+    from hub.engine.session import build_session
 
     session = build_session("local[2]", app_name="spanedge-tests")
     yield session

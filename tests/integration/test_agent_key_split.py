@@ -21,9 +21,9 @@ import pytest
 import placement
 from edge_agent.agent import Agent, AgentConfig
 from edge_agent.transport import PahoTransport
-from hub.handover import stamp_handovers
-from hub.planning import carry_ownership
-from hub.registry import SiteRegistry
+from hub.control.planning import carry_ownership
+from hub.control.registry import SiteRegistry
+from hub.handover.switches import stamp_handovers
 from placement.problem import Previous
 from spanedge import topics
 from spanedge.envelope import Record, decode_batch

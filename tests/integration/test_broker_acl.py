@@ -20,8 +20,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from hub.ingest import Ingest
-from hub.publishers import from_plans
+from hub.ingest.consumer import Ingest
+from hub.ingest.publishers import from_plans
 from simulate.broker import BrokerSecurity, Mosquitto, mosquitto_path
 from simulate.tls import TlsFiles, make_tls
 from spanedge import topics

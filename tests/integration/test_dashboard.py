@@ -1,4 +1,4 @@
-"""The dashboard in a real browser: the hub's own REST app (``hub.api.create_app``) under uvicorn, headless Chromium.
+"""The dashboard in a real browser: the hub's own REST app (``hub.api.app.create_app``) under uvicorn, headless Chromium.
 
 The page reads a live control plane: a real coordinator and site registry behind the
 hub's API, the cold-chain example deployed through ``POST /apps`` and placed with the
@@ -49,8 +49,8 @@ class LiveControlPlane:
     """The hub's coordinator over the cold-chain sites, and the heartbeats of those sites as time passes."""
 
     def __init__(self) -> None:
-        from hub.coordinator import Coordinator
-        from hub.registry import SiteRegistry
+        from hub.control.coordinator import Coordinator
+        from hub.control.registry import SiteRegistry
         from spanedge.sites import load_sites
 
         self.sites = load_sites(EXAMPLES / "cold_chain" / "sites.yaml")
@@ -150,7 +150,7 @@ class LiveControlPlane:
 
         Streams end after 3 s, so the test also sees the page reconnect without losing a beat.
         """
-        from hub.api import create_app
+        from hub.api.app import create_app
         from spanedge.tokens import Tokens, TokenScope
 
         tokens = Tokens([(TokenScope.ADMIN, ADMIN, "test"), (TokenScope.READ, TOKEN, "test")])
@@ -345,10 +345,10 @@ FARM_GRACE_S = 3.0
 
 def farm_control_plane() -> tuple[Any, Any]:
     """A coordinator over the smart farm's sites with a short grace period, and its REST app."""
-    from hub.api import create_app
-    from hub.coordinator import Coordinator
-    from hub.registry import SiteRegistry
-    from hub.site_health import HealthPolicy
+    from hub.api.app import create_app
+    from hub.control.coordinator import Coordinator
+    from hub.control.registry import SiteRegistry
+    from hub.control.site_health import HealthPolicy
     from spanedge.sites import load_sites
     from spanedge.tokens import Tokens, TokenScope
 

@@ -20,11 +20,11 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent import plans
-from hub.client import HubClient, HubError
-from hub.coordinator import Coordinator
-from hub.distribution import MqttControl, PlanDistributor
-from hub.registry import SiteRegistry
-from hub.state import StateStore
+from hub.api.client import HubClient, HubError
+from hub.control.coordinator import Coordinator
+from hub.control.distribution import MqttControl, PlanDistributor
+from hub.control.registry import SiteRegistry
+from hub.control.state import StateStore
 from simulate.broker import free_port
 from spanedge import topics
 from spanedge.errors import InvalidDataflow, InvalidPlan

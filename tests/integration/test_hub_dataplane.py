@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hub.publish_progress import PublishProgress
+from hub.engine.publish_progress import PublishProgress
 from spanedge.envelope import Record
 from spanedge.loader import load_app
 from spanedge.mqtt import HUB_SINK

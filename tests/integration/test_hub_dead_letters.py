@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 import pytest
 
-from hub.engine import Engine
-from hub.ingest import Ingest
-from hub.metrics import render_metrics
+from hub.api.metrics import render_metrics
+from hub.engine.engine import Engine
+from hub.ingest.consumer import Ingest
 from spanedge import App, agg, global_, sinks, topics
 from spanedge.envelope import Record
 from spanedge.sites import parse_sites

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 import pytest
 
-from hub import log as ingest_log
-from hub.checkpoints import settled, unprocessed
-from hub.engine import Engine
-from hub.ingest import Ingest
+from hub.engine.checkpoints import settled, unprocessed
+from hub.engine.engine import Engine
+from hub.ingest import log as ingest_log
+from hub.ingest.consumer import Ingest
 from spanedge import App, agg, sinks
 from spanedge.aggregations import Aggregator
 from spanedge.errors import InvalidDataflow

@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 import pytest
 
-from hub.engine import Engine
-from hub.handover import stamp_handovers
-from hub.ingest import Ingest
-from hub.lifecycle import before_slot
-from hub.share_progress import SHARE_WRITTEN
+from hub.engine.engine import Engine
+from hub.engine.lifecycle import before_slot
+from hub.engine.share_progress import SHARE_WRITTEN
+from hub.handover.switches import stamp_handovers
+from hub.ingest.consumer import Ingest
 from simulate.reference import Item, evaluate
 from spanedge import App, agg, sinks
 from spanedge.envelope import Record

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hub import log as ingest_log
-from hub.ingest import Ingest
+from hub.ingest import log as ingest_log
+from hub.ingest.consumer import Ingest
 from spanedge import topics
 from spanedge.envelope import Record
 from tests.integration.hubkit import Collector, Publisher, broker_of, mqtt_client
@@ -169,7 +169,7 @@ def test_a_moved_stream_keeps_a_sequence_the_hub_accepts(mosquitto: Any, tmp_pat
 
 
 def test_a_record_that_can_close_a_hub_window_is_readable_at_once(mosquitto: Any, tmp_path: Path) -> None:
-    from hub.seal_points import Closings
+    from hub.ingest.seal_points import Closings
 
     ingest = Ingest(broker_of(mosquitto.url), tmp_path, client_id="ingest-test-closing", seal_interval=3600)
     ingest.close_at("app1", Closings(((10_000, 0),)))  # 10 s windows at the hub

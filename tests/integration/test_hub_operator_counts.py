@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from hub import log as ingest_log
-from hub.engine import Engine
-from hub.metrics import render_metrics
+from hub.api.metrics import render_metrics
+from hub.engine.engine import Engine
+from hub.ingest import log as ingest_log
 from spanedge import App, agg, sinks
 from spanedge.envelope import Record
 from spanedge.sites import parse_sites

@@ -11,7 +11,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent.probes import ClockOffset
-from hub.distribution import MqttControl
+from hub.control.distribution import MqttControl
 from spanedge import topics
 from spanedge.sites import parse_sites
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 
-from hub import log as ingest_log
-from hub.log import AppLog, encode_records
-from hub.rows import COLUMNS, SCHEMA_DDL
-from hub.spark_source import read_log
-from hub.spark_windows import window_frame
+from hub.engine.rows import COLUMNS, SCHEMA_DDL
+from hub.engine.source import read_log
+from hub.engine.windows import window_frame
+from hub.ingest import log as ingest_log
+from hub.ingest.log import AppLog, encode_records
 from spanedge import App, agg, sinks
 from spanedge.envelope import Record
 
@@ -122,7 +122,7 @@ def test_a_window_reads_values_parsed_with_their_log_line_unless_the_log_predate
 
 def _batches(spark: Any, folder: Path, closing: bool) -> tuple[list[tuple[int, list[tuple[str, Any]]]], int]:
     """Per micro-batch (one file each) the window's results, closed by Spark (append) or by the sink (update); late records the sink dropped."""
-    from hub.window_close import WindowCloser
+    from hub.engine.window_close import WindowCloser
 
     name = f"closing_{closing}_{uuid.uuid4().hex[:8]}"
     checkpoint = folder.parent / name

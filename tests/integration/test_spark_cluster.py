@@ -51,7 +51,7 @@ def cluster(tmp_path: Path) -> Any:
 
 
 def test_the_hub_runs_the_cold_chain_on_a_standalone_cluster(mosquitto: Any, cluster: Any, tmp_path: Path) -> None:
-    from hub.client import HubClient
+    from hub.api.client import HubClient
 
     sites_file = tmp_path / "sites.yaml"
     sites_file.write_text((COLD_CHAIN / "sites.yaml").read_text().replace("mqtt://localhost:1883", mosquitto.url))

@@ -379,12 +379,12 @@ def test_a_spark_setting_that_is_not_one(tmp_path: Path, given: str, expected: s
 
 
 def test_spanedge_hub_triggers_micro_batches_as_the_hub_does_by_default() -> None:
+    from hub.engine.session import DEFAULT_TRIGGER
     from hub.server import HubConfig
-    from hub.spark_session import DEFAULT_TRIGGER
     from spanedge.cli.hub import hub
 
     defaults = {p.name: p.default for p in hub.params}
-    # None: 230 ms for the queries without a window, or --trigger if shorter (hub.spark_session.stateless_trigger_of)
+    # None: 230 ms for the queries without a window, or --trigger if shorter (hub.engine.session.stateless_trigger_of)
     assert (defaults["trigger"], defaults["stateless_trigger"]) == (DEFAULT_TRIGGER, None)
     config = HubConfig(tokens={}, plan_key=None, state_dir=Path("."))  # type: ignore[arg-type]
     assert (config.trigger, config.stateless_trigger) == (DEFAULT_TRIGGER, None)

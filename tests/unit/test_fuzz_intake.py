@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from edge_agent.agent import Agent, AgentConfig
 from edge_agent.transport import Message
-from hub import log as hub_log
-from hub.ingest import Ingest
+from hub.ingest import log as hub_log
+from hub.ingest.consumer import Ingest
 from spanedge import topics
 from spanedge.envelope import Record, encode_batch
 from spanedge.loader import load_app_source

@@ -146,7 +146,7 @@ def test_a_session_open_across_the_switch_comes_out_whole_from_the_old_owner() -
 
 
 def test_the_switch_is_after_the_delay_and_on_every_moved_window_s_slide() -> None:
-    from hub.handover import switch_time
+    from hub.handover.switches import switch_time
 
     assert switch_time(T0 + 1.0, 5.0, [10.0]) == T0 + 10.0
     assert switch_time(T0 + 6.0, 5.0, [10.0, 4.0]) == T0 + 20.0  # a multiple of 10 and of 4
@@ -154,7 +154,7 @@ def test_the_switch_is_after_the_delay_and_on_every_moved_window_s_slide() -> No
 
 
 def test_a_replan_hands_over_what_moves_between_spokes_and_nothing_else() -> None:
-    from hub.handover import stamp_handovers
+    from hub.handover.switches import stamp_handovers
 
     app = make_app(5.0)
     before = make_plan("big1", 3, 2)
@@ -165,7 +165,7 @@ def test_a_replan_hands_over_what_moves_between_spokes_and_nothing_else() -> Non
         Handover("win@tiny", "big1", "big2", T0 + 10.0, 2),
     )
     assert stamp_handovers(after, None, app, T0) == after  # a first deploy hands nothing over
-    to_hub = make_plan("cloud", 4, 4)  # to the hub too (tests/unit/test_hub_handover.py)
+    to_hub = make_plan("cloud", 4, 4)  # to the hub too (tests/unit/hub/engine/test_handover_queries.py)
     assert {h.target for h in stamp_handovers(to_hub, before, app, T0).handovers} == {"cloud"}
     # a later version that moves nothing keeps the handover while its old owner may still be finishing
     again = dataclasses.replace(make_plan("big2", 5, 4))

@@ -12,12 +12,12 @@ import orjson
 import pytest
 
 import placement
-from hub.distribution import site_view, sites_of
-from hub.handover import stamp_handovers
-from hub.plan_history import history_entry, moves
-from hub.planning import carry_ownership
-from hub.publishers import assigned
-from hub.site_health import planned_load
+from hub.control.distribution import site_view, sites_of
+from hub.control.plan_history import history_entry, moves
+from hub.control.planning import carry_ownership
+from hub.control.site_health import planned_load
+from hub.handover.switches import stamp_handovers
+from hub.ingest.publishers import assigned
 from placement.problem import Previous, build_problem
 from placement.split import chain, splittable
 from spanedge import App, agg, global_, sinks

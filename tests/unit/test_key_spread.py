@@ -11,9 +11,9 @@ import pytest
 
 import placement
 from edge_agent.heartbeat import KeySpread
-from hub.planning import plan_app
-from hub.registry import SiteRegistry
-from hub.site_health import planned_load
+from hub.control.planning import plan_app
+from hub.control.registry import SiteRegistry
+from hub.control.site_health import planned_load
 from placement.problem import Previous
 from placement.split import Cut, cut_of
 from spanedge import App

@@ -1,4 +1,4 @@
-"""The import rules of the README's layout table, checked over the source with an AST walk.
+"""The import rules of the layout table in DESIGN.md and CONTRIBUTING.md, checked over the source with an AST walk.
 
 Every import counts: module level, inside functions, and under ``TYPE_CHECKING``.
 """
@@ -126,6 +126,38 @@ def test_no_two_modules_import_each_other() -> None:
         pytest.fail(f"import cycle: {' -> '.join(exc.args[1])}")
 
 
+#: The hub's wings, each above the ones after it: a wing imports only itself and the wings below it.
+HUB_WINGS = ("api", "control", "engine", "ingest", "handover")
+
+
+def hub_wing(module: str) -> str | None:
+    """The wing of a ``hub`` module, ``"top"`` for the modules that assemble the hub, None outside the hub."""
+    parts = module.split(".")
+    if parts[0] != "hub":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in HUB_WINGS else "top"
+
+
+def test_the_hub_wings_import_only_downwards() -> None:
+    wrong = []
+    for path in sorted((ROOT / "hub").rglob("*.py")):
+        here = hub_wing(module_name(path))
+        if here == "top":
+            continue
+        for target, line in imports_of(path):
+            there = hub_wing(target)
+            if there is None or target == "hub":
+                continue
+            if there == "top" or HUB_WINGS.index(there) < HUB_WINGS.index(here):
+                wrong.append(f"{path.relative_to(ROOT)}:{line} (hub.{here}) imports {target}")
+    assert wrong == []
+
+
+def test_the_hub_has_no_module_outside_its_wings_but_its_assembly() -> None:
+    top = sorted(p.name for p in (ROOT / "hub").glob("*.py"))
+    assert top == ["__init__.py", "dataplane.py", "server.py"]
+
+
 def test_the_light_core_never_imports_networkx() -> None:
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {target}"
@@ -143,7 +175,7 @@ def test_the_light_core_never_imports_networkx() -> None:
         ("spanedge.app", "core"),
         ("spanedge.runtime.pipeline", "runtime"),
         ("spanedge.cli.deploy", "cli"),
-        ("hub.engine", "hub"),
+        ("hub.engine.engine", "hub"),
         ("pyspark.sql", None),
     ],
 )

@@ -15,8 +15,8 @@ from edge_agent.checkpoint import Committed
 from edge_agent.outbox import Outbox
 from edge_agent.recovery import Recoveries, Spool, done_key, spooled_streams
 from edge_agent.transport import Message
-from hub.handover_hold import HandoverHolds
-from hub.recovered import Recovered
+from hub.handover.holds import HandoverHolds
+from hub.handover.recovered import Recovered
 from spanedge.envelope import Record, decode_batch
 from spanedge.keyrange import RECOVERY_EPOCH, is_recovery_epoch, recovery_epoch
 from spanedge.plan import Handover, Plan
@@ -263,7 +263,7 @@ def test_the_hub_waits_longer_for_a_recovery_but_not_for_ever() -> None:
 
 
 def test_a_recovery_reaches_the_source_site_even_when_nothing_else_changes_for_it() -> None:
-    from hub.distribution import site_view, sites_of
+    from hub.control.distribution import site_view, sites_of
 
     assert site_view(recovered_plan(), "tiny") != site_view(recovered_plan(None), "tiny")
     assert "tiny" in sites_of(recovered_plan())

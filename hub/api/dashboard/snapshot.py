@@ -1,0 +1,481 @@
+"""What the dashboard shows: one JSON-ready snapshot of the running system.
+
+:func:`build_snapshot` reads it from the coordinator (deployed apps, their
+plans and history), its site registry (heartbeats, latency matrix) and the
+ingest and engine counters when those run. Every part is optional: a field
+nobody reports is ``None``, a part whose reader fails is left empty and its
+error listed under ``hub.errors``, so the page keeps updating the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, TypedDict
+
+log = logging.getLogger(__name__)
+
+StatsSource = Callable[[], Mapping[str, Any]]
+"""A callable that reports numbers: ``Engine.metrics`` or ``Ingest.stats``."""
+
+
+class ReplicaView(TypedDict):
+    """One replica of an operator and the site it runs at."""
+
+    replica: str
+    site: str
+
+
+class OperatorView(TypedDict):
+    """One operator of an app's DAG.
+
+    ``kind`` is the operator's kind (``source``, ``map``, ``window``, ...) when the
+    coordinator can tell, else ``source``, ``sink`` or ``operator`` from the plan's
+    flows. ``in_rate`` and ``out_rate`` are records/s summed over the replicas whose
+    site reported them in its last heartbeat, plus, for replicas at the hub, what
+    the Spark queries counted in their last micro-batch (``Engine.metrics()``
+    ``operators``); ``None`` when nothing reported them.
+    """
+
+    name: str
+    kind: str
+    replicas: list[ReplicaView]
+    in_rate: float | None
+    out_rate: float | None
+
+
+MoveView = TypedDict(
+    "MoveView",
+    {
+        "replica": str,
+        "from": str,
+        "to": str,
+        "keys": str | None,
+        "switch_at": float | None,
+        "state_bytes": float | None,
+        "handover_s": float | None,
+        "at_risk_from": float | None,
+        "recover_by": float | None,
+        "back_at": float | None,
+        "recovered_by": str | None,
+    },
+)
+"""A replica (or a key range of one) whose site changed with a plan version: the handover's switch time,
+the state the replica held at its old site, how long after the re-plan the old site had handed it over, and,
+from a site gone for good, what it may have lost (:func:`hub.control.plan_history.at_risk`) and when it came back,
+or which site recomputed it."""
+
+
+class HistoryView(TypedDict):
+    """One plan version of an app: why it was made, what moved, its objective against the baselines.
+
+    ``moved`` lists the replicas whose site changed from the previous version.
+    ``baselines`` maps a baseline's name (``central``, ``local-first``) to its
+    ``{"objective", "wan_bytes_per_s", "worst_latency_ms"}``, as the entry recorded
+    them; for an entry stored without them, the current plan's for the current
+    version, else empty.
+    """
+
+    version: int
+    at: float | None
+    reason: str
+    changed: bool
+    moved: list[MoveView]
+    objective: float | None
+    baselines: dict[str, dict[str, float | None]]
+
+
+class AppView(TypedDict):
+    """A deployed app: its current plan as an operator DAG, and its plan history (oldest first)."""
+
+    app: str
+    version: int
+    operators: list[OperatorView]
+    edges: list[list[str]]
+    history: list[HistoryView]
+
+
+class SiteView(TypedDict):
+    """A site's live state from its last heartbeat.
+
+    ``alive`` is ``None`` for a hub-tier site that never sent a heartbeat (no
+    agent runs there; the hub itself is up). ``cpu`` is the agent's CPU in
+    percent of one core; ``dead_lettered`` and ``late`` are counts since the
+    agent started.
+    """
+
+    site: str
+    tier: str
+    alive: bool | None
+    last_heartbeat_age_s: float | None
+    cpu: float | None
+    rss_bytes: int | None
+    outbox_records: int | None
+    watermark_lag_s: float | None
+    dead_lettered: int | None
+    late: int | None
+
+
+class LinkView(TypedDict):
+    """The one-way latency of an ordered site pair: measured (if fresh) and declared, and the measurement's age."""
+
+    src: str
+    dst: str
+    measured_ms: float | None
+    declared_ms: float | None
+    age_s: float | None
+
+
+class QueryView(TypedDict):
+    """One Spark Structured Streaming query of the hub (``<app>/<sink replica>``)."""
+
+    name: str
+    active: bool
+    batch_duration_ms: float | None
+    restarts: int
+    input_rows_per_s: float | None
+    error: str | None
+
+
+class HubView(TypedDict):
+    """The hub's own parts: its Spark queries, the ingest and the readers that failed."""
+
+    queries: list[QueryView]
+    ingest_lag_s: float | None
+    ingest_connected: bool | None
+    ingest_records: int | None
+    errors: list[str]
+
+
+class Snapshot(TypedDict):
+    """Everything the dashboard shows, as pushed on ``/dashboard/events``; ``generated_at`` is epoch seconds."""
+
+    generated_at: float
+    apps: list[AppView]
+    sites: list[SiteView]
+    links: list[LinkView]
+    hub: HubView
+
+
+class CoordinatorLike(Protocol):
+    """What the snapshot reads from :class:`hub.control.coordinator.Coordinator`: its records and site registry."""
+
+    registry: Any
+
+    def records(self) -> list[Any]:
+        """Deployed app records, by name."""
+        ...
+
+
+def build_snapshot(
+    coordinator: CoordinatorLike,
+    engine_metrics: StatsSource | None = None,
+    ingest_stats: StatsSource | None = None,
+) -> Snapshot:
+    """Read the dashboard's snapshot from the hub.
+
+    Args:
+        coordinator: the hub's coordinator (deployed apps and the site registry).
+        engine_metrics: ``Engine.metrics`` when the Spark engine runs.
+        ingest_stats: ``Ingest.stats`` when the MQTT ingest runs.
+
+    Returns:
+        The snapshot; see :class:`Snapshot` for its shape.
+    """
+    errors: list[str] = []
+    status: list[dict[str, Any]] = _read("site status", coordinator.registry.status, errors) or []
+    matrix: list[dict[str, Any]] = _read("latency matrix", coordinator.registry.matrix, errors) or []
+    records: list[Any] = _read("deployed apps", coordinator.records, errors) or []
+    engine = _read("engine metrics", engine_metrics, errors) if engine_metrics is not None else None
+    ingest = _read("ingest stats", ingest_stats, errors) if ingest_stats is not None else None
+    apps = []
+    for record in records:
+        try:
+            hub_figures = _hub_figures(engine, str(_get(record, "name")))
+            apps.append(app_view(record, status, getattr(coordinator, "app", None), hub_figures))
+        except Exception as exc:  # one malformed record must not hide the others
+            errors.append(f"app {getattr(record, 'name', '?')}: {exc}")
+    return {
+        "generated_at": time.time(),
+        "apps": apps,
+        "sites": [site_view(s) for s in status],
+        "links": [link_view(row) for row in matrix],
+        "hub": hub_view(engine, ingest, errors),
+    }
+
+
+def _read(what: str, source: Callable[[], Any] | None, errors: list[str]) -> Any:
+    """Call ``source``; on failure note it in ``errors`` and return None."""
+    if source is None:
+        return None
+    try:
+        return source()
+    except Exception as exc:
+        log.debug("dashboard: reading the %s failed", what, exc_info=True)
+        errors.append(f"{what}: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    """Field ``name`` of a dataclass, object or mapping, or ``default``."""
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _number(value: Any) -> float | None:
+    """``value`` if it is a number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int | None:
+    """``value`` as an int if it is a number (not a bool), else None."""
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+# -- apps ----------------------------------------------------------------------------------------
+
+
+def _operator_edges(assignments: list[Any], flows: list[Any]) -> list[list[str]]:
+    """The operator-level edges of a plan's replica flows, each once, in the order the flows give."""
+    operator_of = {str(_get(a, "replica")): str(_get(a, "operator")) for a in assignments}
+    edges: list[list[str]] = []
+    for f in flows:
+        src, dst = operator_of.get(str(_get(f, "src"))), operator_of.get(str(_get(f, "dst")))
+        if src is not None and dst is not None and src != dst and [src, dst] not in edges:
+            edges.append([src, dst])
+    return edges
+
+
+def app_view(
+    record: Any,
+    status: Iterable[Mapping[str, Any]],
+    find_app: Callable[[str], Any] | None = None,
+    hub_figures: Mapping[str, Any] | None = None,
+) -> AppView:
+    """The DAG, rates and plan history of one deployed app.
+
+    Args:
+        record: the app's :class:`hub.control.state.AppRecord`.
+        status: ``SiteRegistry.status()`` rows (their heartbeats carry per-replica rates).
+        find_app: returns the loaded :class:`spanedge.app.App` of a name, if the coordinator offers one;
+            it gives the operators' exact kinds.
+        hub_figures: the app's ``operators`` in ``Engine.metrics()``: per operator run at the
+            hub, its ``{"in_rate", "out_rate"}`` counted by the Spark queries.
+
+    Raises:
+        ValueError: ``record`` has no name or plan.
+    """
+    name, plan = _get(record, "name"), _get(record, "plan")
+    if name is None or plan is None:
+        msg = f"the record {record!r} has no app name or plan"
+        raise ValueError(msg)
+    name = str(name)
+    assignments = list(_get(plan, "assignments", ()) or ())
+    flows = list(_get(plan, "flows", ()) or ())
+    replicas: dict[str, list[ReplicaView]] = {}
+    for a in assignments:
+        replicas.setdefault(str(_get(a, "operator")), []).append(
+            {"replica": str(_get(a, "replica")), "site": str(_get(a, "site"))}
+        )
+    edges = _operator_edges(assignments, flows)
+    kinds = _kinds(name, find_app)
+    rates = _replica_rates(name, status)
+    operators: list[OperatorView] = []
+    for op, reps in replicas.items():
+        measured = [rates[r["replica"]] for r in reps if r["replica"] in rates]
+        at_hub = (hub_figures or {}).get(op)
+        if isinstance(at_hub, Mapping):
+            measured.append((_number(at_hub.get("in_rate")), _number(at_hub.get("out_rate"))))
+        operators.append(
+            {
+                "name": op,
+                "kind": kinds.get(op) or _kind_from_edges(op, edges),
+                "replicas": reps,
+                "in_rate": _sum(m[0] for m in measured),
+                "out_rate": _sum(m[1] for m in measured),
+            }
+        )
+    return {
+        "app": name,
+        "version": int(_get(plan, "version", 0)),
+        "operators": operators,
+        "edges": edges,
+        "history": [_history_view(h, plan) for h in _get(record, "history", ()) or ()],
+    }
+
+
+def _hub_figures(engine: Mapping[str, Any] | None, app: str) -> Mapping[str, Any] | None:
+    """The per-operator figures of ``app``'s hub operators in ``Engine.metrics()``, if any."""
+    data = (engine or {}).get(app)
+    figures = data.get("operators") if isinstance(data, Mapping) else None
+    return figures if isinstance(figures, Mapping) else None
+
+
+def _kinds(app: str, find_app: Callable[[str], Any] | None) -> dict[str, str]:
+    """Operator name → kind, from the loaded app if ``find_app`` gives it."""
+    if find_app is None:
+        return {}
+    try:
+        loaded = find_app(app)
+    except Exception:  # e.g. KeyError: the app was removed meanwhile
+        return {}
+    operators = _get(loaded, "operators", None) or {}
+    return {str(n): str(_get(op, "kind", "")) for n, op in operators.items()}
+
+
+def _kind_from_edges(op: str, edges: list[list[str]]) -> str:
+    if not any(dst == op for _, dst in edges):
+        return "source"
+    if not any(src == op for src, _ in edges):
+        return "sink"
+    return "operator"
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known), 3) if known else None
+
+
+def _replica_rates(app: str, status: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float | None, float | None]]:
+    """Replica → ``(records/s in, records/s out)`` of ``app`` from the sites' last heartbeats.
+
+    An agent that runs one app names its replicas bare; one that runs several
+    prefixes them with ``<app>/``. A site that is down reports nothing.
+    """
+    out: dict[str, tuple[float | None, float | None]] = {}
+    prefix = f"{app}/"
+    for site in status:
+        if not site.get("alive"):
+            continue
+        site_apps = site.get("apps") or []
+        operators = site.get("operators") or {}
+        if not isinstance(operators, Mapping):
+            continue
+        for key, stats in operators.items():
+            if not isinstance(stats, Mapping):
+                continue
+            if key.startswith(prefix):
+                replica = key[len(prefix) :]
+            elif "/" not in key and (not site_apps or list(site_apps) == [app]):
+                replica = key
+            else:
+                continue
+            out[replica] = (_number(stats.get("rate_in")), _number(stats.get("rate_out")))
+    return out
+
+
+def _history_view(entry: Any, plan: Any) -> HistoryView:
+    totals = _get(entry, "totals", None) or {}
+    version = int(_get(entry, "version", 0))
+    baselines = _get(entry, "baselines", None)
+    if not baselines:
+        baselines = _get(plan, "baselines", None) if version == _get(plan, "version") else None
+    moved = _get(entry, "moved", None)
+    return {
+        "version": version,
+        "at": _number(_get(entry, "at")),
+        "reason": str(_get(entry, "reason", "")),
+        "changed": bool(_get(entry, "changed", True)),
+        "moved": [_move_view(m) for m in moved if isinstance(m, Mapping)] if isinstance(moved, list | tuple) else [],
+        "objective": _number(_get(totals, "objective")),
+        "baselines": {
+            str(name): {
+                "objective": _number(_get(t, "objective")),
+                "wan_bytes_per_s": _number(_get(t, "wan_bytes_per_s")),
+                "worst_latency_ms": _number(_get(t, "worst_latency_ms")),
+            }
+            for name, t in (baselines or {}).items()
+        },
+    }
+
+
+def _move_view(move: Mapping[str, Any]) -> MoveView:
+    keys = move.get("keys")
+    return {
+        "replica": str(move.get("replica", "")),
+        "from": str(move.get("from", "")),
+        "to": str(move.get("to", "")),
+        "keys": str(keys) if keys else None,
+        "switch_at": _number(move.get("switch_at")),
+        "state_bytes": _number(move.get("state_bytes")),
+        "handover_s": _number(move.get("handover_s")),
+        "at_risk_from": _number(move.get("at_risk_from")),
+        "recover_by": _number(move.get("recover_by")),
+        "back_at": _number(move.get("back_at")),
+        "recovered_by": str(move["recovered_by"]) if move.get("recovered_by") else None,
+    }
+
+
+# -- sites, links, hub ---------------------------------------------------------------------------
+
+
+def site_view(row: Mapping[str, Any]) -> SiteView:
+    """A ``SiteRegistry.status()`` row as the dashboard shows it."""
+    age = _number(row.get("last_heartbeat_age_s"))
+    tier = str(row.get("tier", ""))
+    alive = bool(row.get("alive")) if tier != "hub" or age is not None else None
+    outbox = row.get("outbox") or {}
+    return {
+        "site": str(row.get("site")),
+        "tier": tier,
+        "alive": alive,
+        "last_heartbeat_age_s": age,
+        "cpu": _number(row.get("cpu_percent")),
+        "rss_bytes": _count(row.get("rss_bytes")),
+        "outbox_records": _count(outbox.get("records")) if isinstance(outbox, Mapping) else None,
+        "watermark_lag_s": _number(row.get("watermark_lag_s")),
+        "dead_lettered": _count(row.get("dlq")),
+        "late": _count(row.get("late")),
+    }
+
+
+def link_view(row: Mapping[str, Any]) -> LinkView:
+    """A ``SiteRegistry.matrix()`` row: the measured value only when the registry says it is measured and fresh."""
+    measured = row.get("source") == "measured"
+    return {
+        "src": str(row.get("src")),
+        "dst": str(row.get("dst")),
+        "measured_ms": _number(row.get("latency_ms")) if measured else None,
+        "declared_ms": _number(row.get("declared_ms")),
+        "age_s": _number(row.get("age_s")) if measured else None,
+    }
+
+
+def hub_view(engine: Mapping[str, Any] | None, ingest: Mapping[str, Any] | None, errors: list[str]) -> HubView:
+    """The Spark queries from ``Engine.metrics()`` and the ingest's worst lag from ``Ingest.stats()``."""
+    queries: list[QueryView] = []
+    for app, data in sorted((engine or {}).items()):
+        if not isinstance(data, Mapping):
+            continue
+        for replica, q in sorted((data.get("queries") or {}).items()):
+            if not isinstance(q, Mapping):
+                continue
+            queries.append(
+                {
+                    "name": f"{app}/{replica}",
+                    "active": bool(q.get("active")),
+                    "batch_duration_ms": _number(q.get("batch_ms")),
+                    "restarts": _count(q.get("restarts")) or 0,
+                    "input_rows_per_s": _number(q.get("input_rows_per_s")),
+                    "error": str(q["error"]) if q.get("error") else None,
+                }
+            )
+    lags = [
+        lag
+        for per_site in ((ingest or {}).get("apps") or {}).values()
+        for per_stream in per_site.values()
+        for counts in per_stream.values()
+        if (lag := _number(counts.get("lag_s"))) is not None
+    ]
+    return {
+        "queries": queries,
+        "ingest_lag_s": round(max(lags), 3) if lags else None,
+        "ingest_connected": bool(ingest["connected"]) if ingest and "connected" in ingest else None,
+        "ingest_records": _count(ingest.get("records")) if ingest else None,
+        "errors": errors,
+    }

@@ -1,0 +1,369 @@
+"""Signed, retained plan messages: one per site, holding every app that runs there.
+
+Each message goes to ``spanedge/v1/control/<site>/plan`` on the hub broker,
+retained and at QoS 1, so an agent that (re)connects gets its current plans at
+once. The payload is signed with the hub's Ed25519 key (:mod:`spanedge.signing`)::
+
+    {"site": ..., "version": <int, strictly increasing per site>, "issued_at": <unix s>,
+     "apps": [{"app", "plan": Plan.to_dict(), "source", "source_sha256"}, ...]}
+
+Versions are ``max(time_ns, last + 1)`` and the last one per site is persisted,
+so they keep increasing across hub restarts and clock steps backwards.
+
+A site whose part of the plans did not change since the message the broker
+acknowledged last (:func:`site_view`: what its agent builds its pipelines
+from) gets no new message: its retained one is still what it needs, and its
+agent is spared a rebuild. An unchanged redeploy or re-plan thus publishes
+nothing; the first publish of a hub process sends every site's message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from hub.control.state import StateStore
+from spanedge import topics
+from spanedge.loader import source_hash
+from spanedge.plan import Plan
+from spanedge.plan_checks import check_plan_envelope
+from spanedge.signing import PlanSigningKey, TrustedKeys, sign_plan, verify_plan
+from spanedge.sites import Broker
+
+log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    """Something that publishes retained QoS 1 messages and says whether the broker acknowledged them."""
+
+    def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """Publish every ``(topic, payload)``, then wait for the acknowledgements together.
+
+        Returns, per message, True once acknowledged, False if still pending after a timeout.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class SiteApp:
+    """One app's entry in a site's plan message."""
+
+    plan: Plan
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as it goes into the signed payload."""
+        return {
+            "app": self.plan.app,
+            "plan": self.plan.to_dict(),
+            "source": self.source,
+            "source_sha256": source_hash(self.source),
+        }
+
+
+def sites_of(plan: Plan) -> set[str]:
+    """Sites where ``plan`` puts at least one replica, or that finish (or recompute) a replica handed over."""
+    recoverers = {h.recoverer for h in plan.handovers if h.recoverer is not None}
+    return (
+        {a.site for a in plan.assignments}
+        | {h.source for h in plan.handovers}
+        | {p.site for p in plan.parts}
+        | recoverers
+    )
+
+
+@dataclass
+class _Index:
+    """The flows of one plan by their ends, to cut each site's view without scanning every flow per site."""
+
+    into: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
+    out_of: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
+
+    @classmethod
+    def of(cls, plan: Plan) -> _Index:
+        index = cls()
+        for f in plan.flows:
+            index.into[f.dst].append((f.src, f.dst))
+            index.out_of[f.src].append((f.src, f.dst))
+        return index
+
+
+def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, ...]:
+    """The part of ``plan`` the agent of ``site`` acts on, as comparable data.
+
+    That is what :func:`spanedge.runtime.build.from_plan` and the agent's
+    handover bookkeeping (``edge_agent.apps``) read: the hub, the replicas the
+    site runs or hands over, the flows into them and out of them and of the
+    sources feeding them, where each end of those flows runs and since when,
+    and the handovers of those replicas (with the parts it recomputes for a
+    gone old owner). Estimated rates, totals, the
+    solver's figures, the reasons and the plan version are left out: the
+    agent does nothing with them.
+    """
+    index = index or _Index.of(plan)
+    local = {a.replica for a in plan.assignments if a.site == site}
+    local |= {h.replica for h in plan.handovers if site in (h.source, h.target, h.recoverer)}
+    for replica in {p.replica for p in plan.parts if p.site == site} | {
+        h.replica for h in plan.handovers if h.keyed and h.source == site
+    }:
+        local.add(replica)
+        local.update(*plan.part_chain(replica))  # a part's chain runs here too
+    feeders = {src for r in local for src, _ in index.into.get(r, ())}
+    flows = {f for r in local for f in index.into.get(r, ())}
+    flows |= {f for r in local | feeders for f in index.out_of.get(r, ())}
+    ends = local | {end for f in flows for end in f}
+    placed = tuple((a.replica, a.operator, a.group, a.site, a.since) for a in plan.assignments if a.replica in ends)
+    # the handovers of those replicas, and every move from the hub at their switch times (they set how long
+    # a source keeps feeding the hub: spanedge.runtime.build.hub_feeds)
+    switches = {h.switch_at for h in plan.handovers if h.replica in ends and h.source == plan.hub}
+    handovers = tuple(
+        (h.replica, h.source, h.target, h.switch_at, h.epoch, h.recover_from, h.recoverer)
+        for h in plan.handovers
+        if h.replica in ends or (h.source == plan.hub and h.switch_at in switches)
+    )
+    view = (plan.app, plan.hub, plan.app_file, placed, tuple(sorted(flows)), handovers)
+    if not plan.parts and not any(h.keyed for h in plan.handovers):
+        return view
+    parts = tuple((p.replica, p.site, p.keys_from, p.keys_before, p.since) for p in plan.parts if p.replica in ends)
+    keys = tuple((h.replica, h.keys_from, h.keys_before) for h in plan.handovers if h.replica in ends)
+    return (*view, parts, keys)
+
+
+class PlanDistributor:
+    """Builds, signs and publishes per-site plan messages."""
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        key: PlanSigningKey,
+        store: StateStore | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        """Publish through ``publisher``, signing with the hub's ``key``; persist versions in ``store``."""
+        self._publisher = publisher
+        self._key = key
+        self._store = store
+        self._clock_ns = clock_ns
+        self._lock = threading.Lock()
+        self._versions: dict[str, int] = store.load_versions() if store is not None else {}
+        # per site, the digest of the views in the last message the broker acknowledged
+        self._delivered: dict[str, str] = {}
+
+    @property
+    def versions(self) -> dict[str, int]:
+        """The last version published per site."""
+        with self._lock:
+            return dict(self._versions)
+
+    def _next_version(self, site: str) -> int:
+        version = max(self._clock_ns(), self._versions.get(site, 0) + 1)
+        self._versions[site] = version
+        return version
+
+    def message(self, site: str, apps: Iterable[SiteApp], version: int) -> bytes:
+        """The signed plan message of ``site`` at ``version``."""
+        return self._signed(site, [a.to_dict() for a in apps], version)
+
+    def _signed(self, site: str, entries: list[dict[str, Any]], version: int) -> bytes:
+        payload = {
+            "site": site,
+            "version": version,
+            "issued_at": time.time(),
+            "apps": sorted(entries, key=lambda e: str(e["app"])),
+        }
+        return sign_plan(payload, self._key)
+
+    def publish(self, apps: Mapping[str, SiteApp], sites: Iterable[str]) -> dict[str, str]:
+        """Publish the message of every site in ``sites`` whose part changed, from the full set of deployed ``apps``.
+
+        A site's message holds every app with a replica there; a site with none
+        gets a message with an empty ``apps`` list, so its agent stops them. A
+        site whose :func:`site_view` of every app is what the broker last
+        acknowledged for it is left out (``"unchanged"``): its retained
+        message already carries it.
+
+        Returns:
+            ``{site: "published" | "pending" | "unchanged"}``; pending messages are
+            queued by the MQTT client and sent when the broker is reachable again
+            (and sent anew by the next publish that concerns the site).
+        """
+        result: dict[str, str] = {}
+        with self._lock:
+            # each app's entry, sites, source hash and flow index once, not once per site
+            prepared = [(sites_of(a.plan), a, _Index.of(a.plan), source_hash(a.source)) for a in apps.values()]
+            entries: dict[str, dict[str, Any]] = {}
+            todo = []
+            for site in sorted(set(sites)):
+                mine = [(a, index, sha) for where, a, index, sha in prepared if site in where]
+                views = [(a.plan.app, sha, site_view(a.plan, site, index)) for a, index, sha in mine]
+                digest = hashlib.sha256(repr(sorted(views)).encode()).hexdigest()
+                if self._delivered.get(site) == digest:
+                    result[site] = "unchanged"
+                    continue
+                for a, _, _ in mine:
+                    if a.plan.app not in entries:
+                        entries[a.plan.app] = a.to_dict()
+                todo.append((site, digest, [entries[a.plan.app] for a, _, _ in mine]))
+            messages, described = [], []
+            for site, digest, mine_entries in todo:
+                version = self._next_version(site)
+                messages.append((topics.control(site, "plan"), self._signed(site, mine_entries, version)))
+                names = ", ".join(str(e["app"]) for e in mine_entries) or "no apps"
+                described.append((site, digest, version, names))
+            if self._store is not None and messages:
+                self._store.save_versions(self._versions)  # before any message leaves
+            # one round of acknowledgements for all sites, not one round trip per site
+            acked = self._publisher.publish_all(messages) if messages else []
+            for (site, digest, version, names), ok in zip(described, acked, strict=True):
+                result[site] = "published" if ok else "pending"
+                if ok:
+                    self._delivered[site] = digest
+                else:
+                    self._delivered.pop(site, None)
+                log.info("plan message %d for site %s (%s): %s", version, site, names, result[site])
+            if len(result) > len(messages):
+                log.info("plan messages of %d sites unchanged: not sent again", len(result) - len(messages))
+        return result
+
+
+def read_plan_message(message: bytes, trusted: TrustedKeys, *, site: str, after_version: int = 0) -> dict[str, Any]:
+    """Verify a plan message as an agent does, and return its payload.
+
+    Args:
+        message: the raw MQTT payload.
+        trusted: the hub public keys to trust.
+        site: the site the reader serves; the message must be addressed to it.
+        after_version: the last version accepted; the message must be newer.
+
+    Raises:
+        InvalidPlan: not signed by a trusted key, for another site, stale, or an app's
+            source does not match its hash or its plan.
+    """
+    verified = verify_plan(message, trusted)
+    check_plan_envelope(verified.payload, site=site, applied_version=after_version)
+    return verified.payload
+
+
+class MqttControl:
+    """The hub's control connection to its broker: publishes plans, receives heartbeats.
+
+    A paho-mqtt client on its own network thread; it reconnects by itself and
+    sends QoS 1 messages queued while the broker was unreachable.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        client_id: str = "spanedge-hub-control",
+        on_heartbeat: Callable[[str, bytes], object] | None = None,
+        ack_timeout: float = 5.0,
+    ) -> None:
+        """Prepare a client for ``broker``; ``on_heartbeat(site, payload)`` gets every heartbeat."""
+        from spanedge.mqtt import HUB_DISTRIBUTION, make_client
+
+        self.broker = broker
+        self._ack_timeout = ack_timeout
+        self._on_heartbeat = on_heartbeat
+        self._connected = threading.Event()
+        self._stopping = False
+        self._client = make_client(broker, client_id, HUB_DISTRIBUTION)
+        self._client.on_connect = self._handle_connect
+        self._client.on_disconnect = self._handle_disconnect
+        self._client.on_message = self._handle_message
+        self._client.on_subscribe = self._handle_subscribe
+
+    @property
+    def connected(self) -> bool:
+        """True while connected to the broker and, with a heartbeat handler, subscribed to heartbeats."""
+        return self._connected.is_set()
+
+    def _handle_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+        if getattr(reason, "is_failure", False):
+            log.warning("hub broker %s refused the connection: %s", self.broker.url, reason)
+            return
+        log.info("connected to hub broker %s", self.broker.url)
+        if self._on_heartbeat is None:
+            self._connected.set()
+            return
+        # connected only once the broker has the subscription: a heartbeat sent before it would be lost
+        client.subscribe([(topics.control("+", "heartbeat"), 0), (topics.control("+", "probe"), 0)])
+
+    def _handle_subscribe(self, client: Any, userdata: Any, mid: int, reasons: Any, properties: Any) -> None:
+        refused = [r for r in reasons if getattr(r, "is_failure", False)]
+        if refused:
+            log.warning("hub broker %s refused the heartbeat subscription: %s", self.broker.url, refused)
+        self._connected.set()
+
+    def _handle_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+        self._connected.clear()
+        if not self._stopping:
+            log.warning("disconnected from hub broker %s (%s); reconnecting", self.broker.url, reason)
+
+    def _handle_message(self, client: Any, userdata: Any, message: Any) -> None:
+        parts = str(message.topic).split("/")
+        if len(parts) == 5 and parts[4] == "probe":
+            self._echo_probe(client, str(message.topic), bytes(message.payload))
+            return
+        if self._on_heartbeat is None or len(parts) != 5 or parts[4] != "heartbeat":
+            return
+        try:
+            self._on_heartbeat(parts[3], bytes(message.payload))
+        except Exception:
+            log.exception("heartbeat from %s could not be processed", parts[3])
+
+    @staticmethod
+    def _echo_probe(client: Any, topic: str, payload: bytes) -> None:
+        """Answer an agent's probe with the hub clock, so it can estimate its clock offset."""
+        try:
+            probe = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(probe, dict) and "ts" in probe and "hub_ts" not in probe:
+            client.publish(topic, orjson.dumps({"hub_ts": time.time(), "echo_ts": probe["ts"]}), qos=0)
+
+    def start(self, timeout: float = 10.0) -> MqttControl:
+        """Connect in the background and wait up to ``timeout`` s for the first connection."""
+        from spanedge.mqtt import HUB_DISTRIBUTION, connect
+
+        connect(self._client, self.broker, HUB_DISTRIBUTION)
+        if not self._connected.wait(timeout):
+            log.warning("hub broker %s not reachable yet; plans are queued and sent once it is", self.broker.url)
+        return self
+
+    def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """Publish retained QoS 1 messages, then wait up to the ack timeout for all their acknowledgements."""
+        infos = [self._client.publish(topic, payload, qos=1, retain=True) for topic, payload in messages]
+        deadline = time.monotonic() + self._ack_timeout
+        acked = []
+        for info in infos:
+            try:
+                info.wait_for_publish(max(deadline - time.monotonic(), 0.0))
+            except (RuntimeError, ValueError):
+                acked.append(False)
+                continue
+            acked.append(bool(info.is_published()))
+        return acked
+
+    def stop(self) -> None:
+        """Disconnect and stop the network thread."""
+        self._stopping = True
+        self._client.disconnect()
+        self._client.loop_stop()
+        self._connected.clear()
+
+    def __enter__(self) -> MqttControl:
+        """Start the client."""
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the client."""
+        self.stop()

@@ -1,0 +1,377 @@
+"""The site registry: which sites are alive, what they report, and the links between them.
+
+Heartbeats from the agents feed a :class:`SiteRegistry`: their counters,
+the one-way latency to their peers (a trimmed mean over a window of
+reports, :mod:`hub.control.links`) and the smoothed rate of every stream they
+source. The coordinator places apps with those measurements (declared
+``sites.yaml`` values where nothing fresh was measured); ``GET /sites`` and
+``GET /latency`` show them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+import orjson
+
+from hub.control.links import WINDOW_S, Links, pair
+from placement.latency import LatencyMatrix
+from spanedge.keyrange import KEY_BUCKETS
+from spanedge.plan import Plan
+from spanedge.sites import Sites
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _SiteState:
+    last_seen: float | None = None
+    heartbeat: dict[str, Any] = field(default_factory=dict)
+    rejected: int = 0
+    revision: int = 0  # counts the changes of what ``status`` shows from the heartbeat
+
+
+class SiteRegistry:
+    """Live state of the sites, built from their heartbeats.
+
+    Thread-safe: heartbeats arrive on the MQTT thread, reads come from the API.
+    """
+
+    def __init__(
+        self,
+        sites: Sites,
+        *,
+        down_after_s: float = 15.0,
+        alpha: float = 0.3,
+        stale_after_s: float = 300.0,
+        latency_window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Track ``sites``.
+
+        Args:
+            sites: the declared sites.
+            down_after_s: a site is down after this many seconds without a heartbeat.
+            alpha: EWMA weight of a new stream rate measurement (0 < alpha <= 1).
+            stale_after_s: measurements older than this fall back to declared values.
+            latency_window_s: a link's latency is a trimmed mean of the reports of this many seconds
+                (:class:`hub.control.links.LinkWindow`).
+            clock: the time source (seconds).
+        """
+        if not 0 < alpha <= 1:
+            msg = f"rate smoothing alpha must be in (0, 1], got {alpha}"
+            raise ValueError(msg)
+        if not latency_window_s > 0:
+            msg = f"latency window must be a positive number of seconds, got {latency_window_s!r}"
+            raise ValueError(msg)
+        self.sites = sites
+        self.down_after_s = down_after_s
+        self.alpha = alpha
+        self.stale_after_s = stale_after_s
+        self.latency_window_s = latency_window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._state: dict[str, _SiteState] = {name: _SiteState() for name in sites.sites}
+        self._links = Links(sites, stale_after_s, latency_window_s)
+        self._rates: dict[tuple[str, str], float] = {}
+        self._unknown: set[str] = set()
+        self._rows: dict[str, tuple[int, dict[str, Any]]] = {}  # per site: revision, status row without live fields
+        self._declared_links: dict[tuple[str, str], tuple[float, float, float, str]] = {}
+        names = list(sites.sites)
+        declared = LatencyMatrix.from_sites(sites)
+        self._declared_pairs = {pair(a, b): declared.latency(a, b) for i, a in enumerate(names) for b in names[i + 1 :]}
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def heartbeat(self, site: str, payload: bytes | Mapping[str, Any]) -> bool:
+        """Record a heartbeat that arrived on ``site``'s heartbeat topic.
+
+        Returns:
+            True if it was recorded; malformed or misaddressed heartbeats are
+            logged with the reason and ignored.
+        """
+        if isinstance(payload, bytes | bytearray):
+            try:
+                data = orjson.loads(payload)
+            except orjson.JSONDecodeError as exc:
+                return self._reject(site, f"not JSON ({exc})")
+        else:
+            data = dict(payload)
+        if not isinstance(data, dict):
+            return self._reject(site, "not a JSON object")
+        if data.get("site", site) != site:
+            return self._reject(site, f"its 'site' field says {data.get('site')!r}")
+        if site not in self._state:
+            if site not in self._unknown:
+                self._unknown.add(site)
+                log.warning("heartbeat from site %r, which sites.yaml does not define; ignoring it", site)
+            return False
+        now = self._clock()
+        with self._lock:
+            state = self._state[site]
+            state.last_seen = now
+            state.heartbeat = data
+            state.revision += 1
+            latency = data.get("latency") or {}
+            if isinstance(latency, dict):
+                for peer, m in latency.items():
+                    if str(peer) != site and str(peer) in self._state and isinstance(m, dict):
+                        self._links.measure(site, str(peer), m, now)
+            operators = data.get("operators") or {}
+            if isinstance(operators, dict):
+                for replica, stats in operators.items():
+                    self._rate(site, str(replica), stats)
+        return True
+
+    def _rate(self, site: str, replica: str, stats: Any) -> None:
+        """Smooth a replica's records/s; a zero is only believed after a non-zero rate.
+
+        An agent reports 0 records/s in its first heartbeat after a start (it
+        has no previous count yet), which says nothing about the stream.
+        """
+        if not isinstance(stats, dict):
+            return
+        value = stats.get("rate_out", stats.get("rate_in"))
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            return
+        key = (site, replica)
+        current = self._rates.get(key)
+        if current is None:
+            if value > 0:
+                self._rates[key] = float(value)
+        else:
+            self._rates[key] = self.alpha * float(value) + (1 - self.alpha) * current
+
+    def _reject(self, site: str, reason: str) -> bool:
+        with self._lock:
+            if site in self._state:
+                self._state[site].rejected += 1
+                self._state[site].revision += 1
+        log.warning("ignoring a heartbeat on site %r's topic: %s", site, reason)
+        return False
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def alive(self, site: str) -> bool:
+        """True if ``site`` sent a heartbeat within the last ``down_after_s`` seconds."""
+        with self._lock:
+            seen = self._state[site].last_seen if site in self._state else None
+        return seen is not None and self._clock() - seen <= self.down_after_s
+
+    def silent(self, site: str) -> bool:
+        """True if ``site`` sent heartbeats once but none within the last ``down_after_s`` seconds (cut off or down)."""
+        with self._lock:
+            seen = self._state[site].last_seen if site in self._state else None
+        return seen is not None and self._clock() - seen > self.down_after_s
+
+    def declared_link(self, a: str, b: str) -> tuple[float, float, float, str]:
+        """``(latency_ms, bandwidth_mbps, cost, origin)`` that sites.yaml gives from ``a`` to ``b``.
+
+        ``origin`` is ``declared`` (a link), ``path`` (shortest path over links)
+        or ``default`` (the file's ``default_link``), as the planner sees it.
+        """
+        return self._links.declared(a, b)
+
+    def link(self, a: str, b: str) -> dict[str, Any]:
+        """The current estimate of the link from ``a`` to ``b``: measured if fresh, else declared."""
+        now = self._clock()
+        with self._lock:
+            m = self._links.measured(a, b)
+        return self._links.row(a, b, m, now)
+
+    def matrix(self) -> list[dict[str, Any]]:
+        """Every ordered pair of distinct sites with its current estimate and the age of the value."""
+        names = list(self.sites.sites)
+        return [self.link(a, b) for a in names for b in names if a != b]
+
+    def latency_rows(self) -> list[dict[str, Any]]:
+        """The fresh measurements, in the row format of ``LatencyMatrix.with_measurements``.
+
+        Only the pairs a site measured are visited, not the whole matrix. Each
+        row also has ``latency_spread_ms``, the interquartile range of the
+        link's reports (:func:`hub.control.planning.noise_hysteresis` reads it).
+        """
+        order = {name: i for i, name in enumerate(self.sites.sites)}
+        now = self._clock()
+        rows = []
+        for a in self.sites.sites:
+            with self._lock:
+                peers = sorted(self._links.peers(a), key=lambda p: order.get(p, len(order)))
+                measured = [(b, self._links.measured(a, b)) for b in peers if b != a]
+            for b, m in measured:
+                if m is None or now - m.updated_at > self.stale_after_s:
+                    continue
+                r = self._links.row(a, b, m, now)
+                rows.append(
+                    {
+                        "src": a,
+                        "dst": b,
+                        "latency_p50_ms": r["latency_ms"],
+                        "latency_p95_ms": r["p95_ms"],
+                        "latency_spread_ms": r["spread_ms"],
+                        "measured_at": r["measured_at"],
+                    }
+                )
+        return rows
+
+    def pair_latencies(self) -> dict[str, float]:
+        """The current one-way latency of every unordered site pair (key ``hub.control.links.pair``), as :meth:`link` gives it.
+
+        Declared values (links, paths, default) come from a table made once; fresh measurements replace them.
+        """
+        now = self._clock()
+        latencies = dict(self._declared_pairs)
+        for a in self.sites.sites:
+            with self._lock:
+                measured = [(b, self._links.measured(a, b)) for b in self._links.peers(a)]
+            for b, m in measured:
+                key = pair(a, b)
+                if m is not None and key in latencies and now - m.updated_at <= self.stale_after_s:
+                    latencies[key] = round(m.p50_ms, 3)
+        return latencies
+
+    def state_bytes(self, app: str, plan: Plan) -> dict[str, float]:
+        """The bytes of state each replica of ``plan`` holds where the plan runs it, as that site last reported.
+
+        Agents report the size of each window replica's snapshot in their
+        heartbeats (``state_bytes``, per app); replicas without a report are left out.
+        """
+        with self._lock:
+            reports = {name: s.heartbeat.get("state_bytes") for name, s in self._state.items()}
+        out: dict[str, float] = {}
+        for a in plan.assignments:
+            per_app = reports.get(a.site)
+            sizes = per_app.get(app) if isinstance(per_app, dict) else None
+            n = sizes.get(a.replica) if isinstance(sizes, dict) else None
+            if _count(n):
+                out[a.replica] = float(n)
+        return out
+
+    def key_spread(self, app: str, plan: Plan) -> dict[str, dict[int, float]]:
+        """How the records of each window replica of ``plan`` spread over its keys, as the sites last reported.
+
+        Agents report each window replica's recent records by bucket of the
+        key hash space (``key_spread``, per app:
+        :class:`edge_agent.heartbeat.KeySpread`); the reports of every site
+        running a share of a replica are summed. Malformed entries are skipped.
+        """
+        replicas = {a.replica for a in plan.assignments}
+        with self._lock:
+            reports = [s.heartbeat.get("key_spread") for s in self._state.values()]
+        out: dict[str, dict[int, float]] = {}
+        for report in reports:
+            per_app = report.get(app) if isinstance(report, dict) else None
+            for replica, spread in per_app.items() if isinstance(per_app, dict) else ():
+                if replica not in replicas or not isinstance(spread, dict):
+                    continue
+                summed = out.setdefault(replica, {})
+                for bucket, n in spread.items():
+                    b = int(bucket) if isinstance(bucket, str) and bucket.isdigit() else -1
+                    if 0 <= b < KEY_BUCKETS and _count(n):
+                        summed[b] = summed.get(b, 0.0) + float(n)
+        return {replica: spread for replica, spread in out.items() if spread}
+
+    def stream_rate(self, stream: str, site: str) -> float | None:
+        """The smoothed measured rate of ``stream`` at ``site`` while the site is alive, or None."""
+        if not self.alive(site):
+            return None
+        with self._lock:
+            return self._rates.get((site, f"{stream}@{site}"))
+
+    def effective_sites(self, streams: Iterable[str] | None = None) -> Sites:
+        """The declared sites with each stream's rate replaced by its measured rate where known."""
+        wanted = None if streams is None else set(streams)
+        updated = {}
+        for name, site in self.sites.sites.items():
+            bindings = {}
+            for stream, binding in site.streams.items():
+                rate = self.stream_rate(stream, name) if wanted is None or stream in wanted else None
+                bindings[stream] = binding.replace(rate=max(rate, 1e-3)) if rate is not None else binding
+            updated[name] = site.replace(streams=bindings)
+        return self.sites.replace(sites=updated)
+
+    def _own_links(self, name: str, now: float) -> dict[str, dict[str, Any]]:
+        """The links of ``name`` that were measured or that sites.yaml declares, as :meth:`link` gives them.
+
+        Pairs covered only by a path over other links or by ``default_link`` are left
+        out: they grow with the square of the fleet, and ``GET /latency`` has them all.
+        """
+        with self._lock:
+            measured = [(peer, self._links.measured(name, peer)) for peer in sorted(self._links.peers(name))]
+        out: dict[str, dict[str, Any]] = {}
+        for peer, m in measured:
+            if m is not None and now - m.updated_at <= self.stale_after_s:
+                p50, p95, age = round(m.p50_ms, 3), round(m.p95_ms, 3), round(now - m.updated_at, 3)
+                out[peer] = {"latency_ms": p50, "p95_ms": p95, "source": "measured", "age_s": age}
+                continue
+            declared = self._declared_links.get((name, peer))
+            if declared is None:
+                declared = self._declared_links[name, peer] = self._links.declared(name, peer)
+            latency, _, _, origin = declared
+            if origin == "declared":
+                out[peer] = {"latency_ms": latency, "p95_ms": latency, "source": origin, "age_s": None}
+        return out
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every site's declared facts and live state, for ``GET /sites``."""
+        return [row for _, row in self.status_revisions()]
+
+    def status_revisions(self) -> list[tuple[int, dict[str, Any]]]:
+        """The rows of :meth:`status`, each with its site's revision.
+
+        The revision changes whenever a row's fields other than ``alive``,
+        ``last_heartbeat_age_s`` and ``latency`` (which follow the clock) may
+        have changed, so a reader can keep what it derives from the rest.
+        """
+        now = self._clock()
+        out = []
+        for name in self.sites.sites:
+            with self._lock:
+                state = self._state[name]
+                seen, revision = state.last_seen, state.revision
+                cached = self._rows.get(name)
+                if cached is None or cached[0] != revision:
+                    cached = (revision, self._row(name, state))
+                    self._rows[name] = cached
+            row = dict(cached[1])
+            row["alive"] = seen is not None and now - seen <= self.down_after_s
+            row["last_heartbeat_age_s"] = None if seen is None else round(now - seen, 3)
+            row["latency"] = self._own_links(name, now)
+            out.append((revision, row))
+        return out
+
+    def _row(self, name: str, state: _SiteState) -> dict[str, Any]:
+        """Site ``name``'s status row from its declaration and last heartbeat, the live fields left ``None``."""
+        site = self.sites.sites[name]
+        hb = state.heartbeat
+        return {
+            "site": name,
+            "tier": str(site.tier),
+            "broker": site.mqtt().url,
+            "streams": {s: b.rate for s, b in site.streams.items()},
+            "alive": None,
+            "last_heartbeat_age_s": None,
+            "apps": hb.get("apps", []),
+            "operators": hb.get("operators", {}),
+            "watermark_lag_s": hb.get("watermark_lag_s"),
+            "outbox": hb.get("outbox", {}),
+            "dlq": hb.get("dlq"),
+            "late": hb.get("late"),
+            "overload_dropped": hb.get("overload_dropped"),
+            "cpu_percent": hb.get("cpu_percent"),
+            "rss_bytes": hb.get("rss_bytes"),
+            "clock_offset_ms": hb.get("clock_offset_ms"),
+            "rejected_heartbeats": state.rejected,
+            "latency": None,
+        }
+
+
+def _count(n: Any) -> TypeGuard[float]:
+    """True for a finite number >= 0 (not a bool)."""
+    return isinstance(n, int | float) and not isinstance(n, bool) and math.isfinite(n) and n >= 0

@@ -1,0 +1,1 @@
+"""Moves between sites and to and from the hub: switches, holds, cutoffs, per-site frontiers and settling."""
