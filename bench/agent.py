@@ -157,7 +157,7 @@ def child_agent(
 ) -> dict[str, Any]:
     """Run the agent in this process and time records through its pipeline."""
     from edge_agent.agent import Agent, AgentConfig
-    from edge_agent.transports import transport_factory
+    from edge_agent.mqtt.select import transport_factory
     from spanedge.plan import Plan
     from spanedge.sites import parse_sites
 
@@ -221,8 +221,8 @@ def child_drain(url: str, n: int, state_dir: Path) -> dict[str, Any]:
     """Fill an outbox with ``n`` window results and time draining it to the broker."""
     import orjson
 
+    from edge_agent.mqtt.paho_transport import PahoTransport
     from edge_agent.outbox import Drainer, Outbox
-    from edge_agent.transport import PahoTransport
     from spanedge.mqtt import AGENT_HUB_LINK
     from spanedge.runtime import HubRecord
     from spanedge.sites import parse_sites

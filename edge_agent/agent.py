@@ -14,7 +14,7 @@ the hub (:mod:`edge_agent.plans`, :mod:`edge_agent.apps`). Dead letters go to
 the DLQ topic on the hub broker; late records (the side output of windows) are
 counted in heartbeats and appended to ``<state dir>/late-<app>.jsonl``.
 
-The connections are made by the :class:`~edge_agent.transport.TransportFactory`
+The connections are made by the :class:`~edge_agent.mqtt.transport.TransportFactory`
 the agent is given (``PahoTransport`` in production, a stand-in in tests).
 """
 
@@ -29,13 +29,13 @@ from edge_agent.apps import Apps
 from edge_agent.config import AgentConfig
 from edge_agent.heartbeat import CPU_BUDGET_FILE
 from edge_agent.intake import Intake
+from edge_agent.mqtt.transport import Inbox, Message, Transport, TransportFactory
 from edge_agent.outbox import Drainer, Outbox
-from edge_agent.plans import PlanIntake
+from edge_agent.plans import HubPlans, PlanIntake
 from edge_agent.processing import Processor
-from edge_agent.recovery import Recoveries, Spool, spooled_streams
+from edge_agent.recovery import Recoveries, Spool, SpoolFeed
 from edge_agent.sinks import LocalSinks, SiteBrokerLink
 from edge_agent.telemetry import Telemetry
-from edge_agent.transport import Inbox, Message, Transport, TransportFactory
 from spanedge import topics
 from spanedge.mqtt import AGENT_HUB_LINK
 from spanedge.plan import Plan
@@ -44,7 +44,7 @@ from spanedge.runtime import Pipeline
 if TYPE_CHECKING:
     from spanedge.signing import TrustedKeys
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 
 def _no_keys() -> TrustedKeys:
@@ -59,7 +59,7 @@ class Agent:
     Args:
         config: the agent settings.
         plans: the plans to run (standalone); ``None`` to take them from the hub (managed).
-        connect: builds the MQTT connections (``edge_agent.transport.PahoTransport``).
+        connect: builds the MQTT connections (``edge_agent.mqtt.paho_transport.PahoTransport``).
     """
 
     def __init__(self, config: AgentConfig, plans: list[Plan] | None = None, *, connect: TransportFactory) -> None:
@@ -104,23 +104,26 @@ class Agent:
             idle_timeout=config.idle_timeout,
             on_stored=self.drainer.kick,
         )
-        self.spool = Spool(config.state_dir / "spool.db", config.spool_keep_s)
-        self._spool_link: Transport | None = None
+        spool = Spool(config.state_dir / "spool.db", config.spool_keep_s)
+        self.spool_feed = SpoolFeed(site, sites, spool, self.inbox, connect)
         self.recoveries = Recoveries(
             site,
             sites,
             self.outbox,
-            self.spool,
+            spool,
             self.sinks.serve,
             on_stored=self.drainer.kick,
             out_of_orderness=config.out_of_orderness,
             max_future_skew=config.max_future_skew,
         )
         self.hub.on_connected = self.telemetry.reconnected
-        self.plan_intake = PlanIntake(site, config.trusted_keys or _no_keys()) if self.managed else None
+        self.hub_plans: HubPlans | None = None
+        self.plan_intake: PlanIntake | None = None
+        if self.managed:
+            self.plan_intake = PlanIntake(site, config.trusted_keys or _no_keys())
+            saved = config.state_dir / "plan.signed"
+            self.hub_plans = HubPlans(self.plan_intake, saved, config.plan_wait, self.hub_site)
         self._initial = plans or []
-        self._saved_plan = config.state_dir / "plan.signed"
-        self._resume_at: float | None = None  # loop time to resume the saved plan at, unless the hub's comes first
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
 
@@ -164,22 +167,22 @@ class Agent:
 
             serve_metrics(self.config.metrics_port, self.telemetry.exposition)
         self.hub.start()
-        if self.managed:
+        if self.hub_plans is not None:
             self.hub.subscribe([(topics.control(self.site, "plan"), 1), (topics.control(self.site, "probe"), 0)])
-            if self.config.plan_wait > 0 and self._saved_plan.is_file():
-                self._resume_at = loop.time() + self.config.plan_wait
-            else:
-                self._resume_managed()
+            self._apply_if_any(self.hub_plans.start(loop.time()))
         else:
             self.hub.subscribe([(topics.control(self.site, "probe"), 0)])
             self.apply(self._initial)
         self._tasks.append(asyncio.create_task(self.drainer.run(self._stop), name="drain"))
-        if self._resume_at is None:
+        if not self._waiting_for_plan():
             self._start_heartbeats()
         try:
             await self._consume()
         finally:
             await self._shutdown(self._tasks)
+
+    def _waiting_for_plan(self) -> bool:
+        return self.hub_plans is not None and self.hub_plans.waiting
 
     def _start_heartbeats(self) -> None:
         """Start the heartbeats (and probes); a restarted agent waiting for the hub's plan sends none yet.
@@ -197,7 +200,7 @@ class Agent:
             messages = self.inbox.drain(1000)
             if messages:
                 self._handle(messages)
-            if self._resume_at is not None:
+            if self._waiting_for_plan():
                 self._resume_when_due()
             self.processor.step()
             self._retire_drained()
@@ -210,8 +213,7 @@ class Agent:
         self.processor.flush()
         self.intake.stop()
         self.site_broker.stop()
-        if self._spool_link is not None:
-            self._spool_link.stop()
+        self.spool_feed.stop()
         for task in tasks:
             try:
                 await asyncio.wait_for(task, 2.0)
@@ -222,42 +224,22 @@ class Agent:
             log.info("shutdown: outbox %s", "drained" if drained else f"keeps {self.outbox.records} records on disk")
         self.hub.stop()
         self.sinks.close()
-        self.spool.close()
+        self.spool_feed.close()
         self.outbox.close()
         log.info("agent of site %s stopped; state checkpointed in %s", self.site, self.config.state_dir)
 
     # -- plans --------------------------------------------------------------
 
     def _resume_when_due(self) -> None:
-        """Resume the saved plan once :attr:`AgentConfig.plan_wait` is over, unless the hub's plan came first.
-
-        A plan that changed while the agent was down (its replicas moved away, say)
-        must not run again: the saved one would take records and windows that are
-        now another site's. So a restarted agent subscribes to its data only once
-        it has the hub's retained plan, or, with the hub out of reach, after the wait.
-        """
-        assert self.plan_intake is not None
-        assert self._resume_at is not None
-        hubs_plan = self.plan_intake.applied is not None  # the hub's plan came first and runs
-        if not hubs_plan and asyncio.get_running_loop().time() < self._resume_at:
+        """Start the heartbeats once the wait for the hub's plan is over, and run the saved plan if it did not come."""
+        assert self.hub_plans is not None
+        plans = self.hub_plans.resume_when_due(asyncio.get_running_loop().time())
+        if self.hub_plans.waiting:
             return
-        self._resume_at = None
         self._start_heartbeats()
-        if hubs_plan:
-            return
-        log.warning(
-            "no plan from the hub broker (%s) within %g s: resuming the plan saved in %s; if the hub re-planned "
-            "while this agent was down, its results may repeat or miss what the new plan gave other sites until "
-            "the hub's plan arrives (raise --plan-wait where the hub broker is slow to reach)",
-            self.hub_site,
-            self.config.plan_wait,
-            self._saved_plan,
-        )
-        self._resume_managed()
+        self._apply_if_any(plans)
 
-    def _resume_managed(self) -> None:
-        assert self.plan_intake is not None
-        plans = self.plan_intake.resume(self._saved_plan)
+    def _apply_if_any(self, plans: list[Plan] | None) -> None:
         if plans is not None:
             self.apply(plans)
 
@@ -269,34 +251,9 @@ class Agent:
         self.processor.flush()
         self.apps.apply(plans)
         self._rewire()
-        self._respool()
-        self.recoveries.update(self.plans, {name: p.app for name, p in self.pipelines.items()})
-
-    def _respool(self) -> None:
-        """Spool this site's streams that other spokes consume (:mod:`edge_agent.recovery`)."""
-        streams = sorted(
-            {s for name, plan in self.plans.items() for s in spooled_streams(self.site, plan, self.pipelines[name].app)}
-        )
-        bindings = self.sites.site(self.site).streams
-        filters = sorted({(bindings[s].topic, 1) for s in streams if s in bindings})
-        link = self._spool_link
-        if not filters:
-            if link is not None and link.filters:
-                link.unsubscribe([f for f, _ in link.filters])
-            self.spool.prune(forced=True)
-            return
-        if link is None:
-            link = self._spool_link = self.connect(
-                self.sites.site(self.site).mqtt(),
-                f"spanedge-{self.site}-spool",
-                f"site broker ({self.site}, spool)",
-                inbox=self.inbox,
-            )
-            link.start()
-        stale = [f for f, _ in link.filters if (f, 1) not in filters]
-        if stale:
-            link.unsubscribe(stale)
-        link.subscribe(filters)
+        apps = {name: p.app for name, p in self.pipelines.items()}
+        self.spool_feed.update(self.plans, apps)
+        self.recoveries.update(self.plans, apps)
 
     def _rewire(self) -> None:
         """Subscribe to what the pipelines read now; the sinks stop using the connections that closed."""
@@ -323,14 +280,7 @@ class Agent:
     def _handle(self, messages: list[Message]) -> None:
         """Act on hub control messages; pass the others to the processor, in arrival order."""
         data: list[Message] = []
-        link = self._spool_link
-        if link is not None and any(m.source is link for m in messages):
-            spooled = [m for m in messages if m.source is link]
-            self.spool.add(spooled)
-            for m in spooled:
-                link.ack(m.mid, m.qos)
-            messages = [m for m in messages if m.source is not link]
-        for m in messages:
+        for m in self.spool_feed.take(messages):
             if m.source is not self.hub:
                 data.append(m)
                 continue
@@ -343,10 +293,8 @@ class Agent:
 
     def _control(self, m: Message) -> None:
         if m.topic == topics.control(self.site, "plan"):
-            if self.plan_intake is not None and m.payload:
-                plans = self.plan_intake.receive(m.payload, self._saved_plan)
-                if plans is not None:
-                    self.apply(plans)
+            if self.hub_plans is not None and m.payload:
+                self._apply_if_any(self.hub_plans.receive(m.payload))
         elif m.topic == topics.control(self.site, "probe"):
             self.telemetry.echo(m.payload, m.arrival)
         self.hub.ack(m.mid, m.qos)

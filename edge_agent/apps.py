@@ -14,7 +14,7 @@ from spanedge.errors import SpanEdgeError
 from spanedge.plan import Handover, Plan
 from spanedge.runtime import Pipeline, from_plan
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 
 class Apps:

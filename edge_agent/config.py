@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge_agent.transports import TRANSPORTS
+from edge_agent.mqtt.select import TRANSPORTS
 from spanedge.errors import SpanEdgeError
 from spanedge.plan import Plan
 from spanedge.runtime import check_idle_timeout

@@ -13,7 +13,7 @@ import psutil
 
 from spanedge.keyrange import spread_of
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 #: The file in an agent's state directory that holds the CPU cores SpanEdge may use at its site now.
 CPU_BUDGET_FILE = "cpu-budget"

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from edge_agent.transport import Inbox, Message, Transport, TransportFactory
+from edge_agent.mqtt.transport import Inbox, Message, Transport, TransportFactory
 from spanedge.plan import split_replica
 from spanedge.runtime import Pipeline
 from spanedge.sites import Sites
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 
 def topic_matches(topic_filter: str, topic: str) -> bool:

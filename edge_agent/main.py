@@ -11,11 +11,11 @@ from typing import Any
 
 from edge_agent.agent import Agent
 from edge_agent.config import AgentLaunch
-from edge_agent.transport import TransportFactory
-from edge_agent.transports import transport_factory
+from edge_agent.mqtt.select import transport_factory
+from edge_agent.mqtt.transport import TransportFactory
 from spanedge.errors import SpanEdgeError
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 
 def run_agent(launch: AgentLaunch, *, connect: TransportFactory | None = None, **options: Any) -> int:

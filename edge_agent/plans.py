@@ -10,6 +10,8 @@ payload signed with its Ed25519 key (:func:`spanedge.signing.sign_plan`)::
 a version not newer than the applied one (a replay), a message for another
 site and app code whose hash does not match, each with a reason
 (:mod:`spanedge.plan_checks`), and keeps the applied version otherwise.
+:class:`HubPlans` adds the plan saved for a restart, resumed when the hub's
+retained plan is slow to come.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from spanedge.plan_checks import SitePlan, check_plan_envelope
 if TYPE_CHECKING:
     from spanedge.signing import TrustedKeys
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 
 class PlanIntake:
@@ -104,6 +106,68 @@ class PlanIntake:
             return None
         log.info("resuming plan version %d until the hub publishes a newer one", self.version)
         return plans
+
+
+class HubPlans:
+    """The plans of a managed agent: the hub's signed ones, saved for a restart.
+
+    A plan that changed while the agent was down (its replicas moved away, say)
+    must not run again: the saved one would take records and windows that are
+    now another site's. So a restarted agent with a saved plan waits up to
+    ``plan_wait`` seconds for the hub's retained plan before resuming its own.
+
+    Args:
+        intake: checks the plan messages.
+        saved: where the applied plan message is kept (``<state dir>/plan.signed``).
+        plan_wait: seconds a restarted agent waits for the hub's plan (0: resume the saved one at once).
+        hub_site: the hub whose broker sends the plans (for log lines).
+    """
+
+    def __init__(self, intake: PlanIntake, saved: Path, plan_wait: float, hub_site: str) -> None:
+        self.intake = intake
+        self.saved = saved
+        self.plan_wait = plan_wait
+        self.hub_site = hub_site
+        self._resume_at: float | None = None  # loop time to resume the saved plan at, unless the hub's comes first
+
+    @property
+    def waiting(self) -> bool:
+        """True while a restarted agent waits for the hub's plan."""
+        return self._resume_at is not None
+
+    def start(self, now: float) -> list[Plan] | None:
+        """Begin the wait for the hub's plan if one was saved; without a wait, return the saved plans now."""
+        if self.plan_wait > 0 and self.saved.is_file():
+            self._resume_at = now + self.plan_wait
+            return None
+        return self.intake.resume(self.saved)
+
+    def receive(self, payload: bytes) -> list[Plan] | None:
+        """The plans of a plan message from the hub, or ``None`` if it was rejected (see :meth:`PlanIntake.receive`)."""
+        return self.intake.receive(payload, self.saved)
+
+    def resume_when_due(self, now: float) -> list[Plan] | None:
+        """End the wait once the hub's plan came or ``plan_wait`` is over; return the saved plans in the latter case.
+
+        Returns:
+            The saved plans to apply, or ``None`` (still waiting, the hub's plan came first, or none verifies).
+        """
+        assert self._resume_at is not None
+        hubs_plan = self.intake.applied is not None  # the hub's plan came first and runs
+        if not hubs_plan and now < self._resume_at:
+            return None
+        self._resume_at = None
+        if hubs_plan:
+            return None
+        log.warning(
+            "no plan from the hub broker (%s) within %g s: resuming the plan saved in %s; if the hub re-planned "
+            "while this agent was down, its results may repeat or miss what the new plan gave other sites until "
+            "the hub's plan arrives (raise --plan-wait where the hub broker is slow to reach)",
+            self.hub_site,
+            self.plan_wait,
+            self.saved,
+        )
+        return self.intake.resume(self.saved)
 
 
 def app_of(plan: Plan) -> App:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edge_agent import mqtt_codec
+from edge_agent.mqtt import codec
 
 
 class RttStats:
@@ -142,18 +142,18 @@ async def mqtt_roundtrip_ms(
         return None
     try:
         client_id = f"spanedge-probe-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
-        hello = mqtt_codec.connect(client_id, 10, clean=True, username=username, password=password)
+        hello = codec.connect(client_id, 10, clean=True, username=username, password=password)
         reply = await _roundtrip(reader, writer, hello, 4, timeout)
         if reply is None or reply[1][0] != 0x20:
             return None
         fastest = reply[0]
         if reply[1][3] == 0:  # accepted
             for _ in range(pings):
-                pong = await _roundtrip(reader, writer, mqtt_codec.PINGREQ, 2, timeout)
+                pong = await _roundtrip(reader, writer, codec.PINGREQ, 2, timeout)
                 if pong is None or pong[1][0] != 0xD0:
                     break
                 fastest = min(fastest, pong[0])
-            writer.write(mqtt_codec.DISCONNECT)
+            writer.write(codec.DISCONNECT)
         return fastest
     finally:
         writer.close()

@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from edge_agent.checkpoint import Checkpointer
 from edge_agent.intake import Intake, Redeliveries
+from edge_agent.mqtt.transport import Message
 from edge_agent.outbox import Outbox
 from edge_agent.sinks import LocalSinks
-from edge_agent.transport import Message
 from spanedge.runtime import Pipeline
 
 #: The outbox state name of the redelivery memory.

@@ -5,7 +5,8 @@ good takes their open windows and its undelivered results with it. Their
 input came from the source site's broker, so the source site keeps it: its
 agent subscribes to its own sensor streams that another spoke consumes and
 spools them on disk (:class:`Spool`, ``<state dir>/spool.db``, for
-``keep_s``, 15 minutes by default).
+``keep_s``, 15 minutes by default), over a connection of its own
+(:class:`SpoolFeed`).
 
 When the hub re-plans around the gone spoke, each handover away from it
 names the source site as ``recoverer`` and the origin from which the gone
@@ -36,8 +37,8 @@ from typing import Any
 
 from edge_agent.checkpoint import Committed
 from edge_agent.intake import topic_matches
+from edge_agent.mqtt.transport import Inbox, Message, Transport, TransportFactory
 from edge_agent.outbox import Outbox
-from edge_agent.transport import Message
 from spanedge.app import App
 from spanedge.errors import SpanEdgeError
 from spanedge.keyrange import recovery_epoch
@@ -46,7 +47,7 @@ from spanedge.plan import Handover, Plan, split_replica
 from spanedge.runtime import Pipeline, recovery_part
 from spanedge.sites import Sites
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 DEFAULT_KEEP_S = 900.0
 """How long the spool keeps a message: the grace period, the re-plan and the longest window, with room."""
@@ -146,6 +147,70 @@ class Spool:
         """Close the database."""
         with self._lock:
             self._db.close()
+
+
+class SpoolFeed:
+    """Keeps the spool fed: a connection to this site's broker for the streams :func:`spooled_streams` names.
+
+    Args:
+        site: this agent's site.
+        sites: the site descriptions (the site's broker and stream topics).
+        spool: where the spooled messages go.
+        inbox: where the connection delivers (the agent's; :meth:`take` picks its messages out).
+        connect: builds the connection, on the first stream to spool.
+    """
+
+    def __init__(self, site: str, sites: Sites, spool: Spool, inbox: Inbox, connect: TransportFactory) -> None:
+        self.site = site
+        self.sites = sites
+        self.spool = spool
+        self.inbox = inbox
+        self.connect = connect
+        self.link: Transport | None = None
+
+    def update(self, plans: Mapping[str, Plan], apps: Mapping[str, App]) -> None:
+        """Subscribe to the streams the apps' ``plans`` spool; prune the spool when there are none."""
+        streams = sorted({s for name, plan in plans.items() for s in spooled_streams(self.site, plan, apps[name])})
+        bindings = self.sites.site(self.site).streams
+        filters = sorted({(bindings[s].topic, 1) for s in streams if s in bindings})
+        link = self.link
+        if not filters:
+            if link is not None and link.filters:
+                link.unsubscribe([f for f, _ in link.filters])
+            self.spool.prune(forced=True)
+            return
+        if link is None:
+            link = self.link = self.connect(
+                self.sites.site(self.site).mqtt(),
+                f"spanedge-{self.site}-spool",
+                f"site broker ({self.site}, spool)",
+                inbox=self.inbox,
+            )
+            link.start()
+        stale = [f for f, _ in link.filters if (f, 1) not in filters]
+        if stale:
+            link.unsubscribe(stale)
+        link.subscribe(filters)
+
+    def take(self, messages: list[Message]) -> list[Message]:
+        """Spool and acknowledge the messages of the spool's connection; return the others."""
+        link = self.link
+        if link is None or not any(m.source is link for m in messages):
+            return messages
+        spooled = [m for m in messages if m.source is link]
+        self.spool.add(spooled)
+        for m in spooled:
+            link.ack(m.mid, m.qos)
+        return [m for m in messages if m.source is not link]
+
+    def stop(self) -> None:
+        """Close the connection (the spool stays open for :meth:`close`)."""
+        if self.link is not None:
+            self.link.stop()
+
+    def close(self) -> None:
+        """Close the spool."""
+        self.spool.close()
 
 
 @dataclass

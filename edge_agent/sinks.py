@@ -15,13 +15,13 @@ import orjson
 
 from edge_agent.checkpoint import Committed
 from edge_agent.intake import Intake
-from edge_agent.transport import Transport, TransportFactory
+from edge_agent.mqtt.transport import Transport, TransportFactory
 from spanedge import topics
 from spanedge.mqtt import AGENT_SINK
 from spanedge.runtime import DeadLetter
 from spanedge.sites import Sites
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 #: File sink targets with one of these suffixes are files; other targets are directories.
 FILE_SUFFIXES = (".jsonl", ".json", ".txt", ".log")

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from edge_agent.heartbeat import CpuBudget, KeySpread, ProcessStats, Rates, heartbeat
+from edge_agent.mqtt.transport import Inbox, Transport
 from edge_agent.outbox import Outbox
 from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms
-from edge_agent.transport import Inbox, Transport
 from spanedge import topics
 from spanedge.errors import InvalidSites
 from spanedge.runtime import Pipeline
@@ -24,7 +24,7 @@ from spanedge.sites import Broker, Sites, Tier
 if TYPE_CHECKING:
     from spanedge.metrics import Exposition
 
-log = logging.getLogger("spanedge.agent")
+log = logging.getLogger(__name__)
 
 IDLE_AFTER_S = 10.0
 """An app whose input has been silent this long, with nothing of it in the outbox, holds no hub window back."""

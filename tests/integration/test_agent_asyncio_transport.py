@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from edge_agent.aio_transport import AsyncioTransport
-from edge_agent.transport import Inbox, Message
+from edge_agent.mqtt.asyncio_transport import AsyncioTransport
+from edge_agent.mqtt.transport import Inbox, Message
 from spanedge.mqtt import AGENT_HUB_LINK
 from spanedge.sites import Broker
 from tests.polling import poll

@@ -12,8 +12,9 @@ import orjson
 import pytest
 
 from edge_agent.agent import Agent, AgentConfig
-from edge_agent.transport import PahoTransport, TransportFactory
-from edge_agent.transports import transport_factory
+from edge_agent.mqtt.paho_transport import PahoTransport
+from edge_agent.mqtt.select import transport_factory
+from edge_agent.mqtt.transport import TransportFactory
 from spanedge.plan import Plan
 from tests.polling import poll
 

@@ -20,7 +20,7 @@ import pytest
 
 import placement
 from edge_agent.agent import Agent, AgentConfig
-from edge_agent.transport import PahoTransport
+from edge_agent.mqtt.paho_transport import PahoTransport
 from hub.control.planning import carry_ownership
 from hub.control.registry import SiteRegistry
 from hub.handover.switches import stamp_handovers

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from edge_agent.agent import Agent, AgentConfig
-from edge_agent.transport import PahoTransport
+from edge_agent.mqtt.paho_transport import PahoTransport
 from spanedge import topics
 from spanedge.plan import Plan
 from spanedge.signing import PlanSigningKey

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from edge_agent.mqtt_codec import FrameReader
+from edge_agent.mqtt.codec import FrameReader
 from edge_agent.probes import PROBE_PINGS, mqtt_roundtrip_ms
 from edge_agent.telemetry import peer_roundtrip_ms
 from simulate.broker import BrokerSecurity, Mosquitto, free_port, mosquitto_path

@@ -27,7 +27,7 @@ import pytest
 
 from edge_agent.agent import Agent
 from edge_agent.config import AgentConfig
-from edge_agent.transport import PahoTransport
+from edge_agent.mqtt.paho_transport import PahoTransport
 from hub.api.client import HubClient
 from simulate.broker import BrokerSecurity, Mosquitto, free_port, mosquitto_path
 from simulate.tls import TlsFiles, make_tls

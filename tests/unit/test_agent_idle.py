@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -239,12 +238,3 @@ def test_snapshot_and_restore_keep_the_idle_watermark() -> None:
 def test_a_bad_idle_timeout_is_rejected(bad: float) -> None:
     with pytest.raises(ValueError, match="idle_timeout must be"):
         _pipeline(Clock(0.0), idle_timeout=bad)
-
-
-def test_agent_config_rejects_a_bad_idle_timeout(tmp_path: Path) -> None:
-    from edge_agent.agent import AgentConfig
-    from spanedge.sites import parse_sites
-
-    sites = parse_sites("sites:\n  cloud: {tier: hub, broker: 'mqtt://127.0.0.1:1883'}\n")
-    with pytest.raises(ValueError, match="idle_timeout"):
-        AgentConfig(site="cloud", sites=sites, state_dir=tmp_path, idle_timeout=-1.0)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edge_agent.agent import Agent, AgentConfig
-from edge_agent.transport import Message
+from edge_agent.mqtt.transport import Message
 from hub.ingest import log as hub_log
 from hub.ingest.consumer import Ingest
 from spanedge import topics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
-from edge_agent import mqtt_codec
+from edge_agent.mqtt import codec
 
 #: Sends bytes on the connection; ``None`` while there is no connection to send on.
 Writer = Callable[[bytes], None] | None
@@ -68,5 +68,5 @@ class InflightWindow:
         if write is None:
             return
         for packet in self.inflight.values():
-            write(mqtt_codec.duplicate(packet))
+            write(codec.duplicate(packet))
         self.send_queued(write)

@@ -1,4 +1,4 @@
-"""MQTT 3.1.1 packets on the wire: what :class:`~edge_agent.aio_transport.AsyncioTransport` writes and reads.
+"""MQTT 3.1.1 packets on the wire: what :class:`~edge_agent.mqtt.asyncio_transport.AsyncioTransport` writes and reads.
 
 Encoders return whole packets as bytes; :class:`FrameReader` splits the byte
 stream of a connection into packets, keeping a partial one for the next chunk.

@@ -1,4 +1,4 @@
-"""A thin MQTT 3.1.1 client on the asyncio event loop, behind the :class:`~edge_agent.transport.Transport` interface.
+"""A thin MQTT 3.1.1 client on the asyncio event loop, behind the :class:`~edge_agent.mqtt.transport.Transport` interface.
 
 :class:`AsyncioTransport` speaks the protocol itself on an asyncio
 connection: no network thread, no per-message callback. Each chunk read from
@@ -10,7 +10,7 @@ effect is committed; the PUBACKs of one commit leave in one socket write.
 While the inbox holds more than half its bound the connection stops reading,
 so the broker, not the agent, holds the backlog (TCP flow control).
 
-Like :class:`~edge_agent.transport.PahoTransport`, it keeps a persistent
+Like :class:`~edge_agent.mqtt.paho_transport.PahoTransport`, it keeps a persistent
 session when its :class:`~spanedge.mqtt.ClientSettings` say so, resubscribes
 after every reconnect, reconnects with the settings' backoff, sends keep-alive
 pings, bounds outgoing QoS 1 messages by ``max_inflight`` and ``max_queued``
@@ -28,9 +28,9 @@ import ssl
 import time
 from typing import Unpack
 
-from edge_agent import mqtt_codec
-from edge_agent.inflight import InflightWindow, Writer
-from edge_agent.transport import ConnectionOptions, Message, TransportBase
+from edge_agent.mqtt import codec
+from edge_agent.mqtt.inflight import InflightWindow, Writer
+from edge_agent.mqtt.transport import ConnectionOptions, Message, TransportBase
 from spanedge.sites import Broker, tls_context
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class _Connection(asyncio.Protocol):
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.paused = False
         self.last_in = time.monotonic()
-        self._frames = mqtt_codec.FrameReader()
+        self._frames = codec.FrameReader()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -84,15 +84,15 @@ class _Connection(asyncio.Protocol):
 class AsyncioTransport(TransportBase):
     """An MQTT 3.1.1 connection on the running event loop, with manual acknowledgement.
 
-    The packets are :mod:`edge_agent.mqtt_codec`'s, the outgoing window is an
-    :class:`~edge_agent.inflight.InflightWindow`; this class is the session:
+    The packets are :mod:`edge_agent.mqtt.codec`'s, the outgoing window is an
+    :class:`~edge_agent.mqtt.inflight.InflightWindow`; this class is the session:
     connect, subscribe, keep-alive, reconnect and acknowledgements.
 
     Args:
         broker: the broker to connect to (credentials and TLS included).
         client_id: a fixed client id, so the broker keeps the session while the agent is down.
         name: a label for log lines (e.g. ``"site broker (truck-7)"``).
-        **options: see :class:`~edge_agent.transport.ConnectionOptions`; ``settings`` also sets the
+        **options: see :class:`~edge_agent.mqtt.transport.ConnectionOptions`; ``settings`` also sets the
             keep-alive, and ``on_published`` is called on the event loop.
     """
 
@@ -138,7 +138,7 @@ class AsyncioTransport(TransportBase):
         conn = self._conn
         if conn is not None and conn.transport is not None and self._connected:
             self._flush()
-            conn.write(mqtt_codec.DISCONNECT)
+            conn.write(codec.DISCONNECT)
             # The broker closes the connection once it has read the DISCONNECT, so the last
             # PUBACKs are read first. Closing here with unread bytes in our socket (reading may be
             # paused) would send a RST, and a broker that had not read them yet would drop them.
@@ -161,13 +161,13 @@ class AsyncioTransport(TransportBase):
         """Drop subscriptions (also from the broker's persistent session)."""
         self._forget_filters(topics)
         if topics and self._connected and self._conn is not None:
-            self._conn.write(mqtt_codec.unsubscribe(self._window.next_mid(), topics))
+            self._conn.write(codec.unsubscribe(self._window.next_mid(), topics))
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int:
         """Send a message (QoS 0 or 1); return its message id (0 for QoS 0)."""
         qos = min(qos, 1)
         mid = self._window.next_mid() if qos else 0
-        packet = mqtt_codec.publish(topic, payload, qos, mid, retain)
+        packet = codec.publish(topic, payload, qos, mid, retain)
         write = self._writer()
         if not qos:
             if write is not None:
@@ -183,7 +183,7 @@ class AsyncioTransport(TransportBase):
         """Acknowledge a received QoS 1 message (its PUBACK leaves with the others of this turn of the loop)."""
         if qos <= 0 or not self._connected:
             return  # not connected: the broker redelivers it
-        self._acks += mqtt_codec.puback(mid)
+        self._acks += codec.puback(mid)
         if not self._flush_due:
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -210,7 +210,7 @@ class AsyncioTransport(TransportBase):
         assert self._conn is not None
         mid = self._window.next_mid()
         self._window.subscribing.add(mid)
-        self._conn.write(mqtt_codec.subscribe(mid, filters))
+        self._conn.write(codec.subscribe(mid, filters))
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -231,7 +231,7 @@ class AsyncioTransport(TransportBase):
                 continue
             self._conn = conn
             conn.write(
-                mqtt_codec.connect(
+                codec.connect(
                     self.client_id,
                     self.settings.keepalive,
                     clean=not self.settings.persistent,
@@ -272,7 +272,7 @@ class AsyncioTransport(TransportBase):
                     conn.transport.abort()
                 return
             if self._connected:
-                conn.write(mqtt_codec.PINGREQ)
+                conn.write(codec.PINGREQ)
 
     def _received(self, messages: list[Message], conn: _Connection) -> None:
         inbox = self.inbox
@@ -287,16 +287,16 @@ class AsyncioTransport(TransportBase):
 
     def _control(self, head: int, body: bytes) -> None:
         kind = head >> 4
-        if kind == mqtt_codec.CONNACK:
+        if kind == codec.CONNACK:
             self._connack(body)
-        elif kind == mqtt_codec.PUBACK:
-            mid = mqtt_codec.packet_id(body)
+        elif kind == codec.PUBACK:
+            mid = codec.packet_id(body)
             if self._window.acknowledged(mid):
                 if self.on_published is not None:
                     self.on_published(mid)
                 self._window.send_queued(self._writer())
-        elif kind == mqtt_codec.SUBACK:
-            self._window.subscribing.discard(mqtt_codec.packet_id(body))
+        elif kind == codec.SUBACK:
+            self._window.subscribing.discard(codec.packet_id(body))
             codes = list(body[2:])
             self._subscription_answered(codes if any(code & 0x80 for code in codes) else [])
         # UNSUBACK, PINGRESP: nothing to do; QoS 2 is never subscribed to
@@ -305,7 +305,7 @@ class AsyncioTransport(TransportBase):
         code = body[1] if len(body) > 1 else 255
         conn = self._conn
         if code != 0:
-            self._log_refused(mqtt_codec.REFUSED.get(code, f"code {code}"))
+            self._log_refused(codec.REFUSED.get(code, f"code {code}"))
             if conn is not None and conn.transport is not None:
                 conn.transport.close()
             return

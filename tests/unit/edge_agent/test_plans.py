@@ -23,7 +23,7 @@ from spanedge.sites import load_sites
 from spanedge.testing import local_plan
 from tests.keys import KEY, ROGUE, TRUSTED
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 APP = ROOT / "examples" / "cold_chain" / "app.py"
 
 
@@ -101,13 +101,13 @@ def _good(version: int) -> bytes:
 
 
 def _rejections(records: list[logging.LogRecord]) -> list[str]:
-    return [r.getMessage() for r in records if r.levelno == logging.WARNING and r.name == "spanedge.agent"]
+    return [r.getMessage() for r in records if r.levelno == logging.WARNING and r.name == "edge_agent.plans"]
 
 
 def test_every_rejected_plan_is_logged_at_warning_with_its_reason(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="spanedge.agent")
+    caplog.set_level(logging.DEBUG, logger="edge_agent.plans")
     saved = tmp_path / "plan.signed"
     intake = PlanIntake("truck-7", TRUSTED)
     assert intake.receive(_good(3), saved) is not None
@@ -150,7 +150,7 @@ def test_good_plans_around_junk_are_all_applied(
     saved = tmp_path_factory.mktemp("plans") / "plan.signed"
     intake = PlanIntake("truck-7", TRUSTED)
     handler = _Collect()
-    logging.getLogger("spanedge.agent").addHandler(handler)
+    logging.getLogger("edge_agent.plans").addHandler(handler)
     forged = {
         "rogue": lambda v: _message(version=v + 1, key=ROGUE),
         "other-site": lambda v: _message(site="truck-9", version=v + 1),
@@ -171,7 +171,7 @@ def test_good_plans_around_junk_are_all_applied(
             assert [p.app for p in plans] == ["cold-chain"]
             assert intake.version == version
     finally:
-        logging.getLogger("spanedge.agent").removeHandler(handler)
+        logging.getLogger("edge_agent.plans").removeHandler(handler)
     assert saved.read_bytes() == _good(len(junk))
     assert len(_rejections(handler.records)) == bad
 
@@ -188,7 +188,7 @@ class _Collect(logging.Handler):
 def test_the_retained_copy_of_the_applied_plan_is_not_a_rejection(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="spanedge.agent")
+    caplog.set_level(logging.INFO, logger="edge_agent.plans")
     saved = tmp_path / "plan.signed"
     intake = PlanIntake("truck-7", TRUSTED)
     message = _message(version=5)

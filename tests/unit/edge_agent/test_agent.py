@@ -10,13 +10,13 @@ import orjson
 import pytest
 
 from edge_agent.agent import Agent, AgentConfig
-from edge_agent.transport import Message
+from edge_agent.mqtt.transport import Message
 from spanedge.loader import load_app
 from spanedge.sites import parse_sites
 from spanedge.testing import local_plan
 from tests.unit.fakes import FakeTransport
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 APP_FILE = ROOT / "examples" / "cold_chain" / "app.py"
 SITES = """
 sites:

@@ -13,7 +13,7 @@ from edge_agent.plans import PlanIntake
 from edge_agent.telemetry import Telemetry
 from spanedge.sites import parse_sites
 from tests.keys import ROGUE, TRUSTED
-from tests.unit.test_agent_plans import _message
+from tests.unit.edge_agent.test_plans import _message
 
 SITES = """
 sites:
@@ -23,7 +23,7 @@ sites:
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "spanedge.agent"]
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("edge_agent.")]
 
 
 @pytest.mark.parametrize(
@@ -41,7 +41,7 @@ def test_a_rejected_plan_is_logged_at_warning_with_its_reason(
 ) -> None:
     intake = PlanIntake("truck-7", TRUSTED)
     saved = tmp_path / "plan.signed"
-    with caplog.at_level(logging.INFO, logger="spanedge.agent"):
+    with caplog.at_level(logging.INFO, logger="edge_agent"):
         assert intake.receive(payload, saved) is None
     (warning,) = _warnings(caplog)
     assert warning.startswith("rejected plan message: ")
@@ -55,7 +55,7 @@ def test_a_replayed_or_older_plan_is_logged_at_warning(tmp_path: Path, caplog: p
     saved = tmp_path / "plan.signed"
     newer = _message(version=5)
     assert intake.receive(newer, saved) is not None
-    with caplog.at_level(logging.INFO, logger="spanedge.agent"):
+    with caplog.at_level(logging.INFO, logger="edge_agent"):
         # the byte-identical message in force: the broker's retained copy after a reconnect, a no-op
         assert intake.receive(newer, saved) is None
         assert intake.receive(_message(version=5, issued_at=2.0e9), saved) is None  # version 5 again: a replay
@@ -94,7 +94,7 @@ def test_a_rejected_probe_message_is_logged_at_warning(
     payload: bytes, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     telemetry = _telemetry()
-    with caplog.at_level(logging.INFO, logger="spanedge.agent"):
+    with caplog.at_level(logging.INFO, logger="edge_agent"):
         telemetry.echo(payload, 100.0)
     (warning,) = _warnings(caplog)
     assert warning.startswith(("rejected probe message", "rejected probe echo"))
@@ -104,7 +104,7 @@ def test_a_rejected_probe_message_is_logged_at_warning(
 
 def test_the_agents_own_probe_and_a_good_echo_are_not_warnings(caplog: pytest.LogCaptureFixture) -> None:
     telemetry = _telemetry()
-    with caplog.at_level(logging.INFO, logger="spanedge.agent"):
+    with caplog.at_level(logging.INFO, logger="edge_agent"):
         telemetry.echo(orjson.dumps({"site": "truck-7", "ts": 99.0}), 100.0)
         telemetry.echo(orjson.dumps({"hub_ts": 99.6, "echo_ts": 99.0}), 100.0)
     assert _warnings(caplog) == []

@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 from edge_agent.checkpoint import Committed
+from edge_agent.mqtt.transport import Message
 from edge_agent.outbox import Outbox
 from edge_agent.recovery import Recoveries, Spool, done_key, spooled_streams
-from edge_agent.transport import Message
 from hub.handover.holds import HandoverHolds
 from hub.handover.recovered import Recovered
 from spanedge.envelope import Record, decode_batch
@@ -146,7 +146,7 @@ def test_a_part_whose_input_stops_is_finished_after_a_while(tmp_path: Path, capl
     recoveries.step()
     assert recoveries.pending
     now[0] = SWITCH + 1000
-    with caplog.at_level(logging.WARNING, "spanedge.agent"):
+    with caplog.at_level(logging.WARNING, "edge_agent.recovery"):
         recoveries.step()
     assert not recoveries.pending
     assert "finishing it with what the spool holds" in caplog.text

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from edge_agent.config import AgentConfig, AgentLaunch, check_log_level, env_var, option_fields
 from spanedge.cli import cli
 from spanedge.loader import load_app
-from spanedge.sites import load_sites
+from spanedge.sites import load_sites, parse_sites
 from spanedge.testing import local_plan
 from tests.conftest import EXAMPLES
 
@@ -104,3 +104,9 @@ def test_launch_names_a_missing_file(tmp_path: Path) -> None:
         AgentLaunch(site="truck-7", sites=tmp_path / "nowhere.yaml").load()
     with pytest.raises(Exception, match=r"cannot read plan file .*plan\.json"):
         AgentLaunch(site="truck-7", sites=SITES, plan=tmp_path / "plan.json").load()
+
+
+def test_a_bad_idle_timeout_is_rejected(tmp_path: Path) -> None:
+    sites = parse_sites("sites:\n  cloud: {tier: hub, broker: 'mqtt://127.0.0.1:1883'}\n")
+    with pytest.raises(ValueError, match="idle_timeout"):
+        AgentConfig(site="cloud", sites=sites, state_dir=tmp_path, idle_timeout=-1.0)
