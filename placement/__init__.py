@@ -1,4 +1,4 @@
-"""Operator placement: an integer program over the DAG, sites and link latencies.
+"""Operator placement: an integer program over the operator DAG (a networkx graph), the sites and link latencies.
 
 The solver comes with the ``placement`` extra (``pip install 'spanedge[placement]'``,
 included in ``hub``, ``sim`` and ``all``); without it, importing this package raises

@@ -1,8 +1,12 @@
-"""Why each replica runs where it runs: one short reason per assignment."""
+"""Why each replica runs where it runs: one short reason per assignment.
+
+The paths a reason follows are walked on the replica DAG (:attr:`placement.problem.Problem.dag`).
+"""
 
 from __future__ import annotations
 
 from placement.cost import Weights, edge_cost, site_loads
+from placement.graph import breadth_first, reachable
 from placement.problem import Problem, Replica
 from spanedge.operators import Kind
 from spanedge.scope import Scope
@@ -88,17 +92,10 @@ def _hub_only(p: Problem, r: Replica, hub: str) -> str:
 
 def _spoke_only(p: Problem, r: Replica) -> str:
     """Name the nearest downstream replica that must run at a spoke."""
-    queue = [e.dst for e in p.out_edges.get(r.id, ())]
-    seen = set(queue)
-    while queue:
-        rid = queue.pop(0)
+    for rid in breadth_first(p.dag, r.id):
         down = p.replicas[rid]
         if down.op.scope is Scope.LOCAL or (down.colocate is None and not any(p.is_hub(c) for c in down.candidates)):
             return f"feeds '{rid}', which must run at a spoke, and nothing returns from a hub to a spoke"
-        for e in p.out_edges.get(rid, ()):
-            if e.dst not in seen:
-                seen.add(e.dst)
-                queue.append(e.dst)
     return "must run at a spoke"
 
 
@@ -129,20 +126,12 @@ def _at_hub(
 
 def _closure(p: Problem, placement: dict[str, str], r: Replica, down: bool) -> list[Replica]:
     """``r`` with its spoke-placed descendants (``down``) or its hub-placed ancestors: what must move with it."""
-    out = [r]
-    seen = {r.id}
-    queue = [r]
-    while queue:
-        cur = queue.pop()
-        nxt = [e.dst for e in p.out_edges.get(cur.id, ())] if down else list(cur.inputs)
-        for rid in nxt:
-            q = p.replicas[rid]
-            if rid in seen or q.is_source or q.colocate is not None or p.is_hub(placement[rid]) != (not down):
-                continue
-            seen.add(rid)
-            out.append(q)
-            queue.append(q)
-    return out
+
+    def moves(rid: str) -> bool:
+        q = p.replicas[rid]
+        return not q.is_source and q.colocate is None and p.is_hub(placement[rid]) != down
+
+    return [r, *(p.replicas[rid] for rid in reachable(p.dag, r.id, moves, upstream=not down))]
 
 
 def _delta(p: Problem, weights: Weights, placement: dict[str, str], r: Replica, hub: str) -> str:

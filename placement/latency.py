@@ -2,8 +2,9 @@
 
 Values come, in order of preference, from measured rows (a long table with
 one row per directed site pair, as agents report them), from the links
-declared in ``sites.yaml``, from the shortest path over those known links,
-and finally from the file's ``default_link``.
+declared in ``sites.yaml``, from the shortest path over those known links
+(networkx Dijkstra over the site graph, :mod:`placement.graph`), and finally
+from the file's ``default_link``.
 
 Measured rows are mappings (or CSV/JSON files) with the columns ``src``,
 ``dst``, ``latency_p50_ms`` and, optionally, ``latency_p95_ms``,
@@ -19,22 +20,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from spanedge.errors import InvalidSites, MissingExtra
+from placement.graph import fastest_paths, site_graph
+from spanedge.errors import InvalidSites
 from spanedge.files import read_text
 from spanedge.sites import Sites
 
-try:
-    import numpy as np
-except ModuleNotFoundError as exc:
-    # The light core (`pip install spanedge`) has no numpy; say which extra brings it.
-    raise MissingExtra(exc.name or "numpy", "placement") from None
-
-#: Weight of a path's cost against its latency (ms) when ranking paths: only ties in latency see it.
-_COST_TIE = 1e-12
-#: Elements of the largest temporary array of the path search.
-_CHUNK = 1 << 21
+if TYPE_CHECKING:
+    import networkx as nx
 
 COLUMNS = ("src", "dst", "latency_p50_ms", "latency_p95_ms", "bandwidth_mbps", "cost", "measured_at")
 
@@ -55,15 +49,6 @@ class LinkInfo:
     origin: str = "declared"
 
 
-class _Filled(NamedTuple):
-    """The full matrix, by site index: whether a path exists, and latency, bandwidth and cost."""
-
-    reached: list[list[bool]]
-    latency: list[list[float]]
-    bandwidth: list[list[float]]
-    cost: list[list[float]]
-
-
 class LatencyMatrix:
     """Latency (ms), bandwidth (Mbit/s) and relative cost per byte between sites.
 
@@ -78,69 +63,40 @@ class LatencyMatrix:
         direct: Mapping[tuple[str, str], LinkInfo],
         default: LinkInfo | None = None,
     ) -> None:
-        """Build the full matrix from direct entries; fill the rest by shortest paths, then ``default``."""
+        """Take the direct entries; the other pairs get the shortest path over them, else ``default``."""
         self.sites: tuple[str, ...] = tuple(dict.fromkeys(list(sites) + [s for pair in direct for s in pair]))
         self._direct = dict(direct)
         self._default = default
-        self._index = {name: i for i, name in enumerate(self.sites)}
+        self._known = frozenset(self.sites)
+        self._paths: dict[str, dict[str, tuple[float, float, float]]] = {}
 
     @cached_property
-    def _filled(self) -> _Filled:
-        """Shortest paths (by latency) over the direct entries, by repeated min-plus squaring on arrays.
+    def _graph(self) -> nx.DiGraph[str]:
+        """The site graph of the direct entries (:func:`placement.graph.site_graph`)."""
+        return site_graph(self.sites, self._direct)
 
-        A path's latency and cost are the sums over its hops and its bandwidth
-        the narrowest hop; of paths equally fast, the cheaper one wins. Direct
-        entries keep their own values. Each squaring doubles the hops a path
-        may have, so a few large array operations do it, rather than one
-        small one per site (which, in a busy multi-threaded hub, would wait
-        for the interpreter lock at every step). Computed on the first
-        question about a pair without a direct entry, so a matrix only built
-        to derive another (``with_measurements``), or only asked about direct
-        pairs, costs nothing.
+    def _filled(self, a: str, b: str) -> tuple[float, float, float]:
+        """Latency, bandwidth and cost of ``a -> b`` by the fastest path over the direct entries, else the default.
+
+        Of paths equally fast, the cheaper one wins. The paths from a site are
+        found on the first question about one of its pairs without a direct
+        entry, so a matrix only built to derive another
+        (``with_measurements``), or only asked about direct pairs, costs nothing.
         """
-        n = len(self.sites)
-        lat = np.full((n, n), np.inf)
-        bw = np.zeros((n, n))
-        cost = np.full((n, n), np.inf)
-        np.fill_diagonal(lat, 0.0)
-        np.fill_diagonal(bw, np.inf)
-        np.fill_diagonal(cost, 0.0)
-        pairs = [(self._index[a], self._index[b], info) for (a, b), info in self._direct.items() if a != b]
-        if pairs:
-            i, j, infos = zip(*pairs, strict=True)
-            lat[i, j] = [x.latency_ms for x in infos]
-            bw[i, j] = [x.bandwidth_mbps for x in infos]
-            cost[i, j] = [x.cost for x in infos]
-        key = lat + _COST_TIE * cost  # ranks equally fast paths by cost
-        rows = max(1, min(n, _CHUNK // max(n * n, 1)))
-        src, dst = np.arange(n)[:, None], np.arange(n)[None, :]
-        through = np.empty((rows, n, n))  # [from, to, via], reused
-        via = np.empty((n, n), dtype=np.intp)
-        for _ in range(n.bit_length() + 1 if pairs else 0):
-            into = np.ascontiguousarray(key.T)  # [to, via]
-            for start in range(0, n, rows):
-                part = through[: min(rows, n - start)]
-                np.add(key[start : start + rows, None, :], into[None, :, :], out=part)
-                via[start : start + rows] = part.argmin(axis=2)
-            shorter = key[src, via] + key[via, dst]
-            if not (shorter < key).any():
-                break
-            key = shorter
-            lat, cost = lat[src, via] + lat[via, dst], cost[src, via] + cost[via, dst]
-            bw = np.minimum(bw[src, via], bw[via, dst])
-        unreached = ~np.isfinite(lat)
+        self._check(a, b)
+        found = self._paths_from(a).get(b)
+        if found is not None:
+            return found
         if self._default is not None:
-            lat[unreached] = self._default.latency_ms
-            bw[unreached] = self._default.bandwidth_mbps
-            cost[unreached] = self._default.cost
-        else:
-            bw[unreached] = 0.0
-            cost[unreached] = np.inf
-        if pairs:
-            lat[i, j] = [x.latency_ms for x in infos]
-            bw[i, j] = [x.bandwidth_mbps for x in infos]
-            cost[i, j] = [x.cost for x in infos]
-        return _Filled((~unreached).tolist(), lat.tolist(), bw.tolist(), cost.tolist())
+            return self._default.latency_ms, self._default.bandwidth_mbps, self._default.cost
+        return math.inf, 0.0, math.inf
+
+    def _paths_from(self, a: str) -> dict[str, tuple[float, float, float]]:
+        """The fastest paths from ``a`` (:func:`placement.graph.fastest_paths`), found once."""
+        paths = self._paths.get(a)
+        if paths is None:
+            paths = self._paths[a] = fastest_paths(self._graph, a)
+        return paths
 
     @classmethod
     def from_sites(cls, sites: Sites) -> LatencyMatrix:
@@ -199,20 +155,17 @@ class LatencyMatrix:
         direct = self._direct.get((a, b))
         if direct is not None:
             return direct
-        i, j = self._pair(a, b)
-        filled = self._filled
-        if filled.reached[i][j]:
-            return LinkInfo(filled.latency[i][j], filled.bandwidth[i][j], filled.cost[i][j], origin="path")
+        self._check(a, b)
+        if b in self._paths_from(a):
+            return LinkInfo(*self._filled(a, b), origin="path")
         if self._default is not None:
             return replace(self._default, origin="default")
         return LinkInfo(math.inf, 0.0, math.inf, origin="unreachable")
 
-    def _pair(self, a: str, b: str) -> tuple[int, int]:
-        try:
-            return self._index[a], self._index[b]
-        except KeyError:
+    def _check(self, a: str, b: str) -> None:
+        if a not in self._known or b not in self._known:
             msg = f"no latency known between {a!r} and {b!r}; known sites: {', '.join(self.sites)}"
-            raise InvalidSites(msg) from None
+            raise InvalidSites(msg)
 
     def latency(self, a: str, b: str) -> float:
         """Latency from ``a`` to ``b`` in ms (0 for the same site)."""
@@ -221,13 +174,12 @@ class LatencyMatrix:
         direct = self._direct.get((a, b))
         if direct is not None:
             return direct.latency_ms
-        i, j = self._pair(a, b)
-        return self._filled.latency[i][j]
+        return self._filled(a, b)[0]
 
     def latencies_from(self, a: str) -> dict[str, float]:
         """The latency in ms from ``a`` to every other site, by site name."""
-        i, _ = self._pair(a, a)
-        return {b: ms for b, ms in zip(self.sites, self._filled.latency[i], strict=True) if b != a}
+        self._check(a, a)
+        return {b: float(self.latency(a, b)) for b in self.sites if b != a}
 
     def bandwidth(self, a: str, b: str) -> float:
         """Bandwidth from ``a`` to ``b`` in Mbit/s (infinite for the same site)."""
@@ -236,8 +188,7 @@ class LatencyMatrix:
         direct = self._direct.get((a, b))
         if direct is not None:
             return direct.bandwidth_mbps
-        i, j = self._pair(a, b)
-        return self._filled.bandwidth[i][j]
+        return self._filled(a, b)[1]
 
     def cost(self, a: str, b: str) -> float:
         """Relative cost per byte sent from ``a`` to ``b`` (0 for the same site)."""
@@ -246,8 +197,7 @@ class LatencyMatrix:
         direct = self._direct.get((a, b))
         if direct is not None:
             return direct.cost
-        i, j = self._pair(a, b)
-        return self._filled.cost[i][j]
+        return self._filled(a, b)[2]
 
     def rows(self) -> list[dict[str, Any]]:
         """The full matrix as a long table (one row per directed pair)."""

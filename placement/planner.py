@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from placement import split
 from placement.baselines import BASELINES, RULES
 from placement.constraints import diagnose, explain_infeasible, violations
 from placement.cost import Weights, evaluate, migration, moves, objective
@@ -16,7 +15,7 @@ from placement.greedy import greedy
 from placement.ilp import solve_ilp
 from placement.latency import LatencyMatrix
 from placement.problem import Previous, Problem, build_problem
-from placement.split import Split
+from placement.split import Place, Split, capped, cut_of, part_load, part_traffic, search, splittable
 from spanedge.app import App
 from spanedge.errors import InfeasiblePlacement, SpanEdgeError
 from spanedge.keyrange import describe
@@ -126,7 +125,7 @@ def _placed(
     matrix: LatencyMatrix,
     weights: Weights,
     problem: Problem,
-    place: split.Place,
+    place: Place,
     previous: Previous | None,
 ) -> tuple[dict[str, str], str, SolverInfo] | Split:
     """Place ``problem``; if nothing fits, split a keyed window in two by key (:mod:`placement.split`).
@@ -137,7 +136,7 @@ def _placed(
     try:
         placement, hub, info = place(problem)
     except InfeasiblePlacement:
-        found = split.search(app, sites, matrix, weights, problem, place, previous)
+        found = search(app, sites, matrix, weights, problem, place, previous)
         if found is None:
             raise
         status = f"{found.info.status}; split {found.part.replica} by key across {found.placement[found.part.replica]} and {found.part.site}"
@@ -157,27 +156,27 @@ def _placed(
 
 
 def _kept_split(
-    app: App, sites: Sites, matrix: LatencyMatrix, weights: Weights, previous: Previous, place: split.Place
+    app: App, sites: Sites, matrix: LatencyMatrix, weights: Weights, previous: Previous, place: Place
 ) -> Split | None:
     """The previous plan's split placement, if it still fits."""
     part = previous.parts[0]
     unsplit = build_problem(app, sites, matrix, previous.placement)
-    if part.replica not in unsplit.replicas or part.replica not in split.splittable(unsplit):
+    if part.replica not in unsplit.replicas or part.replica not in splittable(unsplit):
         return None
-    cut = split.cut_of(part.replica, previous)
+    cut = cut_of(part.replica, previous)
     if cut is None or cut.at != part.keys_from:
         return None  # the records no longer divide at the previous cut
-    need = split.part_load(unsplit, part.replica, cut.kept)
+    need = part_load(unsplit, part.replica, cut.kept)
     left = sites.sites[part.site].cpu - need if part.site in sites.sites else 0.0
     if left <= 0:
         return None
     problem = build_problem(
-        app, split.capped(sites, part.site, left), matrix, previous.placement, shares={part.replica: cut.kept}
+        app, capped(sites, part.site, left), matrix, previous.placement, shares={part.replica: cut.kept}
     )
     kept = kept_placement(problem, previous)
     if kept is None or kept[0][part.replica] == part.site:
         return None
-    cost, wan = split.part_traffic(problem, weights, kept[0], part.replica, part.site, cut.kept)
+    cost, wan = part_traffic(problem, weights, kept[0], part.replica, part.site, cut.kept)
     score = objective(problem, weights, kept[0]) + cost
     info = SolverInfo("ilp", "previous plan kept", 0.0, None)
     return Split(problem, kept[0], kept[1], info, part, cost, wan, score)

@@ -14,6 +14,10 @@ all run at the same spoke: ``s`` itself, or a nearby spoke that reads ``s``'s
 broker over the WAN. Hub-placed replicas all run at one hub, and everything
 downstream of a hub-placed replica is hub-placed too.
 
+The app's operators and their replicas are networkx DAGs
+(:mod:`placement.graph`); replicas are ordered topologically, as the
+operators are.
+
 A re-plan starts from the :class:`Previous` plan: a spoke a replica ran at
 stays among its candidates while it is within reach of its source site, so
 keeping it there is always an option the solvers weigh.
@@ -24,7 +28,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
+from placement.graph import operator_dag, operators_in_order, replica_dag
 from placement.latency import LatencyMatrix, nearest
 from spanedge.app import App
 from spanedge.errors import InfeasiblePlacement, InvalidSites
@@ -32,6 +38,9 @@ from spanedge.operators import Kind, Operator
 from spanedge.plan import KeyPart, Plan, replica_id
 from spanedge.scope import Scope
 from spanedge.sites import Sites, Tier
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 #: A replica may be offloaded to at most this many other spokes...
 OFFLOAD_NEIGHBOURS = 4
@@ -142,7 +151,10 @@ class Edge:
 
 @dataclass
 class Problem:
-    """Everything the solvers need, built by :func:`build_problem`."""
+    """Everything the solvers need, built by :func:`build_problem`.
+
+    ``dag`` has a node per replica and an edge from each of its inputs; ``order`` is a topological order of it.
+    """
 
     app: App
     sites: Sites
@@ -153,6 +165,7 @@ class Problem:
     spokes: tuple[str, ...]
     source_bytes: float
     reference_ms: float
+    dag: nx.DiGraph[str]
     order: tuple[str, ...] = ()
     out_edges: dict[str, list[Edge]] = field(default_factory=dict)
     in_edges: dict[str, list[Edge]] = field(default_factory=dict)
@@ -228,27 +241,27 @@ def build_problem(
             "LatencyMatrix.from_sites(sites).with_measurements(rows) so that declared links fill the gaps"
         )
         raise InvalidSites(msg)
-    graph = app.graph()
+    operators = operator_dag(app)
     hubs = tuple(s.name for s in sites.hubs)
     spokes = tuple(s.name for s in sites.spokes)
     replicas: dict[str, Replica] = {}
     of_op: dict[str, list[str]] = {}
     order: list[str] = []
-    for name in graph.order:
-        op: Operator = graph.op(name)
+    for op in operators_in_order(operators):
         made = _expand(op, sites, replicas, of_op)
         for r in made:
             share = (shares or {}).get(r.id)
             if share is not None:
                 r.rate_in, r.rate_out, r.load = r.rate_in * share, r.rate_out * share, r.load * share
-        of_op[name] = [r.id for r in made]
+        of_op[op.name] = [r.id for r in made]
         for r in made:
             replicas[r.id] = r
             order.append(r.id)
+    dag = replica_dag({rid: replicas[rid].inputs for rid in order})
     _candidates(replicas, order, sites, latency, hubs, spokes, previous or {})
     _colocate_sinks(replicas, order)
-    _windows_apart(replicas, order, hubs)
-    _propagate(replicas, order, hubs)
+    _windows_apart(replicas, order, hubs, dag)
+    _propagate(replicas, order, hubs, dag)
     _fit(replicas, order, sites, hubs)
     for rid in order:
         r = replicas[rid]
@@ -270,6 +283,7 @@ def build_problem(
         spokes=spokes,
         source_bytes=source_bytes or 1.0,
         reference_ms=ref if ref > 0 else 1.0,
+        dag=dag,
         order=tuple(order),
     )
 
@@ -400,7 +414,7 @@ def _may_help(latency: LatencyMatrix, hubs: tuple[str, ...], home: str, spoke: s
     return False
 
 
-def _propagate(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, ...]) -> None:
+def _propagate(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, ...], dag: nx.DiGraph[str]) -> None:
     """Narrow candidates so that nothing runs at a spoke after a hub-only replica, or at a hub before a spoke-only one."""
     # A replica after a hub-only one is hub-only; one before a spoke-only one is spoke-only.
     for rid in order:
@@ -410,38 +424,27 @@ def _propagate(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, 
         if any(_hub_only(replicas[u], hubs) for u in r.inputs if not replicas[u].is_source):
             kept = tuple(c for c in r.candidates if c in hubs)
             _restrict(r, kept, "it reads from an operator that runs at a hub")
-    downstream = _downstream(replicas, order)
     for rid in reversed(order):
         r = replicas[rid]
         if r.is_source:
             continue
-        spoke_only = [d for d in downstream.get(rid, ()) if not any(c in hubs for c in replicas[d].candidates)]
+        spoke_only = [d for d in dag.successors(rid) if not any(c in hubs for c in replicas[d].candidates)]
         if spoke_only:
             kept = tuple(c for c in r.candidates if c not in hubs or c == r.home)
             _restrict(r, kept, f"{replicas[spoke_only[0]].op.describe()} after it must run at a spoke")
 
 
-def _downstream(replicas: dict[str, Replica], order: list[str]) -> dict[str, list[str]]:
-    """The replicas that read each replica's output, in ``order``."""
-    downstream: dict[str, list[str]] = {}
-    for rid in order:
-        for u in replicas[rid].inputs:
-            downstream.setdefault(u, []).append(rid)
-    return downstream
-
-
-def _windows_apart(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, ...]) -> None:
+def _windows_apart(replicas: dict[str, Replica], order: list[str], hubs: tuple[str, ...], dag: nx.DiGraph[str]) -> None:
     """Keep a window with another window downstream off the hubs.
 
     Whatever runs after a hub replica runs at the hub too, and the hub cannot
     chain two windows in one Spark query (:meth:`hub.engine.compile.Compiler.check_windows`):
     each keeps its own watermark, and Spark refuses the query or fires nothing.
     """
-    downstream = _downstream(replicas, order)
     later_window: dict[str, str | None] = {}  # the first window downstream of each replica, if any
     for rid in reversed(order):
         found = None
-        for d in downstream.get(rid, ()):
+        for d in dag.successors(rid):
             found = d if replicas[d].op.kind is Kind.WINDOW else later_window[d]
             if found is not None:
                 break

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import msgspec
 
 from placement.cost import Weights, edge_cost, objective
+from placement.graph import reachable
 from placement.latency import LatencyMatrix
 from placement.problem import Previous, Problem, build_problem
 from spanedge.app import App
@@ -74,29 +75,17 @@ def chain(problem: Problem, rid: str) -> tuple[list[str], list[str]] | None:
     spoke but is not its source site's (a singleton) cannot take a part's
     results, and neither can a window: then the replica is not split.
     """
-    group = problem.replicas[rid].group
-    before: list[str] = []
-    todo = [rid]
-    while todo:
-        for e in problem.in_edges.get(todo.pop(), ()):
-            u = problem.replicas[e.src]
-            if u.is_source or u.id in before:
-                continue
-            if u.group != group or not (u.op.record_level or u.op.kind is Kind.UNION):
-                return None
-            before.append(u.id)
-            todo.append(u.id)
-    after: list[str] = []
-    todo = [rid]
-    while todo:
-        for e in problem.out_edges.get(todo.pop(), ()):
-            d = problem.replicas[e.dst]
-            if d.id in after or all(problem.is_hub(c) for c in d.candidates):
-                continue
-            if d.group != group or not (d.op.record_level or d.op.kind is Kind.SINK):
-                return None
-            after.append(d.id)
-            todo.append(d.id)
+    replicas = problem.replicas
+    group = replicas[rid].group
+
+    def joins(other: str, kind: Kind) -> bool:
+        r = replicas[other]
+        return r.group == group and (r.op.record_level or r.op.kind is kind)
+
+    before = reachable(problem.dag, rid, lambda u: not replicas[u].is_source, upstream=True)
+    after = reachable(problem.dag, rid, lambda d: not all(problem.is_hub(c) for c in replicas[d].candidates))
+    if not all(joins(u, Kind.UNION) for u in before) or not all(joins(d, Kind.SINK) for d in after):
+        return None
     order = {r: i for i, r in enumerate(problem.order)}
     return sorted(before, key=order.__getitem__), sorted(after, key=order.__getitem__)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import re
 from typing import Any
 
 import orjson
@@ -18,51 +17,15 @@ from hub.control.planning import carry_ownership
 from hub.control.site_health import planned_load
 from hub.handover.switches import stamp_handovers
 from hub.ingest.publishers import assigned
-from placement.problem import Previous, build_problem
-from placement.split import chain, splittable
-from spanedge import App, agg, global_, sinks
+from placement.problem import Previous
+from spanedge import App
 from spanedge.errors import InfeasiblePlacement
 from spanedge.keyrange import KEY_SPACE, PART_EPOCH, complement, key_hash
 from spanedge.plan import Plan
-from spanedge.report import render_plan
 from spanedge.runtime import Pipeline, from_plan
-from spanedge.sites import Sites, parse_sites
+from tests.unit.placement.test_split import make_app, make_sites
 
 T0 = 1_700_000_000.0
-
-
-def make_sites(tiny_cpu: float, barn_cpu: float = 1.0) -> Sites:
-    return parse_sites(f"""
-sites:
-  cloud: {{tier: hub, broker: "mqtt://cloud:1883", cpu: 8}}
-  tiny:
-    tier: spoke
-    broker: "mqtt://tiny:1883"
-    cpu: {tiny_cpu}
-    streams:
-      readings: {{topic: "r/#", rate: 100}}
-  barn: {{tier: spoke, broker: "mqtt://barn:1883", cpu: {barn_cpu}}}
-default_link: {{latency_ms: 80, bandwidth_mbps: 10}}
-links:
-  - {{between: [tiny, barn], latency_ms: 5, bandwidth_mbps: 100}}
-""")
-
-
-@global_
-def keep(stats: dict) -> bool:
-    return True
-
-
-def make_app(slide: float | None = None) -> App:
-    """Readings, doubled, a 10 s keyed window too heavy for one 1-core spoke, labelled, then the hub."""
-    app = App("split")
-    doubled = app.source("readings", time_field="ts").map(lambda r: {**r, "x2": r["x"] * 2}, name="double", cost=1e-4)
-    aggs = {"n": agg.count(), "s": agg.sum("x2")}
-    stats = doubled.window(name="stats", key="k", size=10.0, slide=slide, scope="local", cost=0.015, aggs=aggs)
-    stats.map(lambda s: {**s, "label": f"{s['k']}:{s['n']}"}, name="label").filter(keep, name="keep").sink(
-        sinks.memory("split_out"), name="out"
-    )
-    return app
 
 
 def plans(app: App) -> tuple[Plan, Plan, Plan]:
@@ -126,20 +89,6 @@ def test_the_planner_splits_a_window_no_single_spoke_can_carry() -> None:
     assert load["tiny"] <= 1.0
     assert load["barn"] <= 1.0
     assert load["tiny"] + load["barn"] == pytest.approx(0.01 + 1.5 + 0.01, rel=0.05)
-
-
-def test_the_placement_table_shows_each_site_s_keys_of_a_split_replica() -> None:
-    plan = placement.solve(make_app(), make_sites(1.0))
-    table = render_plan(plan)
-    assert re.search(r"stats@tiny \(keys \[0%, 50%\)\)\s+tiny", table), table
-    assert re.search(r"stats@tiny \(keys \[50%, 100%\)\)\s+barn\s+split by key: no spoke within reach", table), table
-
-
-def test_only_keyed_windows_with_stateless_chains_are_splittable() -> None:
-    app = make_app()
-    problem = build_problem(app, make_sites(1.0), placement.LatencyMatrix.from_sites(make_sites(1.0)))
-    assert splittable(problem) == ["stats@tiny"]
-    assert chain(problem, "stats@tiny") == (["double@tiny"], ["label@tiny"])
 
 
 def test_a_replan_keeps_the_split_while_needed_and_merges_back_when_one_site_carries_it() -> None:

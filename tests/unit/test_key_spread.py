@@ -22,7 +22,7 @@ from spanedge.keyrange import BUCKET_WIDTH, KEY_BUCKETS, KEY_SPACE, Share, even_
 from spanedge.operators import WindowKind, WindowSpec
 from spanedge.plan import KeyPart, Plan
 from spanedge.runtime.windows import WindowState
-from tests.unit.test_key_split import make_app, make_sites
+from tests.unit.placement.test_split import make_app, make_sites
 
 #: 17 sensors, one of which sends as much as eight others.
 SKEWED = {f"e{i:02d}": (8.0 if i == 3 else 1.0) for i in range(17)}

@@ -20,7 +20,7 @@ from spanedge.cli import cli
 from spanedge.errors import MissingExtra, SpanEdgeError
 from tests.conftest import EXAMPLES, ROOT
 
-SOLVER_MODULES = ("highspy", "numpy", "pulp")
+SOLVER_MODULES = ("highspy", "networkx", "numpy", "pulp")
 FIX = "pip install 'spanedge[placement]'"
 
 
@@ -74,7 +74,7 @@ def test_the_light_core_depends_on_no_solver_engine_or_web_framework() -> None:
     extras = project["optional-dependencies"]
     sim = requirement_names(extras["sim"]) | requirement_names(extras["placement"])
     assert "rich" in sim, "spanedge simulate prints with rich"
-    assert requirement_names(extras["placement"]) == {"pulp", "highspy", "numpy", "rich"}
+    assert requirement_names(extras["placement"]) == {"pulp", "highspy", "networkx", "numpy", "rich"}
     assert "pydantic" in requirement_names(extras["hub"]), "the REST API's models"
     for extra in ("hub", "sim"):
         assert "spanedge[placement]" in extras[extra], f"the {extra} extra runs the planner"

@@ -9,7 +9,7 @@ import pytest
 from hub.control.planning import default_planner, plan_app
 from hub.control.registry import SiteRegistry
 from spanedge.plan import Plan
-from tests.unit.test_placement import heavy_local_app, offload_sites
+from tests.unit.placement.test_placement import heavy_local_app, offload_sites
 
 
 def placement_of(plan: Plan) -> dict[str, str]:

@@ -493,7 +493,7 @@ def test_examples_plan_validly(example: str) -> None:
 
 
 def test_a_baseline_that_breaks_the_rules_is_marked_infeasible() -> None:
-    from spanedge.report import render_plan
+    from spanedge.report import plan_report, to_text
 
     plan = plan_app(
         EXAMPLES / "cold_chain" / "app.py", EXAMPLES / "cold_chain" / "sites.yaml", baselines=["central", "local-first"]
@@ -504,7 +504,7 @@ def test_a_baseline_that_breaks_the_rules_is_marked_infeasible() -> None:
     assert any("to_celsius@truck-7 at cloud" in v for v in central.violations)
     assert local_first.feasible
     assert Plan.from_json(plan.to_json()).baselines["central"].violations == central.violations
-    text = render_plan(plan, ["central", "local-first"])
+    text = to_text(plan_report(plan, ["central", "local-first"]))
     assert "central (INFEASIBLE)" in text
     assert "central is infeasible here" in text
     assert "local-first (INFEASIBLE)" not in text

@@ -13,8 +13,7 @@ from placement.latency import read_rows
 from spanedge import App, sinks
 from spanedge.errors import InvalidSites
 from spanedge.sites import Sites
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests.conftest import EXAMPLES
 
 
 def sites() -> Sites:

@@ -12,7 +12,7 @@ from placement.planner import kept_placement
 from placement.problem import build_problem
 from placement.synthetic import synthetic
 from spanedge.plan import Plan
-from tests.unit.test_placement import heavy_local_app, offload_sites
+from tests.unit.placement.test_placement import heavy_local_app, offload_sites
 
 PARSE = "parse@factory-a"
 
