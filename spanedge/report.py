@@ -56,11 +56,6 @@ def _totals_row(name: str, totals: Totals) -> tuple[str, ...]:
     )
 
 
-def render_plan(plan: Plan, baselines: Sequence[str] = ()) -> str:
-    """Return the placement table, totals and (if asked) baselines side by side, as plain text."""
-    return to_text(plan_report(plan, baselines))
-
-
 def plan_report(plan: Plan, baselines: Sequence[str] = ()) -> list[Block]:
     """The placement table, totals and (if asked) baselines side by side."""
     head = (

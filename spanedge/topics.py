@@ -10,11 +10,6 @@ def data(app: str, stream: str, site: str) -> str:
     return f"{PREFIX}/{app}/{stream}/{site}"
 
 
-def data_filter(app: str) -> str:
-    """All data topics of ``app`` (the hub subscribes to it)."""
-    return f"{PREFIX}/{app}/+/+"
-
-
 def dlq(app: str, site: str) -> str:
     """Records of ``app`` at ``site`` that could not be processed, with the reason."""
     return f"{PREFIX}/{app}/dlq/{site}"

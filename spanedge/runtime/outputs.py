@@ -95,11 +95,6 @@ class Outputs:
         return bool(self.to_hub or self.sinks or self.dlq or self.late)
 
 
-def text_of(payload: bytes | str) -> str:
-    """A raw payload as text, for a dead letter (bytes that are not UTF-8 are replaced)."""
-    return payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
-
-
 def excerpt(payload: bytes | str, limit: int = EXCERPT_BYTES) -> dict[str, Any]:
     """A bounded view of a payload for a dead letter: its start, its size and its hash.
 

@@ -26,7 +26,7 @@ import pytest
 from spanedge.cli.status import render_status
 from spanedge.loader import load_app
 from spanedge.plan import Plan
-from spanedge.report import render_plan
+from spanedge.report import plan_report, to_text
 from spanedge.sites import load_sites
 from spanedge.testing import local_plan
 from tests.conftest import EXAMPLES
@@ -253,7 +253,7 @@ def test_deploy_prints_the_hubs_plan_on_a_terminal_without_rich(stub_hub: StubHu
     assert _asked_for(err) == ["rich"]
     assert [p["filename"] for p in stub_hub.posted] == [str(APP.resolve())]
     plan = Plan.from_dict(stub_hub.answers["POST /apps"]["plan"])
-    assert ANSI.sub("", out).rstrip("\n") == render_plan(plan)
+    assert ANSI.sub("", out).rstrip("\n") == to_text(plan_report(plan))
     assert "\x1b[1mreplica " in out
 
 
