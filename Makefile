@@ -33,11 +33,12 @@ system-packages:
 # The unit tests (no broker, no Spark) on both cores; then the rest, two files at a time (each worker
 # keeps a file's tests together, so a module's simulated run or broker starts once, and has its own SparkSession).
 test: $(STAMP) lint system-packages
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest tests/unit -n 2
-	$(BIN)/pytest tests/integration tests/e2e -n 2 --dist loadfile
+	$(BIN)/pytest tests/integration tests/e2e tests/docs -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py
 
 clean:
-	rm -rf $(VENV) .spanedge .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .spanedge .pytest_cache .mypy_cache .ruff_cache build

@@ -1,0 +1,292 @@
+"""The deployment page, run as written: three real Mosquitto brokers, a hub with Spark and two agents.
+
+The test reads ``docs/getting-started/deployment.md``, writes the file its ``sites.yaml`` block shows, and runs
+its ``bash`` blocks in order, each in its own ``bash`` that starts from the environment the previous one
+exported (as one terminal would). The page's ports are replaced by free ones. A block after
+``<!-- deployment-test: skip ... -->`` (clone and install) is not run: the test uses the project's own
+environment. A block after ``<!-- deployment-test: background -->`` (the ``mosquitto_sub`` commands the page runs
+in other terminals) runs in the background with its output kept. Then the results must appear where the page
+says: window summaries on truck-7's broker, alerts on the hub's broker, both trucks and the app in
+``spanedge status``, the dashboard at the hub's root, and the stop block ends every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import missing_part
+from tests.polling import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "getting-started" / "deployment.md"
+PAGE_PORTS = (8883, 8884, 8885, 8000)
+MARKER = re.compile(r"<!--\s*deployment-test:\s*(\w+)[^>]*-->\s*$")
+FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```\s*$", re.S | re.M)
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+@dataclass
+class Block:
+    """One fenced block of the page, with the marker comment just above it, if any."""
+
+    lang: str
+    info: str
+    text: str
+    marker: str | None
+
+
+def page_blocks(text: str) -> list[Block]:
+    """The fenced blocks of ``text``, in order."""
+    blocks = []
+    for match in FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        marker = MARKER.search(before)
+        blocks.append(Block(match.group(1), match.group(2).strip(), match.group(3), marker and marker.group(1)))
+    return blocks
+
+
+@dataclass
+class Run:
+    """What running the page left: each foreground block's output, the background outputs, the process groups."""
+
+    trial: Path
+    ports: dict[int, int]
+    outputs: list[tuple[str, str]] = field(default_factory=list)
+    background: list[Path] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    readers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    dashboard: tuple[int, str] = (0, "")
+
+    def block_output(self, first_line: str) -> str:
+        """The output of the foreground block whose text starts with ``first_line``."""
+        for text, output in self.outputs:
+            if text.startswith(first_line):
+                return output
+        raise AssertionError(f"no block of the page starts with {first_line!r}")
+
+
+def _substitute(text: str, ports: dict[int, int]) -> str:
+    for old, new in ports.items():
+        text = re.sub(rf"\b{old}\b", str(new), text)
+    return text
+
+
+def _log_of(trial: Path, name: str) -> str:
+    path = trial / "logs" / name
+    return path.read_text(errors="replace") if path.exists() else "(no log)"
+
+
+def _check_parts() -> None:
+    from simulate.broker import mosquitto_path
+    from spanedge.errors import SpanEdgeError
+
+    try:
+        mosquitto_path()
+    except SpanEdgeError as exc:
+        missing_part(str(exc))
+    for tool, package in (
+        ("mosquitto_pub", "mosquitto-clients"),
+        ("openssl", "openssl"),
+        ("java", "openjdk-17-jre-headless"),
+    ):
+        if shutil.which(tool) is None:
+            missing_part(f"{tool} is not installed: apt-get install -y {package}")
+    if not Path("/usr/sbin/mosquitto").exists():
+        missing_part("the page starts /usr/sbin/mosquitto: apt-get install -y mosquitto")
+
+
+def _run_foreground(run: Run, block: Block, env: dict[str, str], env_file: Path) -> str:
+    script = "set -eo pipefail\n"
+    script += f'[ -f "{env_file}" ] && . "{env_file}"\n'
+    script += _substitute(block.text, run.ports)
+    script += f'\nexport -p > "{env_file}"\n'
+    proc = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=run.trial,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # what it starts in the background stays in this group, stopped at the end
+    )
+    run.groups.append(proc.pid)
+    try:
+        output, _ = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"the page's block timed out:\n{block.text}\n{output.decode(errors='replace')}")
+    text = output.decode(errors="replace")
+    if proc.returncode != 0:
+        logs = "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted((run.trial / "logs").glob("*"))
+        )
+        pytest.fail(f"the page's block failed ({proc.returncode}):\n{block.text}\n{text}\n{logs}")
+    return text
+
+
+def _run_background(run: Run, block: Block, env: dict[str, str], env_file: Path) -> None:
+    out = run.trial / f"background-{len(run.background)}.txt"
+    script = f'. "{env_file}"\nexec {_substitute(block.text, run.ports).strip()}\n'
+    with out.open("wb") as handle:
+        proc = subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=run.trial,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    run.groups.append(proc.pid)
+    run.readers.append(proc)
+    run.background.append(out)
+
+
+def _subscribed(trial: Path) -> bool:
+    return all("u'watcher'" in _log_of(trial, f"broker-{site}.log") for site in ("truck-7", "cloud"))
+
+
+def _stop_groups(run: Run) -> None:
+    """SIGTERM every process group the page started, then SIGKILL what is left after 30 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in run.groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, sig)
+        deadline = time.monotonic() + 30
+        while sig == signal.SIGTERM and time.monotonic() < deadline:
+            for reader in run.readers:
+                reader.poll()  # reap the test's own children, so that they do not count as running
+            if not any(_alive(g) for g in run.groups):
+                break
+            time.sleep(0.5)
+    for reader in run.readers:
+        reader.wait(timeout=30)
+
+
+def _alive(pgid: int) -> bool:
+    """Whether a process of the group is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def page_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """Run the whole page once; every test reads what it left."""
+    _check_parts()
+    from simulate.broker import free_port
+
+    base = tmp_path_factory.mktemp("deployment")
+    (base / "examples").symlink_to(ROOT / "examples")
+    trial = base / "trial"
+    trial.mkdir()
+    run = Run(trial, {port: free_port() for port in PAGE_PORTS})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", ""), "/usr/sbin"])
+    env_file = base / "env.sh"
+    blocks = page_blocks(PAGE.read_text())
+    files = [b for b in blocks if b.lang == "yaml" and 'title="' in b.info]
+    assert files, "the page shows no file to save"
+    for b in files:
+        name = b.info.split('title="', 1)[1].split('"', 1)[0]
+        (trial / name).write_text(_substitute(b.text, run.ports))
+    try:
+        for block in blocks:
+            if block.lang != "bash" or block.marker == "skip":
+                continue
+            if block.marker == "background":
+                _run_background(run, block, env, env_file)
+                continue
+            if "/usr/sbin/mosquitto -c" in block.text and os.geteuid() == 0:
+                # As the page says: started as root, Mosquitto needs `user root` to read the files.
+                for conf in trial.glob("mqtt/**/mosquitto.conf"):
+                    conf.write_text(conf.read_text() + "user root\n")
+            if block.text.startswith("for i in $(seq"):
+                wait_for(lambda: _subscribed(trial), 120, "the page's mosquitto_sub commands to connect", poll=0.5)
+            if block.text.startswith("spanedge status"):
+                # Results first: the page reads them before it asks for the status.
+                for path, topic in zip(run.background, ("cold-chain/unit-stats", "cold-chain/alerts"), strict=True):
+                    wait_for(
+                        lambda p=path, t=topic: f"{t} {{" in p.read_text(errors="replace"),
+                        600,
+                        f"a result on {topic} (hub log:\n{_log_of(trial, 'hub.log')[-3000:]})",
+                        poll=1.0,
+                    )
+            if block.text.startswith("kill $(cat run/truck-7.pid"):
+                answer = httpx.get(f"http://127.0.0.1:{run.ports[8000]}/", timeout=30)
+                run.dashboard = (answer.status_code, answer.text)
+            run.outputs.append((block.text, _run_foreground(run, block, env, env_file)))
+        yield run
+    finally:
+        _stop_groups(run)
+
+
+def test_window_summaries_appear_on_the_trucks_own_broker(page_run: Run) -> None:
+    lines = page_run.background[0].read_text().splitlines()
+    summaries = [line for line in lines if line.startswith("cold-chain/unit-stats {")]
+    assert summaries, lines
+    assert '"unit":"u1"' in summaries[0]
+    assert '"mean_c":3.611' in summaries[0]
+
+
+def test_alerts_appear_on_the_hubs_broker(page_run: Run) -> None:
+    lines = page_run.background[1].read_text().splitlines()
+    alerts = [line for line in lines if line.startswith("cold-chain/alerts {")]
+    assert alerts, lines
+    assert all('"unit":"u2"' in line for line in alerts)  # truck-7's unit stays in the safe band
+
+
+def test_deploy_status_and_rest_say_what_the_page_says(page_run: Run) -> None:
+    deployed = page_run.block_output("spanedge deploy app.py")
+    assert "unit_stats@truck-7" in deployed
+    assert "anomaly" in deployed
+    status = page_run.block_output("spanedge status")
+    assert re.search(r"truck-7\s+spoke\s+yes", status), status
+    assert re.search(r"truck-9\s+spoke\s+yes", status), status
+    assert "app 'cold-chain'" in status
+    placement = page_run.block_output('curl -s -H "Authorization')
+    assert '"app":"cold-chain"' in placement
+
+
+def test_the_dashboard_is_where_the_page_says(page_run: Run) -> None:
+    assert "The dashboard is at <http://127.0.0.1:8000/>" in PAGE.read_text()
+    status, html = page_run.dashboard
+    assert status == 200
+    assert "<html" in html.lower()
+
+
+def test_the_stop_block_stops_every_process(page_run: Run) -> None:
+    for name in ("truck-7", "truck-9", "hub", "broker-cloud", "broker-truck-7", "broker-truck-9"):
+        pid = int((page_run.trial / "run" / f"{name}.pid").read_text())
+        wait_for(lambda p=pid: not Path(f"/proc/{p}").exists() or "zombie" in _state(p), 60, f"{name} to stop")
+    assert "hub stopping" in _log_of(page_run.trial, "hub.log")
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"
+
+
+def test_the_page_blocks_are_found() -> None:
+    blocks = page_blocks(PAGE.read_text())
+    markers = [b.marker for b in blocks if b.lang == "bash"]
+    assert markers.count("skip") == 1
+    assert markers.count("background") == 2
+    assert any(b.text.startswith("spanedge broker-config") for b in blocks)
