@@ -175,7 +175,7 @@ def _hold(coordinator: Coordinator, replica: str, source: str, target: str, swit
     """Give the farm's plan in force a handover of ``replica`` that is far from over."""
     record = coordinator.records()[0]
     plan = dataclasses.replace(record.plan, handovers=(Handover(replica, source, target, switch_at),))
-    coordinator._records[record.name] = dataclasses.replace(record, plan=plan)
+    coordinator.deployments.update(dataclasses.replace(record, plan=plan))
 
 
 def test_an_overload_replan_waits_for_a_handover_and_a_dead_site_does_not() -> None:

@@ -114,7 +114,7 @@ def test_a_site_silent_past_the_grace_period_is_gone_until_heard_again(sites: Si
 def test_planned_load_is_cost_times_the_planned_input_rate(sites: Sites, tmp_path: Path) -> None:
     coordinator, _ = _farm(sites, Clock())
     record = coordinator.records()[0]
-    load = planned_load([(record.plan, coordinator._apps[record.name])])
+    load = planned_load([(record.plan, coordinator.deployments[record.name].app)])
     # field-east's parse (4e-4 s a record), filter and window run at the barn at about 80 records/s
     assert load["barn"] == pytest.approx(80 * (4e-4 + 5e-5) + 0.97 * 80 * 1e-4, rel=0.2)
     assert "field-east" not in load or load["field-east"] < 0.02
