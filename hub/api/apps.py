@@ -144,51 +144,67 @@ def _lookup(coordinator: Coordinator, name: str) -> AppRecord | JSONResponse:
         return not_found(name, coordinator)
 
 
-# A router factory: its length is the five routes it registers.
+DEPLOY_ERRORS = errors(
+    403,
+    413,
+    422,
+    500,
+    e422="the request is malformed, or the app, its sites or its placement is invalid "
+    "(the message spanedge deploy --dry-run prints)",
+)
+"""The error answers of ``POST /apps``."""
+
+
+def deployed(coordinator: Coordinator, body: DeployRequest, request: Request) -> dict[str, Any] | JSONResponse:
+    """Deploy or redeploy the app of ``body`` (audited): the answer of ``POST /apps``."""
+    try:
+        record, distribution = coordinator.deploy(
+            body.source, body.filename, app_name=body.app_name, slo_ms=body.slo_ms, weights=body.weights
+        )
+    except (SpanEdgeError, ValueError) as exc:
+        if isinstance(exc, ValueError):
+            return error(422, exc)
+        log.exception("deploy failed")
+        return error(500, exc)
+    audit.info(
+        "deployed app %s v%d, source sha256 %s, by %s",
+        record.name,
+        record.plan.version,
+        source_hash(body.source),
+        _who(request),
+    )
+    return {
+        "app": record.name,
+        "version": record.plan.version,
+        "plan": record.plan.to_dict(),
+        "distribution": distribution,
+        "history": [dataclasses.asdict(h) for h in record.history],
+    }
+
+
+def deleted(coordinator: Coordinator, name: str, request: Request) -> dict[str, Any] | JSONResponse:
+    """Stop app ``name`` everywhere and forget it (audited): the answer of ``DELETE /apps/{name}``."""
+    if (refused := _bad_name(name)) is not None:
+        return refused
+    try:
+        distribution = coordinator.delete(name)
+    except KeyError:
+        return not_found(name, coordinator)
+    audit.info("deleted app %s, by %s", name, _who(request))
+    return {"deleted": name, "distribution": distribution}
+
+
 def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRouter:
     """The ``/apps`` routes over ``coordinator``; deploying and deleting also need the ``admin`` dependencies."""
     router = APIRouter(tags=["apps"], responses=errors(401))
     one_app = errors(404, 422, e422="the app name in the URL is invalid")
 
     @router.post(
-        "/apps",
-        status_code=201,
-        response_model=DeployResponse,
-        dependencies=list(admin),
-        responses=errors(
-            403,
-            413,
-            422,
-            500,
-            e422="the request is malformed, or the app, its sites or its placement is invalid "
-            "(the message spanedge deploy --dry-run prints)",
-        ),
+        "/apps", status_code=201, response_model=DeployResponse, dependencies=list(admin), responses=DEPLOY_ERRORS
     )
     def deploy(body: DeployRequest, request: Request) -> dict[str, Any] | JSONResponse:
         """Deploy or redeploy an app: place it, persist it, publish its plan, start its hub part."""
-        try:
-            record, distribution = coordinator.deploy(
-                body.source, body.filename, app_name=body.app_name, slo_ms=body.slo_ms, weights=body.weights
-            )
-        except (SpanEdgeError, ValueError) as exc:
-            if isinstance(exc, ValueError):
-                return error(422, exc)
-            log.exception("deploy failed")
-            return error(500, exc)
-        audit.info(
-            "deployed app %s v%d, source sha256 %s, by %s",
-            record.name,
-            record.plan.version,
-            source_hash(body.source),
-            _who(request),
-        )
-        return {
-            "app": record.name,
-            "version": record.plan.version,
-            "plan": record.plan.to_dict(),
-            "distribution": distribution,
-            "history": [dataclasses.asdict(h) for h in record.history],
-        }
+        return deployed(coordinator, body, request)
 
     @router.get("/apps", response_model=AppList)
     def list_apps() -> dict[str, Any]:
@@ -219,13 +235,6 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
     )
     def delete_app(name: str, request: Request) -> dict[str, Any] | JSONResponse:
         """Stop an app everywhere and forget it."""
-        if (refused := _bad_name(name)) is not None:
-            return refused
-        try:
-            distribution = coordinator.delete(name)
-        except KeyError:
-            return not_found(name, coordinator)
-        audit.info("deleted app %s, by %s", name, _who(request))
-        return {"deleted": name, "distribution": distribution}
+        return deleted(coordinator, name, request)
 
     return router

@@ -10,7 +10,9 @@ idempotent ``foreachBatch``. The parts:
   :mod:`hub.engine.transforms` for the operators, :mod:`hub.engine.fingerprint`
   for what identifies a query);
 * :mod:`hub.engine.lifecycle` starts, replaces, restarts and stops the queries
-  (:mod:`hub.engine.queries`, :mod:`hub.engine.checkpoints`, :mod:`hub.engine.restarts`);
+  (:mod:`hub.engine.wanted`, :mod:`hub.engine.builder`, :mod:`hub.engine.shares`,
+  :mod:`hub.engine.retirement`, :mod:`hub.engine.recovery`, :mod:`hub.engine.queries`,
+  :mod:`hub.engine.checkpoints`);
 * :class:`Engine`, here, owns the SparkSession and is what the rest of the
   hub calls.
 """
@@ -68,7 +70,7 @@ class Engine:
         ``close_windows``: a sink that reads a window directly writes it as soon as
         the watermark passes it (:mod:`hub.engine.window_close`); else in the micro-batch
         after (Spark's append mode). A running query keeps the mode its checkpoint
-        was started in (:func:`hub.engine.lifecycle.keep_checkpoint_modes`).
+        was started in (:func:`hub.engine.wanted.keep_checkpoint_modes`).
         ``spark_conf``: Spark settings over the hub's own, for a session built here.
         """
         from hub.engine.late import LateRecords

@@ -16,8 +16,8 @@ import orjson
 import pytest
 
 from hub.engine.engine import Engine
-from hub.engine.lifecycle import before_slot
 from hub.engine.share_progress import SHARE_WRITTEN
+from hub.engine.wanted import before_slot
 from hub.handover.switches import stamp_handovers
 from hub.ingest.consumer import Ingest
 from simulate.reference import Item, evaluate

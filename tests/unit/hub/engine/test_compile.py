@@ -113,7 +113,7 @@ def test_a_running_query_keeps_the_window_close_mode_its_checkpoint_was_started_
 ) -> None:
     """Switching the mode (or its default) would start the query afresh and lose its open windows' records."""
     from hub.engine.checkpoints import checkpoint_name
-    from hub.engine.lifecycle import keep_checkpoint_modes
+    from hub.engine.wanted import keep_checkpoint_modes
 
     app = _app(("n", agg.count()))
     started = _compiler(app, close_windows=not default).fingerprint("out")
@@ -137,7 +137,7 @@ def test_a_running_query_keeps_the_window_close_mode_its_checkpoint_was_started_
 
 def test_a_query_without_a_window_to_close_has_one_fingerprint_in_both_modes(tmp_path: Path) -> None:
     from hub.engine.checkpoints import checkpoint_name
-    from hub.engine.lifecycle import keep_checkpoint_modes
+    from hub.engine.wanted import keep_checkpoint_modes
 
     custom = _app(("n", agg.count()), ("longest", agg.custom("v", LONGEST)))  # finished in Python: not closed
     assert _compiler(custom, True).fingerprint("out") == _compiler(custom, False).fingerprint("out")

@@ -13,9 +13,10 @@ import pytest
 
 from hub.engine.checkpoints import checkpoint_name
 from hub.engine.compile import Compiler
-from hub.engine.lifecycle import Lifecycle, _split, before_slot
 from hub.engine.replicas import Replicas
 from hub.engine.share_progress import SHARE_WRITTEN
+from hub.engine.shares import drop_written
+from hub.engine.wanted import before_slot, split
 from hub.handover import cutoffs
 from hub.handover.switches import before_placement, hub_moves, stamp_handovers
 from spanedge import App, agg, sinks
@@ -269,7 +270,7 @@ def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side
     fp = Compiler(cast(Any, None), Replicas(app, to_hub, graph)).fingerprint("out")
     wanted: dict[str, Any] = {"out": (to_hub.assignment("out"), None, fp)}
     # from the spoke: the spoke writes the results before the switch, the hub's query those from it
-    assert _split(cast(Any, None), app, to_hub, graph, wanted, tmp_path) == {"out": ("after", T0 + 30.0)}
+    assert split(cast(Any, None), app, to_hub, graph, wanted, tmp_path) == {"out": ("after", T0 + 30.0)}
     assert set(wanted) == {"out"}
     # back to the spoke: the hub's query stays, with its state, for the results before the switch
     back = make_plan("tiny", 3, 3, tuple(Handover(r, "cloud", "tiny", T0 + 60.0, 2) for r in moves))
@@ -278,13 +279,12 @@ def test_a_sink_moving_with_the_window_has_one_query_at_the_hub_on_the_hubs_side
         assignments=tuple(dataclasses.replace(a, site="tiny") if a.replica == "out" else a for a in back.assignments),
     )
     wanted = {}
-    assert _split(cast(Any, None), app, back, graph, wanted, tmp_path) == {before_slot("out"): ("before", T0 + 60.0)}
+    assert split(cast(Any, None), app, back, graph, wanted, tmp_path) == {before_slot("out"): ("before", T0 + 60.0)}
     assert wanted[before_slot("out")][2] == fp  # the same query as under the move to the hub: it keeps running
 
 
 def test_an_old_placements_query_that_wrote_its_share_is_not_started_again(tmp_path: Path) -> None:
-    queries = Lifecycle(cast(Any, None), tmp_path, cast(Any, None), cast(Any, None), cast(Any, None), "1 second")
-    root = queries.checkpoint_root("moving")
+    root = tmp_path / "checkpoints" / "moving"
     plan = make_plan("cloud", 2, 2, ())
     wanted: dict[str, Any] = {
         "out": (plan.assignment("out"), None, "aaa"),
@@ -296,7 +296,7 @@ def test_an_old_placements_query_that_wrote_its_share_is_not_started_again(tmp_p
         (root / checkpoint_name("out", fp)).mkdir(parents=True)
         (root / checkpoint_name("out", fp) / SHARE_WRITTEN).write_text("{}")
     (root / checkpoint_name("out", "ccc")).mkdir()
-    kept = queries._drop_written("moving", wanted, sides)
+    kept = drop_written(root, wanted, sides)
     # the old placement's query stays stopped, its note kept; the other starts afresh; the rest is untouched
     assert kept == {checkpoint_name("out", "bbb")}
     assert set(wanted) == {"out", "other"}

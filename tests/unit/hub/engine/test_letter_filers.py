@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 
 from hub.engine.compile import Compiler
-from hub.engine.lifecycle import _name_letter_filers
 from hub.engine.replicas import Replicas
 from hub.engine.sinks import BatchSink, MemoryStore
+from hub.engine.wanted import name_letter_filers
 from hub.handover.cutoffs import Share
 from spanedge import App, global_, sinks
 from spanedge.sites import parse_sites
@@ -49,7 +49,7 @@ def _queries() -> dict[str, Any]:
     compiler = Compiler(None, Replicas(app, plan, app.graph()))  # type: ignore[arg-type]
     wanted = {s: (plan.assignment(s), compiler, "fp") for s in ("b_first", "a_second")}
     queries = {s: SimpleNamespace(sink=SimpleNamespace(letters_of=None)) for s in wanted}
-    _name_letter_filers(wanted, queries)  # type: ignore[arg-type]
+    name_letter_filers(wanted, queries)  # type: ignore[arg-type]
     return queries
 
 

@@ -1,4 +1,4 @@
-"""The lifecycle's decisions on a deployment: whether it changes anything at the hub, and each query's share (no Spark needed)."""
+"""The decisions on a deployment: whether it changes anything at the hub, each query's share, and starting queries (no Spark needed)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from hub.engine.builder import Starter
 from hub.engine.checkpoints import checkpoint_name
 from hub.engine.fingerprint import fingerprint
-from hub.engine.lifecycle import Lifecycle, unchanged
 from hub.engine.replicas import Replicas
 from hub.engine.share_progress import reported_watermark
+from hub.engine.shares import HandoverShares
+from hub.engine.wanted import unchanged
 from hub.handover import cutoffs
 from spanedge.loader import load_app_source
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
@@ -48,7 +50,7 @@ def plan(version: int, objective: float, since: int = 0) -> Plan:
 
 
 def wanted(source: str, p: Plan) -> dict[str, str]:
-    """What the lifecycle computes for a deployment: the checkpoint name of each sink's query."""
+    """What a deployment computes: the checkpoint name of each sink's query."""
     app = load_app_source(source, "/srv/apps/fleet.py")  # loaded anew, as the hub does on each POST /apps
     return {"archive": checkpoint_name("archive", fingerprint(Replicas(app, p, app.graph()), "archive"))}
 
@@ -82,7 +84,7 @@ def test_a_postponed_switch_cuts_the_shares_anew_instead_of_adding_to_them(tmp_p
     """Deploying a plan version again with a later switch gives each query its share as of that switch only."""
     app = load_app_source(SOURCE, "/srv/apps/fleet.py")
     graph = app.graph()
-    lifecycle = Lifecycle(None, tmp_path, None, None, None, "1 second")  # type: ignore[arg-type]
+    shares = HandoverShares()
     old, new = (
         SimpleNamespace(replica="archive", checkpoint=tmp_path / n, sink=SimpleNamespace(share=None))
         for n in ("old", "new")
@@ -93,7 +95,7 @@ def test_a_postponed_switch_cuts_the_shares_anew_instead_of_adding_to_them(tmp_p
     queries: dict[str, Any] = {"archive": new, "archive [old]": old}
 
     def deploy(version: int, at: float) -> None:
-        lifecycle._share(app, version, graph, queries, {"archive": ("after", at), "archive [old]": ("before", at)})
+        shares.give(app, version, graph, queries, {"archive": ("after", at), "archive [old]": ("before", at)})
 
     deploy(2, 30.0)
     deploy(2, 40.0)  # the same plan, its switch moved 10 s later before the sites got it
@@ -140,7 +142,7 @@ class _FakeQuery:
 def test_queries_start_one_after_another_only_until_the_driver_has_run_a_batch(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    import hub.engine.lifecycle as lifecycle_module
+    import hub.engine.builder as builder_module
 
     started: list[str] = []
     waited: list[str] = []
@@ -149,15 +151,14 @@ def test_queries_start_one_after_another_only_until_the_driver_has_run_a_batch(
         waited.append(handle.name)
         handle.lastProgress = {"batchId": 0}  # the query ran its first batch
 
-    monkeypatch.setattr(lifecycle_module, "await_first_batch", await_first_batch)
-    monkeypatch.setattr(lifecycle_module.ingest_log, "subscribe", lambda *args: None)
-    lifecycle = Lifecycle(None, tmp_path, None, None, None, "1 second")  # type: ignore[arg-type]
+    monkeypatch.setattr(builder_module, "await_first_batch", await_first_batch)
+    monkeypatch.setattr(builder_module.ingest_log, "subscribe", lambda *args: None)
+    starter = Starter("1 second")
 
     def deploy(app: str, names: list[str]) -> None:
         deployed = SimpleNamespace(app=SimpleNamespace(name=app), queries={})
-        lifecycle.apps[app] = deployed  # type: ignore[assignment]
         built = {n: (_FakeQuery(n, started), None) for n in names}
-        lifecycle._start(deployed, built)  # type: ignore[arg-type]
+        starter.start(deployed, built, tmp_path)  # type: ignore[arg-type]
 
     deploy("first", ["a", "b", "c"])  # a fresh driver: b waits for a's first batch; by then the driver is warm
     assert (started, waited) == (["a", "b", "c"], ["a"])
@@ -166,25 +167,25 @@ def test_queries_start_one_after_another_only_until_the_driver_has_run_a_batch(
 
 
 def test_a_query_without_a_window_at_the_hub_runs_at_the_stateless_trigger(tmp_path: Path, monkeypatch: Any) -> None:
-    import hub.engine.lifecycle as lifecycle_module
+    import hub.engine.builder as builder_module
 
-    monkeypatch.setattr(lifecycle_module, "await_first_batch", lambda handle: None)
-    monkeypatch.setattr(lifecycle_module.ingest_log, "subscribe", lambda *args: None)
+    monkeypatch.setattr(builder_module, "await_first_batch", lambda handle: None)
+    monkeypatch.setattr(builder_module.ingest_log, "subscribe", lambda *args: None)
     queries = {"windows": _FakeQuery("windows", [], watermarked=True), "rows": _FakeQuery("rows", [])}
     deployed = SimpleNamespace(app=SimpleNamespace(name="fleet"), queries={})
 
-    split = Lifecycle(None, tmp_path, None, None, None, "470 milliseconds", stateless_trigger="230 milliseconds")  # type: ignore[arg-type]
-    split._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
+    split = Starter("470 milliseconds", stateless_trigger="230 milliseconds")
+    split.start(deployed, {n: (q, None) for n, q in queries.items()}, tmp_path)  # type: ignore[arg-type]
     assert {n: q.trigger for n, q in queries.items()} == {"windows": "470 milliseconds", "rows": "230 milliseconds"}
 
-    default = Lifecycle(None, tmp_path, None, None, None, "1 second")  # type: ignore[arg-type]
-    default._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
+    default = Starter("1 second")
+    default.start(deployed, {n: (q, None) for n, q in queries.items()}, tmp_path)  # type: ignore[arg-type]
     assert {n: q.trigger for n, q in queries.items()} == {"windows": "1 second", "rows": "230 milliseconds"}
 
-    one = Lifecycle(None, tmp_path, None, None, None, "1 second", stateless_trigger="1 second")  # type: ignore[arg-type]
-    one._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
+    one = Starter("1 second", stateless_trigger="1 second")
+    one.start(deployed, {n: (q, None) for n, q in queries.items()}, tmp_path)  # type: ignore[arg-type]
     assert {n: q.trigger for n, q in queries.items()} == {"windows": "1 second", "rows": "1 second"}
 
-    faster = Lifecycle(None, tmp_path, None, None, None, "100 milliseconds")  # type: ignore[arg-type]
-    faster._start(deployed, {n: (q, None) for n, q in queries.items()})  # type: ignore[arg-type]
+    faster = Starter("100 milliseconds")
+    faster.start(deployed, {n: (q, None) for n, q in queries.items()}, tmp_path)  # type: ignore[arg-type]
     assert {n: q.trigger for n, q in queries.items()} == {"windows": "100 milliseconds", "rows": "100 milliseconds"}
