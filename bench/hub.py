@@ -147,7 +147,7 @@ class Publisher:
 
     def batches(self, n: int, t0: float, spacing: float) -> list[bytes]:
         """Encode ``n`` records in batches of :data:`BATCH`, event times from ``t0``."""
-        from spanedge.envelope import Record, encode_batch
+        from spanedge.wire.batch import Record, encode_batch
 
         out = []
         for start in range(0, n, BATCH):
@@ -455,7 +455,7 @@ def latency(
 
         def run() -> None:
             from spanedge import topics
-            from spanedge.envelope import Record, encode_batch
+            from spanedge.wire.batch import Record, encode_batch
 
             names = (pass_app.name, window_app.name)
             nxt = time.monotonic()

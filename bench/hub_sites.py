@@ -206,7 +206,7 @@ class Sites:
     def data(self, name: str) -> None:
         """Publish a batch of records of site ``name`` (QoS 1), with the next seqs."""
         from spanedge import topics
-        from spanedge.envelope import Record, encode_batch
+        from spanedge.wire.batch import Record, encode_batch
 
         now = time.time()
         recs = []

@@ -40,6 +40,7 @@ from spanedge import topics
 from spanedge.mqtt import AGENT_HUB_LINK
 from spanedge.plan import Plan
 from spanedge.runtime import Pipeline
+from spanedge.wire.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
     from spanedge.signing import TrustedKeys
@@ -303,7 +304,7 @@ class Agent:
         if not self.telemetry.published(mid):
             self.drainer.acked(mid)
 
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self) -> Heartbeat:
         """The current heartbeat message."""
         return self.telemetry.heartbeat(
             self.pipelines,

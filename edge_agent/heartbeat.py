@@ -12,6 +12,7 @@ from typing import Any
 import psutil
 
 from spanedge.keyrange import spread_of
+from spanedge.wire.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +155,8 @@ def heartbeat(
     complete: dict[str, float | None] | None = None,
     delivered: dict[str, float] | None = None,
     key_spread: dict[str, dict[str, dict[str, float]]] | None = None,
-) -> dict[str, Any]:
-    """Assemble one heartbeat message (JSON-ready).
+) -> Heartbeat:
+    """Assemble one heartbeat message (:class:`spanedge.wire.heartbeat.Heartbeat`).
 
     ``cpu_budget`` is the CPU cores SpanEdge may use at the site now, when it
     is less than ``sites.yaml`` declares (see :class:`CpuBudget`); None leaves it out.
@@ -171,33 +172,27 @@ def heartbeat(
     result, to the hub and to its local sinks: if it dies for good, the hub
     reports its results from there on at risk. ``key_spread`` gives, per app,
     each window replica's recent records by bucket of its key hash space
-    (:class:`KeySpread`). Empty or None leaves any of these out.
+    (:class:`KeySpread`). Empty or None leaves any of these out, as it
+    leaves out a ``watermark_lag_s`` or ``clock_offset_ms`` not known yet.
     """
-    beat = {
-        "site": site,
-        "ts": time.time(),
-        "apps": apps,
-        "operators": operators,
-        "watermark_lag_s": None if watermark_lag_s is None else round(watermark_lag_s, 3),
-        "outbox": outbox,
-        "dlq": dlq,
-        "late": late,
-        "overload_dropped": overload_dropped,
-        "cpu_percent": cpu_percent,
-        "rss_bytes": rss_bytes,
-        "latency": latency,
-        "clock_offset_ms": clock_offset_ms,
-    }
-    if cpu_budget is not None:
-        beat["cpu_budget"] = cpu_budget
-    if handed_over:
-        beat["handed_over"] = handed_over
-    if state_bytes:
-        beat["state_bytes"] = state_bytes
-    if complete:
-        beat["complete"] = complete
-    if delivered:
-        beat["delivered"] = delivered
-    if key_spread:
-        beat["key_spread"] = key_spread
-    return beat
+    return Heartbeat(
+        site=site,
+        ts=time.time(),
+        apps=apps,
+        operators=operators,
+        watermark_lag_s=None if watermark_lag_s is None else round(watermark_lag_s, 3),
+        outbox=outbox,
+        dlq=dlq,
+        late=late,
+        overload_dropped=overload_dropped,
+        cpu_percent=cpu_percent,
+        rss_bytes=rss_bytes,
+        latency=latency,
+        clock_offset_ms=clock_offset_ms,
+        cpu_budget=cpu_budget,
+        handed_over=handed_over or [],
+        state_bytes=state_bytes or {},
+        complete=complete or {},
+        delivered=delivered or {},
+        key_spread=key_spread or {},
+    )

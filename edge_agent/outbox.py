@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from msgspec import Raw
 
 from spanedge import topics
-from spanedge.envelope import VERSION
 from spanedge.runtime import HubRecord
+from spanedge.wire.batch import VERSION, BatchMessage, WireRecord, encode_message
 
 POLICIES = ("oldest", "newest")
 _OVERHEAD = 48  # bytes per record beyond its value: seq, time, key, framing
@@ -75,7 +76,7 @@ SeqKey = tuple[str, str, str, int]
 
 @dataclass(frozen=True)
 class Batch:
-    """Consecutive outbox records of one (app, site, stream, epoch), encoded as one envelope batch."""
+    """Consecutive outbox records of one (app, site, stream, epoch), encoded as one batch (:mod:`spanedge.wire.batch`)."""
 
     app: str
     site: str
@@ -310,20 +311,19 @@ class Outbox:
 
 def _encode(rows: list[Any]) -> Batch:
     _, app, stream, site, epoch = rows[0][:5]
-    fields: dict[str, Any] = {"v": VERSION, "app": app, "site": site, "stream": stream}
-    if epoch:
-        fields["epoch"] = int(epoch)
     # every record after a record with a frontier lies at or past it: so do those after this batch
     announced = [r[9] for r in rows if r[9] is not None]
-    if announced:
-        fields["complete"] = max(announced)
-    head = orjson.dumps(fields)
-    parts = [
-        b'{"seq":%d,"t":%s,"k":%s,"v":%s}' % (seq, orjson.dumps(t), orjson.dumps(k), bytes(v))
-        for _, _, _, _, _, seq, t, k, v, _ in rows
-    ]
-    payload = head[:-1] + b',"records":[' + b",".join(parts) + b"]}"
-    return Batch(app, site, stream, tuple(r[0] for r in rows), payload, int(epoch))
+    message = BatchMessage(
+        v=VERSION,
+        app=app,
+        site=site,
+        stream=stream,
+        epoch=int(epoch),
+        complete=max(announced) if announced else None,
+        # each value is stored encoded: it goes into the batch as it is
+        records=[WireRecord(seq=seq, t=t, k=k, v=Raw(v)) for _, _, _, _, _, seq, t, k, v, _ in rows],
+    )
+    return Batch(app, site, stream, tuple(r[0] for r in rows), encode_message(message), int(epoch))
 
 
 class Drainer:

@@ -20,6 +20,8 @@ from spanedge import topics
 from spanedge.errors import InvalidSites
 from spanedge.runtime import Pipeline
 from spanedge.sites import Broker, Sites, Tier
+from spanedge.wire.heartbeat import Heartbeat
+from spanedge.wire.heartbeat import encode as encode_heartbeat
 
 if TYPE_CHECKING:
     from spanedge.metrics import Exposition
@@ -135,7 +137,7 @@ class Telemetry:
         self._key_spread = KeySpread()
         self._proc = ProcessStats()
         self.budget = CpuBudget(budget_file)
-        self.last: dict[str, Any] = {}  # the last heartbeat sent, for the metrics endpoint
+        self.last = Heartbeat(site=site)  # the last heartbeat sent, for the metrics endpoint
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop :meth:`run` runs on
         self._beat_now = asyncio.Event()  # the hub link came back: send a heartbeat now
 
@@ -178,7 +180,7 @@ class Telemetry:
             return
         self.clock.observe(sent, hub_ts, arrival)
 
-    async def run(self, stop: asyncio.Event, report: Callable[[], dict[str, Any]]) -> None:
+    async def run(self, stop: asyncio.Event, report: Callable[[], Heartbeat]) -> None:
         """Probe and publish ``report()`` every interval, and whenever the hub link comes back, until ``stop``."""
         self._loop = asyncio.get_running_loop()
         reconnected = False
@@ -186,7 +188,7 @@ class Telemetry:
             await self.probe(peers=not reconnected)
             self.last = report()
             if self.hub.connected:
-                self.hub.publish(topics.control(self.site, "heartbeat"), orjson.dumps(self.last), 1)
+                self.hub.publish(topics.control(self.site, "heartbeat"), encode_heartbeat(self.last), 1)
             reconnected = await self._sleep(stop)
 
     async def _sleep(self, stop: asyncio.Event) -> bool:
@@ -220,27 +222,25 @@ class Telemetry:
 
         beat, out = self.last, Exposition()
         site = {"site": self.site}
-        out.add("spanedge_agent_watermark_lag_seconds", beat.get("watermark_lag_s"), site)
-        out.add(
-            "spanedge_agent_dead_letters_total", beat.get("dlq"), site, help="records sent to the dead-letter topic"
-        )
-        out.add("spanedge_agent_late_records_total", beat.get("late"), site, help="records behind the watermark")
-        out.add("spanedge_agent_overload_dropped_records_total", beat.get("overload_dropped"), site)
-        outbox = beat.get("outbox") or {}
+        out.add("spanedge_agent_watermark_lag_seconds", beat.watermark_lag_s, site)
+        out.add("spanedge_agent_dead_letters_total", beat.dlq, site, help="records sent to the dead-letter topic")
+        out.add("spanedge_agent_late_records_total", beat.late, site, help="records behind the watermark")
+        out.add("spanedge_agent_overload_dropped_records_total", beat.overload_dropped, site)
+        outbox = beat.outbox
         out.add("spanedge_agent_outbox_records", outbox.get("records"), site, help="records waiting for the hub")
         out.add("spanedge_agent_outbox_bytes", outbox.get("bytes"), site)
         out.add("spanedge_agent_outbox_sent_records_total", outbox.get("sent"), site)
         out.add("spanedge_agent_outbox_dropped_records_total", outbox.get("dropped"), site)
-        for replica, stats in (beat.get("operators") or {}).items():
+        for replica, stats in beat.operators.items():
             labels = {"site": self.site, "replica": replica}
             out.add("spanedge_operator_input_records_total", stats.get("in"), labels)
             out.add("spanedge_operator_output_records_total", stats.get("out"), labels)
             out.add("spanedge_operator_input_records_per_second", stats.get("rate_in"), labels)
             out.add("spanedge_operator_output_records_per_second", stats.get("rate_out"), labels)
-        for peer, stats in (beat.get("latency") or {}).items():
+        for peer, link in beat.latency.items():
             labels = {"site": self.site, "peer": peer}
             out.add(
-                "spanedge_agent_link_rtt_seconds", stats.get("rtt_ms"), labels, help="the latest round trip", scale=1e-3
+                "spanedge_agent_link_rtt_seconds", link.get("rtt_ms"), labels, help="the latest round trip", scale=1e-3
             )
         return out
 
@@ -255,7 +255,7 @@ class Telemetry:
         committed: Mapping[str, float] | None = None,
         sinks_committed: Mapping[str, float] | None = None,
         unacknowledged: Mapping[str, float] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Heartbeat:
         """The heartbeat message for the agent's current state.
 
         ``handed_over``: see :func:`heartbeat`; ``committed`` and

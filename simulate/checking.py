@@ -32,6 +32,7 @@ from simulate.results import Collector, Result
 from simulate.sensors import Sent
 from simulate.site_losses import Destroyed
 from spanedge.app import App
+from spanedge.numbers import is_number
 from spanedge.operators import Kind, Operator, WindowSpec
 
 WindowKey = tuple[str, float]
@@ -422,7 +423,7 @@ def _want_key(item: Item, window: WindowSpec) -> WindowKey:
 
 
 def _close(a: Any, b: Any) -> bool:
-    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+    if is_number(a) and is_number(b):
         return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-3)
     return bool(a == b)
 

@@ -36,6 +36,7 @@ import msgspec
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidSites
 from spanedge.file_models import FileModel, convert
+from spanedge.numbers import is_number
 from spanedge.sites import Sites
 
 SPECIALS = ("$key", "$event_time", "$seq", "$site")
@@ -67,7 +68,7 @@ def _decode(kind: type, value: Any) -> Any:
     if kind is SignedSeconds:
         if isinstance(value, str) and value.startswith("-"):
             return SignedSeconds(-_seconds(value[1:]))
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if is_number(value):
             return SignedSeconds(value)
         return SignedSeconds(_seconds(value))
     raise NotImplementedError

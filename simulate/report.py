@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from spanedge.numbers import is_number
+
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The ``q``-th percentile (0–100) by nearest rank; ``None`` for no values."""
@@ -24,7 +26,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def epoch(value: Any) -> float | None:
     """Seconds since the epoch from a number or an ISO-8601 string."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if is_number(value):
         return float(value)
     if isinstance(value, str):
         try:

@@ -15,6 +15,7 @@ import orjson
 from simulate.broker import Login
 from spanedge import topics
 from spanedge.app import App
+from spanedge.numbers import number
 from spanedge.operators import Kind
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class Collector:
                 return
             if isinstance(beat, dict):
                 site_name = parts[3]
-                backlog = int(_number(beat, "outbox", "records"))
+                backlog = int(_reported(beat, "outbox", "records"))
                 self.max_backlog[site_name] = max(self.max_backlog.get(site_name, 0), backlog)
                 self.backlog_history.setdefault(site_name, []).append((now, backlog))
                 self.heartbeats[site_name] = beat
@@ -111,12 +112,12 @@ class Collector:
         beat = self.heartbeats.get(site)
         if beat is None:
             return None
-        return int(_number(beat, "outbox", "records"))
+        return int(_reported(beat, "outbox", "records"))
 
     def counter(self, site: str, *path: str) -> float:
         """A number from the latest heartbeat of ``site`` (0 if absent)."""
         beat = self.heartbeats.get(site)
-        return 0.0 if beat is None else _number(beat, *path)
+        return 0.0 if beat is None else _reported(beat, *path)
 
     async def watch(
         self, site: str, host: str, port: int, hub: bool, stop: asyncio.Event, login: Login | None = None
@@ -173,14 +174,14 @@ class Collector:
             self.on_message(site, str(message.topic), bytes(payload or b""))
 
 
-def _number(data: Any, *path: str) -> float:
+def _reported(data: Any, *path: str) -> float:
     for part in path:
         if not isinstance(data, dict):
             return 0.0
         data = data.get(part)
     if isinstance(data, dict):  # per-operator counters: their sum
-        return sum(_number(v) for v in data.values())
-    return float(data) if isinstance(data, int | float) and not isinstance(data, bool) else 0.0
+        return sum(_reported(v) for v in data.values())
+    return number(data) or 0.0
 
 
 def _dlq_records(payload: bytes) -> int:

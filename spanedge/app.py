@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -14,6 +13,7 @@ from spanedge.dag import OperatorGraph, build_graph
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidDataflow
 from spanedge.names import check_app_name
+from spanedge.numbers import require_number
 from spanedge.operators import Kind, Operator, SinkSpec, WindowKind, WindowSpec
 from spanedge.schema import to_ddl
 from spanedge.scope import Scope, hints_of
@@ -54,9 +54,7 @@ def _estimates(where: str, cost: float | None, selectivity: float | None) -> tup
     for label, value in (("cost", cost), ("selectivity", selectivity)):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            msg = f"{where}: {label} must be a finite number >= 0, got {value!r}"
-            raise InvalidDataflow(msg)
+        require_number(value, f"{where}: {label}", minimum=0, error=InvalidDataflow)
     return (None if cost is None else float(cost)), (None if selectivity is None else float(selectivity))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from spanedge.numbers import is_number
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
@@ -13,10 +15,10 @@ def parse_duration(value: str | float | int) -> float:
 
     Numbers are seconds; strings take a unit suffix: ms, s, m, h or d.
     """
-    if isinstance(value, bool):
-        msg = f"expected a duration such as '10s' or 2.5, got {value!r}"
-        raise ValueError(msg)
     if isinstance(value, int | float):
+        if not is_number(value):
+            msg = f"expected a duration such as '10s' or 2.5, got {value!r}"
+            raise ValueError(msg)
         seconds = float(value)
     else:
         match = _PATTERN.match(str(value))

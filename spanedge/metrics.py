@@ -8,7 +8,6 @@ counters ending in ``_total``.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 
@@ -16,17 +15,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCol
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from spanedge.numbers import number
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 _NAME = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value)):
-        return float(value)
-    return None
 
 
 def metric_name(*parts: str) -> str:
@@ -49,12 +42,12 @@ class Exposition(Collector):
         help: str = "",
         scale: float = 1.0,
     ) -> None:
-        """Add one sample (times ``scale``, e.g. 1e-3 for milliseconds); non-numbers are skipped.
+        """Add one sample (times ``scale``, e.g. 1e-3 for milliseconds); a flag is 0 or 1, non-numbers are skipped.
 
         A name ending in ``_total`` is a counter, any other a gauge.
         """
-        number = _number(value)
-        if number is None:
+        found = number(int(value) if isinstance(value, bool) else value)
+        if found is None:
             return
         counter = name.endswith("_total")
         family_name = name.removesuffix("_total") if counter else name
@@ -62,7 +55,7 @@ class Exposition(Collector):
         if family is None:
             family = Metric(family_name, help or name.replace("_", " "), "counter" if counter else "gauge")
             self._families[family_name] = family
-        family.add_sample(name, {k: str(v) for k, v in (labels or {}).items()}, number * scale)
+        family.add_sample(name, {k: str(v) for k, v in (labels or {}).items()}, found * scale)
 
     def collect(self) -> Iterator[Metric]:
         """The families added so far."""

@@ -1,7 +1,7 @@
 """What an agent checks in a verified plan message before it applies it.
 
 The hub publishes one signed message per site (see :mod:`spanedge.signing`),
-whose payload is::
+whose payload (:class:`spanedge.wire.plan.PlanPayload`) is::
 
     {"site": "truck-7", "version": 12, "issued_at": 1700000000.0,
      "apps": [{"app": "cold-chain", "plan": {...}, "source": "...", "source_sha256": "..."}]}
@@ -15,7 +15,6 @@ It is pure: the caller keeps the applied version and advances it on success.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from spanedge.errors import InvalidName, InvalidPlan
 from spanedge.loader import source_hash
 from spanedge.names import check_app_name
 from spanedge.plan import Plan
+from spanedge.wire.plan import PlanApp, parse_payload
 
 
 @dataclass(frozen=True)
@@ -57,56 +57,36 @@ def check_plan_envelope(payload: Mapping[str, Any], *, site: str, applied_versio
     if addressed != site:
         msg = f"plan is for site {addressed!r}, but this agent serves {site!r}; ignoring it"
         raise InvalidPlan(msg)
-    version = payload.get("version")
-    if type(version) is not int:
-        msg = f"plan version must be an integer, got {version!r}"
-        raise InvalidPlan(msg)
-    if version <= applied_version:
+    message = parse_payload(payload)
+    if message.version <= applied_version:
         msg = (
-            f"plan version {version} is not newer than the applied version {applied_version}; "
+            f"plan version {message.version} is not newer than the applied version {applied_version}; "
             "ignoring it (replayed or stale)"
         )
         raise InvalidPlan(msg)
-    issued = payload.get("issued_at", 0.0)
-    if isinstance(issued, bool) or not isinstance(issued, int | float) or not math.isfinite(issued):
-        msg = f"plan issued_at must be a number of seconds, got {issued!r}"
-        raise InvalidPlan(msg)
-    apps = payload.get("apps")
-    if not isinstance(apps, list):
-        msg = f"plan 'apps' must be a list, got {type(apps).__name__}"
-        raise InvalidPlan(msg)
-    plans = tuple(_app(entry, i) for i, entry in enumerate(apps))
+    plans = tuple(_app(entry, i) for i, entry in enumerate(message.apps))
     names = [p.app for p in plans]
     if len(set(names)) != len(names):
         msg = f"plan lists an app twice: {names}"
         raise InvalidPlan(msg)
-    return SitePlan(site, version, float(issued), plans)
+    return SitePlan(site, message.version, message.issued_at, plans)
 
 
-def _app(entry: Any, index: int) -> Plan:
+def _app(entry: PlanApp, index: int) -> Plan:
     """Check one entry of ``apps`` and return its plan, carrying its source."""
-    if not isinstance(entry, dict):
-        msg = f"plan apps[{index}] must be an object, got {type(entry).__name__}"
-        raise InvalidPlan(msg)
-    name = entry.get("app")
+    name = entry.app
     try:
         check_app_name(name, f"plan apps[{index}]")
     except InvalidName as exc:
         raise InvalidPlan(str(exc)) from None
-    source = entry.get("source")
-    sha = entry.get("source_sha256")
-    if not isinstance(source, str) or not isinstance(sha, str):
-        msg = f"plan apps[{index}] ({name!r}) needs 'source' and 'source_sha256' strings"
+    actual = source_hash(entry.source)
+    if actual != entry.source_sha256.lower():
+        msg = (
+            f"app {name!r}: source SHA-256 is {actual}, but the plan says {entry.source_sha256}; "
+            "the code was altered in transit"
+        )
         raise InvalidPlan(msg)
-    actual = source_hash(source)
-    if actual != sha.lower():
-        msg = f"app {name!r}: source SHA-256 is {actual}, but the plan says {sha}; the code was altered in transit"
-        raise InvalidPlan(msg)
-    data = entry.get("plan")
-    if not isinstance(data, dict):
-        msg = f"plan apps[{index}] ({name!r}) has no 'plan' object"
-        raise InvalidPlan(msg)
-    plan = Plan.from_dict({**data, "app_source": source})
+    plan = Plan.from_dict({**entry.plan, "app_source": entry.source})
     if plan.app != name:
         msg = f"plan apps[{index}] is labelled {name!r} but holds the plan of app {plan.app!r}"
         raise InvalidPlan(msg)

@@ -21,7 +21,7 @@ Keys:
       two keys lets agents accept the old and the new key while the hub's key
       is rotated (``spanedge keys rotate``).
 
-A signed message is JSON::
+A signed message is the envelope :class:`spanedge.wire.plan.SignedMessage`::
 
     {"v": 1, "alg": "ed25519", "kid": "<key id>",
      "payload": "<the payload as JSON text>", "sig": "<standard base64 of the 64-byte signature>"}
@@ -51,6 +51,16 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from spanedge.errors import InvalidKey, InvalidPlan
+from spanedge.wire.plan import (
+    ALGORITHM,
+    FIELDS,
+    VERSION,
+    PlanPayload,
+    SignedMessage,
+    encode_signed,
+    payload_builtins,
+    signed_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +71,9 @@ ENV_PUBLIC_KEYS = "SPANEDGE_PLAN_PUBLIC_KEYS"
 #: A file of public keys an agent trusts, one per line.
 ENV_PUBLIC_KEY_FILE = "SPANEDGE_PLAN_PUBLIC_KEY_FILE"
 
-ALGORITHM = "ed25519"
-ENVELOPE_VERSION = 1
+ENVELOPE_VERSION = VERSION
 KEY_ID_LENGTH = 16
 _CONTEXT = b"spanedge plan v1\x00"
-_FIELDS = frozenset({"v", "alg", "kid", "payload", "sig"})
 _SEPARATORS = re.compile(r"[\s,]+")
 #: How the DER of an Ed25519 private key (PKCS #8) starts: the body of its PEM file, decoded.
 _PKCS8_ED25519_PREFIX = bytes.fromhex("302e020100300506032b657004220420")
@@ -338,22 +346,17 @@ def load_signing_key(path: Path | None = None) -> PlanSigningKey:
     return PlanSigningKey.from_pem(data, str(path))
 
 
-def sign_plan(payload: Mapping[str, Any], key: PlanSigningKey) -> bytes:
-    """Return the signed message of ``payload`` (see the module docstring for its form)."""
-    body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode()
+def sign_plan(payload: PlanPayload | Mapping[str, Any], key: PlanSigningKey) -> bytes:
+    """Return the signed message of ``payload`` (see :mod:`spanedge.wire.plan` for its form)."""
+    body = orjson.dumps(payload_builtins(payload), option=orjson.OPT_SORT_KEYS).decode()
     signature = key.sign(_CONTEXT + body.encode())
-    return orjson.dumps(
-        {
-            "v": ENVELOPE_VERSION,
-            "alg": ALGORITHM,
-            "kid": key.key_id,
-            "payload": body,
-            "sig": base64.b64encode(signature).decode(),
-        }
+    signed = SignedMessage(
+        v=ENVELOPE_VERSION, alg=ALGORITHM, kid=key.key_id, payload=body, sig=base64.b64encode(signature).decode()
     )
+    return encode_signed(signed)
 
 
-def _envelope(message: bytes) -> dict[str, Any]:
+def _envelope(message: bytes) -> SignedMessage:
     """Parse the outer JSON; raise :class:`InvalidPlan` unless it has the signed-envelope form."""
     try:
         outer = orjson.loads(message)
@@ -369,7 +372,7 @@ def _envelope(message: bytes) -> dict[str, Any]:
         got = "not JSON" if outer is None else f"JSON {type(outer).__name__}"
         msg = f"control message is not a signed envelope {{v, alg, kid, payload, sig}} (got {got}); ignoring it"
         raise InvalidPlan(msg)
-    if outer.keys() != _FIELDS:
+    if outer.keys() != FIELDS:
         msg = (
             "control message is not a signed envelope {v, alg, kid, payload, sig} "
             f"(got fields {_show(sorted(outer), 80)}); ignoring it"
@@ -382,11 +385,7 @@ def _envelope(message: bytes) -> dict[str, Any]:
     if outer["alg"] != ALGORITHM:
         msg = f"control message is signed with {_show(outer['alg'])}; agents accept only {ALGORITHM!r}"
         raise InvalidPlan(msg)
-    for name in ("kid", "payload", "sig"):
-        if not isinstance(outer[name], str):
-            msg = f"signed envelope field {name!r} must be a string, got {type(outer[name]).__name__}"
-            raise InvalidPlan(msg)
-    return outer
+    return signed_message(outer)
 
 
 def verify_plan(message: bytes, trusted: TrustedKeys) -> Verified:
@@ -399,7 +398,7 @@ def verify_plan(message: bytes, trusted: TrustedKeys) -> Verified:
             whatever the bytes.
     """
     outer = _envelope(message)
-    key_id: str = outer["kid"]
+    key_id = outer.kid
     key = trusted.get(key_id)
     if key is None:
         ids = ", ".join(trusted.ids) or "none"
@@ -409,13 +408,13 @@ def verify_plan(message: bytes, trusted: TrustedKeys) -> Verified:
             f"(print it with 'spanedge keys public KEYFILE' on the hub)"
         )
         raise InvalidPlan(msg)
-    body: str = outer["payload"]
+    body = outer.payload
     try:
-        signature = base64.b64decode(outer["sig"], validate=True)
+        signature = base64.b64decode(outer.sig, validate=True)
         data = _CONTEXT + body.encode()
     except (binascii.Error, ValueError):
         signature, data = b"", b""
-    canonical = base64.b64encode(signature).decode() == outer["sig"]
+    canonical = base64.b64encode(signature).decode() == outer.sig
     if len(signature) != 64 or not canonical or not key.verifies(signature, data):
         msg = f"control message signature does not verify under key {key_id}; it was altered or forged; ignoring it"
         raise InvalidPlan(msg)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spanedge.envelope import Record
+from spanedge.wire.batch import Record
 
 if TYPE_CHECKING:
     from spanedge.app import App

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from spanedge.signing import PlanSigningKey, TrustedKeys
+from spanedge.plan_checks import check_plan_envelope
+from spanedge.signing import PlanSigningKey, TrustedKeys, verify_plan
 
 KEY = PlanSigningKey.generate()
 TRUSTED = TrustedKeys([KEY.public_key])
@@ -18,3 +20,16 @@ def key_env(directory: Path) -> dict[str, str]:
     path.write_bytes(KEY.to_pem())
     path.chmod(0o600)
     return {"SPANEDGE_PLAN_KEY_FILE": str(path), "SPANEDGE_PLAN_PUBLIC_KEYS": KEY.public_key.to_text()}
+
+
+def read_plan(
+    message: bytes, *, site: str, trusted: TrustedKeys = TRUSTED, applied_version: int = -1
+) -> dict[str, Any]:
+    """The payload of a plan message, checked as the agent of ``site`` checks it.
+
+    Raises:
+        InvalidPlan: not signed by a trusted key, for another site, not newer than ``applied_version``, or malformed.
+    """
+    payload = verify_plan(message, trusted).payload
+    check_plan_envelope(payload, site=site, applied_version=applied_version)
+    return payload

@@ -13,15 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from spanedge.keyrange import KEY_SPACE
-
-
-def _number(value: Any) -> float | None:
-    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
-
-
-def _count(value: Any) -> int | None:
-    number = _number(value)
-    return None if number is None or not number.is_integer() else int(number)
+from spanedge.numbers import count, number
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -32,9 +24,9 @@ def _names(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list | tuple) else []
 
 
-Reported = Annotated[float | None, BeforeValidator(_number)]
+Reported = Annotated[float | None, BeforeValidator(number)]
 """A number from a heartbeat: ``null`` when the agent sent none or something else."""
-ReportedCount = Annotated[int | None, BeforeValidator(_count)]
+ReportedCount = Annotated[int | None, BeforeValidator(count)]
 """A count from a heartbeat: ``null`` when the agent sent none or something else."""
 ReportedMapping = Annotated[dict[str, Any], BeforeValidator(_mapping)]
 """An object from a heartbeat: ``{}`` when the agent sent none or something else."""

@@ -2,7 +2,8 @@
 
 Each message goes to ``spanedge/v1/control/<site>/plan`` on the hub broker,
 retained and at QoS 1, so an agent that (re)connects gets its current plans at
-once. The payload is signed with the hub's Ed25519 key (:mod:`spanedge.signing`)::
+once. The payload (:class:`spanedge.wire.plan.PlanPayload`) is signed with the hub's Ed25519 key
+(:mod:`spanedge.signing`)::
 
     {"site": ..., "version": <int, strictly increasing per site>, "issued_at": <unix s>,
      "apps": [{"app", "plan": Plan.to_dict(), "source", "source_sha256"}, ...]}
@@ -34,9 +35,9 @@ from hub.control.state import StateStore
 from spanedge import topics
 from spanedge.loader import source_hash
 from spanedge.plan import Plan
-from spanedge.plan_checks import check_plan_envelope
-from spanedge.signing import PlanSigningKey, TrustedKeys, sign_plan, verify_plan
+from spanedge.signing import PlanSigningKey, sign_plan
 from spanedge.sites import Broker
+from spanedge.wire.plan import PlanApp, PlanPayload
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +60,11 @@ class SiteApp:
     plan: Plan
     source: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def entry(self) -> PlanApp:
         """The entry as it goes into the signed payload."""
-        return {
-            "app": self.plan.app,
-            "plan": self.plan.to_dict(),
-            "source": self.source,
-            "source_sha256": source_hash(self.source),
-        }
+        return PlanApp(
+            app=self.plan.app, plan=self.plan.to_dict(), source=self.source, source_sha256=source_hash(self.source)
+        )
 
 
 def sites_of(plan: Plan) -> set[str]:
@@ -170,16 +168,11 @@ class PlanDistributor:
 
     def message(self, site: str, apps: Iterable[SiteApp], version: int) -> bytes:
         """The signed plan message of ``site`` at ``version``."""
-        return self._signed(site, [a.to_dict() for a in apps], version)
+        return self._signed(site, [a.entry() for a in apps], version)
 
-    def _signed(self, site: str, entries: list[dict[str, Any]], version: int) -> bytes:
-        payload = {
-            "site": site,
-            "version": version,
-            "issued_at": time.time(),
-            "apps": sorted(entries, key=lambda e: str(e["app"])),
-        }
-        return sign_plan(payload, self._key)
+    def _signed(self, site: str, entries: list[PlanApp], version: int) -> bytes:
+        apps = sorted(entries, key=lambda e: e.app)
+        return sign_plan(PlanPayload(site=site, version=version, issued_at=time.time(), apps=apps), self._key)
 
     def publish(self, apps: Mapping[str, SiteApp], sites: Iterable[str]) -> dict[str, str]:
         """Publish the message of every site in ``sites`` whose part changed, from the full set of deployed ``apps``.
@@ -199,7 +192,7 @@ class PlanDistributor:
         with self._lock:
             # each app's entry, sites, source hash and flow index once, not once per site
             prepared = [(sites_of(a.plan), a, _Index.of(a.plan), source_hash(a.source)) for a in apps.values()]
-            entries: dict[str, dict[str, Any]] = {}
+            entries: dict[str, PlanApp] = {}
             todo = []
             for site in sorted(set(sites)):
                 mine = [(a, index, sha) for where, a, index, sha in prepared if site in where]
@@ -210,13 +203,13 @@ class PlanDistributor:
                     continue
                 for a, _, _ in mine:
                     if a.plan.app not in entries:
-                        entries[a.plan.app] = a.to_dict()
+                        entries[a.plan.app] = a.entry()
                 todo.append((site, digest, [entries[a.plan.app] for a, _, _ in mine]))
             messages, described = [], []
             for site, digest, mine_entries in todo:
                 version = self._next_version(site)
                 messages.append((topics.control(site, "plan"), self._signed(site, mine_entries, version)))
-                names = ", ".join(str(e["app"]) for e in mine_entries) or "no apps"
+                names = ", ".join(e.app for e in mine_entries) or "no apps"
                 described.append((site, digest, version, names))
             if self._store is not None and messages:
                 self._store.save_versions(self._versions)  # before any message leaves
@@ -232,24 +225,6 @@ class PlanDistributor:
             if len(result) > len(messages):
                 log.info("plan messages of %d sites unchanged: not sent again", len(result) - len(messages))
         return result
-
-
-def read_plan_message(message: bytes, trusted: TrustedKeys, *, site: str, after_version: int = 0) -> dict[str, Any]:
-    """Verify a plan message as an agent does, and return its payload.
-
-    Args:
-        message: the raw MQTT payload.
-        trusted: the hub public keys to trust.
-        site: the site the reader serves; the message must be addressed to it.
-        after_version: the last version accepted; the message must be newer.
-
-    Raises:
-        InvalidPlan: not signed by a trusted key, for another site, stale, or an app's
-            source does not match its hash or its plan.
-    """
-    verified = verify_plan(message, trusted)
-    check_plan_envelope(verified.payload, site=site, applied_version=after_version)
-    return verified.payload
 
 
 class MqttControl:

@@ -11,20 +11,19 @@ source. The coordinator places apps with those measurements (declared
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
-
-import orjson
+from typing import Any
 
 from hub.control.links import WINDOW_S, Links, pair
 from placement.latency import LatencyMatrix
 from spanedge.keyrange import KEY_BUCKETS
 from spanedge.plan import Plan
-from spanedge.sites import Sites
+from spanedge.sites import Site, Sites
+from spanedge.wire.heartbeat import Heartbeat
+from spanedge.wire.heartbeat import decode as decode_heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _SiteState:
     last_seen: float | None = None
-    heartbeat: dict[str, Any] = field(default_factory=dict)
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
     rejected: int = 0
     revision: int = 0  # counts the changes of what ``status`` shows from the heartbeat
 
@@ -90,63 +89,48 @@ class SiteRegistry:
     # -- input ---------------------------------------------------------------------------------
 
     def heartbeat(self, site: str, payload: bytes | Mapping[str, Any]) -> bool:
-        """Record a heartbeat that arrived on ``site``'s heartbeat topic.
+        """Record a heartbeat (:mod:`spanedge.wire.heartbeat`) that arrived on ``site``'s heartbeat topic.
 
         Returns:
             True if it was recorded; malformed or misaddressed heartbeats are
-            logged with the reason and ignored.
+            logged with the reason and ignored, and a report field of the wrong
+            type is logged and left out.
         """
-        if isinstance(payload, bytes | bytearray):
-            try:
-                data = orjson.loads(payload)
-            except orjson.JSONDecodeError as exc:
-                return self._reject(site, f"not JSON ({exc})")
-        else:
-            data = dict(payload)
-        if not isinstance(data, dict):
-            return self._reject(site, "not a JSON object")
-        if data.get("site", site) != site:
-            return self._reject(site, f"its 'site' field says {data.get('site')!r}")
+        try:
+            beat, dropped = decode_heartbeat(payload)
+        except ValueError as exc:
+            return self._reject(site, str(exc))
+        if beat.site not in (None, site):
+            return self._reject(site, f"its 'site' field says {beat.site!r}")
         if site not in self._state:
             if site not in self._unknown:
                 self._unknown.add(site)
                 log.warning("heartbeat from site %r, which sites.yaml does not define; ignoring it", site)
             return False
+        if dropped:
+            log.warning("heartbeat of site %r: ignoring fields of the wrong type: %s", site, "; ".join(dropped))
         now = self._clock()
         with self._lock:
             state = self._state[site]
             state.last_seen = now
-            state.heartbeat = data
+            state.heartbeat = beat
             state.revision += 1
-            latency = data.get("latency") or {}
-            if isinstance(latency, dict):
-                for peer, m in latency.items():
-                    if str(peer) != site and str(peer) in self._state and isinstance(m, dict):
-                        self._links.measure(site, str(peer), m, now)
-            operators = data.get("operators") or {}
-            if isinstance(operators, dict):
-                for replica, stats in operators.items():
-                    self._rate(site, str(replica), stats)
+            for peer, m in beat.latency.items():
+                if peer != site and peer in self._state:
+                    self._links.measure(site, peer, m, now)
+            for replica, stats in beat.operators.items():
+                rate = _smoothed(
+                    self._rates.get((site, replica)), stats.get("rate_out", stats.get("rate_in")), self.alpha
+                )
+                if rate is not None:
+                    self._rates[site, replica] = rate
         return True
 
-    def _rate(self, site: str, replica: str, stats: Any) -> None:
-        """Smooth a replica's records/s; a zero is only believed after a non-zero rate.
-
-        An agent reports 0 records/s in its first heartbeat after a start (it
-        has no previous count yet), which says nothing about the stream.
-        """
-        if not isinstance(stats, dict):
-            return
-        value = stats.get("rate_out", stats.get("rate_in"))
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            return
-        key = (site, replica)
-        current = self._rates.get(key)
-        if current is None:
-            if value > 0:
-                self._rates[key] = float(value)
-        else:
-            self._rates[key] = self.alpha * float(value) + (1 - self.alpha) * current
+    def last_heartbeat(self, site: str) -> Heartbeat | None:
+        """The last heartbeat recorded from ``site`` (None: none yet, or an unknown site)."""
+        with self._lock:
+            state = self._state.get(site)
+            return None if state is None or state.last_seen is None else state.heartbeat
 
     def _reject(self, site: str, reason: str) -> bool:
         with self._lock:
@@ -243,13 +227,11 @@ class SiteRegistry:
         heartbeats (``state_bytes``, per app); replicas without a report are left out.
         """
         with self._lock:
-            reports = {name: s.heartbeat.get("state_bytes") for name, s in self._state.items()}
+            reports = {name: s.heartbeat.state_bytes.get(app, {}) for name, s in self._state.items()}
         out: dict[str, float] = {}
         for a in plan.assignments:
-            per_app = reports.get(a.site)
-            sizes = per_app.get(app) if isinstance(per_app, dict) else None
-            n = sizes.get(a.replica) if isinstance(sizes, dict) else None
-            if _count(n):
+            n = reports.get(a.site, {}).get(a.replica)
+            if n is not None:
                 out[a.replica] = float(n)
         return out
 
@@ -263,18 +245,17 @@ class SiteRegistry:
         """
         replicas = {a.replica for a in plan.assignments}
         with self._lock:
-            reports = [s.heartbeat.get("key_spread") for s in self._state.values()]
+            reports = [s.heartbeat.key_spread.get(app, {}) for s in self._state.values()]
         out: dict[str, dict[int, float]] = {}
         for report in reports:
-            per_app = report.get(app) if isinstance(report, dict) else None
-            for replica, spread in per_app.items() if isinstance(per_app, dict) else ():
-                if replica not in replicas or not isinstance(spread, dict):
+            for replica, spread in report.items():
+                if replica not in replicas:
                     continue
                 summed = out.setdefault(replica, {})
                 for bucket, n in spread.items():
-                    b = int(bucket) if isinstance(bucket, str) and bucket.isdigit() else -1
-                    if 0 <= b < KEY_BUCKETS and _count(n):
-                        summed[b] = summed.get(b, 0.0) + float(n)
+                    b = int(bucket) if bucket.isdigit() else -1
+                    if 0 <= b < KEY_BUCKETS:
+                        summed[b] = summed.get(b, 0.0) + n
         return {replica: spread for replica, spread in out.items() if spread}
 
     def stream_rate(self, stream: str, site: str) -> float | None:
@@ -337,7 +318,7 @@ class SiteRegistry:
                 seen, revision = state.last_seen, state.revision
                 cached = self._rows.get(name)
                 if cached is None or cached[0] != revision:
-                    cached = (revision, self._row(name, state))
+                    cached = (revision, _row(self.sites.sites[name], state))
                     self._rows[name] = cached
             row = dict(cached[1])
             row["alive"] = seen is not None and now - seen <= self.down_after_s
@@ -346,32 +327,40 @@ class SiteRegistry:
             out.append((revision, row))
         return out
 
-    def _row(self, name: str, state: _SiteState) -> dict[str, Any]:
-        """Site ``name``'s status row from its declaration and last heartbeat, the live fields left ``None``."""
-        site = self.sites.sites[name]
-        hb = state.heartbeat
-        return {
-            "site": name,
-            "tier": str(site.tier),
-            "broker": site.mqtt().url,
-            "streams": {s: b.rate for s, b in site.streams.items()},
-            "alive": None,
-            "last_heartbeat_age_s": None,
-            "apps": hb.get("apps", []),
-            "operators": hb.get("operators", {}),
-            "watermark_lag_s": hb.get("watermark_lag_s"),
-            "outbox": hb.get("outbox", {}),
-            "dlq": hb.get("dlq"),
-            "late": hb.get("late"),
-            "overload_dropped": hb.get("overload_dropped"),
-            "cpu_percent": hb.get("cpu_percent"),
-            "rss_bytes": hb.get("rss_bytes"),
-            "clock_offset_ms": hb.get("clock_offset_ms"),
-            "rejected_heartbeats": state.rejected,
-            "latency": None,
-        }
+
+def _smoothed(current: float | None, value: float | None, alpha: float) -> float | None:
+    """A replica's smoothed records/s after a report of ``value``; a zero is only believed after a non-zero rate.
+
+    An agent reports 0 records/s in its first heartbeat after a start (it
+    has no previous count yet), which says nothing about the stream.
+    """
+    if value is None or value < 0:
+        return current
+    if current is None:
+        return float(value) if value > 0 else None
+    return alpha * float(value) + (1 - alpha) * current
 
 
-def _count(n: Any) -> TypeGuard[float]:
-    """True for a finite number >= 0 (not a bool)."""
-    return isinstance(n, int | float) and not isinstance(n, bool) and math.isfinite(n) and n >= 0
+def _row(site: Site, state: _SiteState) -> dict[str, Any]:
+    """``site``'s status row from its declaration and last heartbeat, the live fields left ``None``."""
+    hb = state.heartbeat
+    return {
+        "site": site.name,
+        "tier": str(site.tier),
+        "broker": site.mqtt().url,
+        "streams": {s: b.rate for s, b in site.streams.items()},
+        "alive": None,
+        "last_heartbeat_age_s": None,
+        "apps": hb.apps,
+        "operators": hb.operators,
+        "watermark_lag_s": hb.watermark_lag_s,
+        "outbox": hb.outbox,
+        "dlq": hb.dlq,
+        "late": hb.late,
+        "overload_dropped": hb.overload_dropped,
+        "cpu_percent": hb.cpu_percent,
+        "rss_bytes": hb.rss_bytes,
+        "clock_offset_ms": hb.clock_offset_ms,
+        "rejected_heartbeats": state.rejected,
+        "latency": None,
+    }

@@ -37,6 +37,8 @@ import msgspec
 from spanedge.app import App
 from spanedge.plan import Plan, split_replica
 from spanedge.sites import Sites, Tier
+from spanedge.wire.heartbeat import Heartbeat
+from spanedge.wire.heartbeat import decode as decode_heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -155,18 +157,19 @@ class SiteHealth:
 
     # -- monitor -------------------------------------------------------------------------------
 
-    def observe(self, site: str, beat: Mapping[str, Any], now: float) -> None:
+    def observe(self, site: str, beat: Heartbeat | Mapping[str, Any], now: float) -> None:
         """Take one heartbeat of ``site`` (already accepted by the registry) received at ``now``."""
         state = self._state.get(site)
         if state is None:
             return
+        if not isinstance(beat, Heartbeat):
+            beat = decode_heartbeat(beat)[0]
         state.last_seen = now
         if state.gone_since is not None and state.back_since is None:
             state.back_since = now
-        used = _number(beat.get("cpu_percent"))
+        used, budget = beat.cpu_percent, beat.cpu_budget
         if used is None:
             return
-        budget = _number(beat.get("cpu_budget"))
         cores, state.budget = used / 100.0, budget if budget is not None and budget > 0 else state.declared
         state.used = cores
         if cores <= state.budget:
@@ -323,12 +326,6 @@ def _add(run: _Run, cores: float, budget: float) -> None:
     run.beats += 1
     run.used += cores
     run.budget = budget
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def _pct(cores: float) -> str:

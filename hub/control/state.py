@@ -12,7 +12,7 @@ any moment restarts with either the old or the new record, never a torn one.
 A record's ``basis`` holds the latency of every pair of sites (20,100 at 200
 sites), nearly all of them the same declared value; the file keeps them as
 that value plus the pairs that differ (:func:`pack_latency`), about a
-twentieth of the size. Records written with every pair listed still load.
+twentieth of the size.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class HistoryEntry:
     ``{"replica", "from", "to"}`` and, when the move is handed over, ``"switch_at"`` (the
     event time of the split) (empty for a first deploy or an unchanged placement);
     ``baselines`` maps a baseline's name (``central``, ``local-first``) to its totals for
-    this version's inputs. Records written before these fields existed load with both empty.
+    this version's inputs.
     """
 
     version: int

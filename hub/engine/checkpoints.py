@@ -32,8 +32,8 @@ def checkpoint_name(replica: str, fingerprint: str) -> str:
 def check_distinct(replicas: Iterable[str], app: str) -> None:
     """Refuse sink replicas whose checkpoint directories would be one (names differing only in, say, ``' '`` and ``'_'``).
 
-    Checkpoint names keep the form existing hubs wrote (characters outside
-    ``[A-Za-z0-9_.@-]`` become ``_``), so such a pair is refused rather than renamed.
+    Characters outside ``[A-Za-z0-9_.@-]`` become ``_`` in a checkpoint name,
+    so such a pair is refused rather than renamed.
 
     Raises:
         InvalidDataflow: two replicas share a checkpoint name; the message names both.
@@ -127,5 +127,4 @@ def retire(log_dir: Path, reader: str, checkpoint: Path, successor: str | None) 
     if successor is not None:
         ingest_log.hand_over(log_dir, reader, successor, processed_files(checkpoint))
     ingest_log.unsubscribe(log_dir, reader)
-    ingest_log.unregister_reader(log_dir, reader)  # a byte-offset reader of an earlier version
     shutil.rmtree(checkpoint, ignore_errors=True)

@@ -33,29 +33,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
+from hub.engine import rows
 from hub.ingest import log as ingest_log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: The columns of a log line.
-LINE_DDL = "site STRING, stream STRING, seq BIGINT, event_time DOUBLE, key STRING, value STRING"
+#: The columns of a log line (:mod:`hub.engine.rows`).
+LINE_DDL = rows.SCHEMA_DDL
 #: The columns of every row :func:`read_log` yields.
 SCHEMA_DDL = f"app STRING, {LINE_DDL}"
-
 #: The columns of a log line, and of every record between hub operators, as Arrow.
-ROW_SCHEMA = pa.schema(
-    [
-        ("site", pa.string()),
-        ("stream", pa.string()),
-        ("seq", pa.int64()),
-        ("event_time", pa.float64()),
-        ("key", pa.string()),
-        ("value", pa.string()),
-    ]
-)
+ROW_SCHEMA = rows.ROW_SCHEMA
 
 MAX_FILES_PER_BATCH = 256
 """At most this many sealed segments go into one micro-batch (a backlog is read in several)."""

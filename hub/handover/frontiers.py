@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from spanedge.numbers import is_number
+
 if TYPE_CHECKING:
     from spanedge.app import App
     from spanedge.operators import WindowSpec
@@ -83,7 +85,7 @@ def parse_report(beat: Mapping[str, Any], name: str = REPORT_FIELD) -> dict[str,
     for app, value in entries.items():
         if value is None:
             out[str(app)] = None
-        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        elif is_number(value):
             out[str(app)] = float(value)
     return out
 

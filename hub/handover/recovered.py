@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import orjson
 
-from spanedge.envelope import Record
 from spanedge.keyrange import RECOVERY_EPOCH, is_recovery_epoch
+from spanedge.wire.batch import Record
 
 KEEP_S = 1800.0
 """Seconds a record is remembered for its twin at most."""

@@ -45,12 +45,12 @@ from hub.ingest.publishers import PublishPolicy, SiteMismatch, check_batch, own_
 from hub.ingest.seal_points import Closings
 from hub.ingest.stats import IngestCounters
 from spanedge import topics
-from spanedge.envelope import Record
 from spanedge.errors import InvalidName
 from spanedge.mqtt import HUB_INGEST, connect, make_client
 from spanedge.names import check_app_name, check_site_name
 from spanedge.runtime.outputs import excerpt
 from spanedge.sites import Broker
+from spanedge.wire.batch import Record
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,14 @@ Layout of one app's log under ``<state>/ingest/<app>/``::
 
 Offsets are byte positions in the concatenation of all segments ever
 written, so a reader finds the bytes of ``[start, end)`` from the file
-names alone. Every line is one record as JSON: ``site``, ``stream``,
-``seq``, ``event_time``, ``key`` and ``value``: a record value that is a
-JSON object is embedded as one, any other value is its JSON text (so a
-reader asking for text gets the same JSON text either way, and a hub
+names alone. Every line is one record as JSON
+(:class:`spanedge.wire.log_line.LogLine`): a record value that is a JSON
+object is embedded as one, any other value is its JSON text (so a hub
 window parses each line once, value included: :mod:`hub.engine.source`).
 Logs written before values were embedded hold JSON text only;
 ``format.json`` says where embedded objects may begin
-(:func:`objects_throughout`). Only whole lines are visible: the tail
+(:func:`objects_throughout`) and, in logs begun since lines had a format
+version, that version (``line_version``). Only whole lines are visible: the tail
 position is the end of the last complete line.
 
 The last segment is the active one, the only one ever appended to. The
@@ -68,10 +68,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from hub.ingest.seal_points import Closings
-from spanedge.envelope import Record
+from spanedge.wire.batch import Record
+from spanedge.wire.log_line import VERSION as LINE_VERSION
+from spanedge.wire.log_line import LogLine, decode_lines, encode_lines, value_text
 
 log = logging.getLogger(__name__)
 
@@ -196,14 +199,6 @@ def split_ranges(log_dir: Path, start: int, end: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def limit_end(log_dir: Path, start: int, end: int, max_segments: int) -> int:
-    """Cap ``end`` so that ``[start, end)`` spans at most ``max_segments`` segments."""
-    ranges = split_ranges(log_dir, start, end)
-    if len(ranges) <= max_segments:
-        return end
-    return ranges[max_segments - 1][1]
-
-
 def _write_atomic(path: Path, data: bytes, fsync: bool = False) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("wb") as fh:
@@ -217,27 +212,6 @@ def _write_atomic(path: Path, data: bytes, fsync: bool = False) -> None:
 def reader_path(log_dir: Path, reader: str) -> Path:
     """Return the file holding the committed offset of ``reader``."""
     return log_dir / READERS_DIR / f"{reader}.json"
-
-
-def register_reader(log_dir: Path, reader: str, offset: int | None = None) -> int:
-    """Make ``reader`` hold back segment deletion; return its committed offset.
-
-    A reader that is already registered keeps its offset; a new one starts at
-    ``offset`` (default: the oldest retained byte).
-    """
-    existing = reader_offset(log_dir, reader)
-    if existing is not None:
-        return existing
-    (log_dir / READERS_DIR).mkdir(parents=True, exist_ok=True)
-    start = head(log_dir) if offset is None else offset
-    _write_atomic(reader_path(log_dir, reader), json.dumps({"offset": start}).encode())
-    return start
-
-
-def unregister_reader(log_dir: Path, reader: str) -> None:
-    """Forget ``reader``; it no longer holds back segment deletion."""
-    with contextlib.suppress(FileNotFoundError):
-        reader_path(log_dir, reader).unlink()
 
 
 def reader_offset(log_dir: Path, reader: str) -> int | None:
@@ -540,34 +514,30 @@ def sealed_tail(log_dir: Path) -> int:
 
 
 def encode_records(records: Iterable[Record]) -> bytes:
-    """Encode records as log lines: an object value embedded, any other as its JSON text."""
-    dumps = orjson.dumps
-    return b"".join(
-        dumps(
-            {
-                "site": r.site,
-                "stream": r.stream,
-                "seq": r.seq,
-                "event_time": r.event_time,
-                "key": r.key,
-                "value": r.value if isinstance(r.value, dict) else dumps(r.value).decode(),
-                **({"epoch": r.epoch} if r.epoch else {}),
-            }
+    """Encode records as log lines (:class:`spanedge.wire.log_line.LogLine`)."""
+    return encode_lines(
+        LogLine(
+            site=r.site,
+            stream=r.stream,
+            seq=r.seq,
+            event_time=r.event_time,
+            key=r.key,
+            value=value_text(r.value),
+            epoch=r.epoch,
         )
-        + b"\n"
         for r in records
     )
 
 
 def iter_lines(log_dir: Path, start: int, end: int) -> Iterator[dict[str, Any]]:
     """Yield the decoded records between two offsets, each ``value`` as JSON text (slow path, for recovery and tests)."""
-    data = read_bytes(log_dir, start, end)
-    for line in data.splitlines():
-        if line:
-            row = orjson.loads(line)
-            if isinstance(row.get("value"), dict):
-                row["value"] = orjson.dumps(row["value"]).decode()
-            yield row
+    for line in decode_lines(read_bytes(log_dir, start, end)):
+        row = msgspec.structs.asdict(line)
+        if isinstance(line.value, dict):
+            row["value"] = orjson.dumps(line.value).decode()
+        if not line.epoch:
+            del row["epoch"]
+        yield row
 
 
 def objects_throughout(log_dir: Path) -> bool:
@@ -576,13 +546,21 @@ def objects_throughout(log_dir: Path) -> bool:
     True for a log without segments (its writer embeds them) and for one
     whose oldest retained segment starts where its writer began embedding;
     False for a log written, in part, before that.
+
+    Raises:
+        ValueError: the log's lines have a format version other than :data:`spanedge.wire.log_line.VERSION`.
     """
     if not segments(log_dir):
         return True
     try:
-        start = int(json.loads((log_dir / FORMAT_FILE).read_bytes())["objects_from"])
+        fmt = json.loads((log_dir / FORMAT_FILE).read_bytes())
+        start = int(fmt["objects_from"])
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return False
+    version = fmt.get("line_version", LINE_VERSION)
+    if version != LINE_VERSION:
+        msg = f"log {log_dir}: its lines have format version {version!r}, not {LINE_VERSION}; run the hub that wrote it"
+        raise ValueError(msg)
     return head(log_dir) >= start
 
 
@@ -699,7 +677,8 @@ class AppLog:
         if self.position > self._base:
             self._roll()
         if not (log_dir / FORMAT_FILE).exists():  # lines from here on embed object values
-            _write_atomic(log_dir / FORMAT_FILE, json.dumps({"objects_from": self.position}).encode(), fsync=True)
+            fmt = {"objects_from": self.position, "line_version": LINE_VERSION}
+            _write_atomic(log_dir / FORMAT_FILE, json.dumps(fmt).encode(), fsync=True)
         self.hold = hold
         if hold is not None:
             self.latest.update(_unhanded_times(log_dir, hold.readers))
@@ -715,11 +694,10 @@ class AppLog:
                 log.warning("log %s: %s; rebuilding the marks from the retained segments", self.dir, exc)
         start = max(hwm.position, head(self.dir))
         replayed = 0
-        for row in iter_lines(self.dir, start, self.position):
-            key = (str(row["site"]), str(row["stream"]), int(row.get("epoch", 0)))
-            seq = int(row["seq"])
-            if seq > hwm.marks.get(key, -(2**63)):
-                hwm.marks[key] = seq
+        for line in decode_lines(read_bytes(self.dir, start, self.position)):
+            key = (line.site, line.stream, line.epoch)
+            if line.seq > hwm.marks.get(key, -(2**63)):
+                hwm.marks[key] = line.seq
             replayed += 1
         if replayed:
             log.info("log %s: replayed %d records after the marks snapshot", self.dir, replayed)

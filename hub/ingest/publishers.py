@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from spanedge.envelope import Batch, Record, decode_batch
 from spanedge.errors import InvalidName
 from spanedge.names import check_site_name
 from spanedge.plan import Plan, replica_id
+from spanedge.wire.batch import Batch, Record, decode_batch
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spanedge.envelope import Record
+from spanedge.wire.batch import Record
 
 #: The counters that count single events.
 Event = Literal["malformed", "site_mismatch", "commits", "connects"]

@@ -21,6 +21,7 @@ import orjson
 
 from spanedge.app import App
 from spanedge.errors import InvalidSnapshot
+from spanedge.numbers import is_number
 from spanedge.operators import Kind, Operator, WindowKind
 from spanedge.runtime.operators import WINDOW_TIME_OFFSET, apply, failure
 from spanedge.runtime.outputs import DeadLetter, HubRecord, Outputs, SinkItem
@@ -156,7 +157,7 @@ class Pipeline:
                 )
                 return
             stamp = value.get(op.time_field)
-            if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
+            if not is_number(stamp):
                 what = "missing" if op.time_field not in value else f"not a number ({stamp!r})"
                 self._dead(
                     f"event-time field '{op.time_field}' is {what}; it must hold seconds since the epoch",

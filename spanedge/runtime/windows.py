@@ -27,6 +27,7 @@ from typing import Any
 
 from spanedge.aggregations import Agg
 from spanedge.keyrange import Share, key_hash
+from spanedge.numbers import is_number
 from spanedge.operators import WindowKind, WindowSpec
 from spanedge.runtime.operators import WINDOW_TIME_OFFSET
 
@@ -50,8 +51,8 @@ class _AggFns:
     result: Callable[[Any], Any]
 
 
-def _number(value: Any, field: str | None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+def _operand(value: Any, field: str | None) -> float:
+    if not is_number(value):
         msg = f"field '{field}' must be a number, got {value!r}"
         raise FieldError(msg)
     return float(value)
@@ -115,7 +116,7 @@ class Aggregations:
             if numeric:
                 kind = type(value)
                 if kind is not float and kind is not int:
-                    value = _number(value, field)
+                    value = _operand(value, field)
             out.append(value)
         return out
 

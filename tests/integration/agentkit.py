@@ -19,12 +19,12 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from spanedge import signing
-from spanedge.envelope import Record, decode_batch
 from spanedge.loader import load_app
 from spanedge.plan import Plan
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites, parse_sites
 from spanedge.testing import local_plan
+from spanedge.wire.batch import Record, decode_batch
 from tests.keys import KEY
 from tests.polling import wait_for
 

@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 
 from spanedge.app import App
-from spanedge.envelope import Record, encode_batch
 from spanedge.operators import Kind
 from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals, replica_id
 from spanedge.sites import Broker, Sites, parse_sites
+from spanedge.wire.batch import Record, encode_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -26,11 +26,11 @@ from hub.control.registry import SiteRegistry
 from hub.handover.switches import stamp_handovers
 from placement.problem import Previous
 from spanedge import topics
-from spanedge.envelope import Record, decode_batch
 from spanedge.keyrange import KEY_SPACE, PART_EPOCH, key_hash
 from spanedge.loader import load_app
 from spanedge.plan import Plan
 from spanedge.sites import Sites, parse_sites
+from spanedge.wire.batch import Record, decode_batch
 from tests.keys import TRUSTED
 from tests.polling import poll
 

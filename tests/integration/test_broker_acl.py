@@ -26,11 +26,11 @@ from simulate.broker import BrokerSecurity, Mosquitto, mosquitto_path
 from simulate.tls import TlsFiles, make_tls
 from spanedge import topics
 from spanedge.broker_acl import acl_text, password_file
-from spanedge.envelope import Record, encode_batch
 from spanedge.errors import SpanEdgeError
 from spanedge.mqtt import ClientSettings, connect, make_client
 from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals
 from spanedge.sites import TLS, Broker, parse_sites
+from spanedge.wire.batch import Record, encode_batch
 from tests.conftest import missing_part
 from tests.polling import wait_for
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from hub.engine.publish_progress import PublishProgress
-from spanedge.envelope import Record
 from spanedge.loader import load_app
 from spanedge.mqtt import HUB_SINK
 from spanedge.sites import parse_sites
+from spanedge.wire.batch import Record
 from tests.integration.hubkit import ROOT, T0, Collector, Publisher, make_plan
 from tests.polling import wait_for
 

@@ -19,8 +19,8 @@ from hub.api.metrics import render_metrics
 from hub.engine.engine import Engine
 from hub.ingest.consumer import Ingest
 from spanedge import App, agg, global_, sinks, topics
-from spanedge.envelope import Record
 from spanedge.sites import parse_sites
+from spanedge.wire.batch import Record
 from tests.integration.hubkit import T0, Collector, Publisher, broker_of, make_plan
 from tests.polling import wait_for
 

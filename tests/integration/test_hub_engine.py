@@ -238,7 +238,7 @@ def mix_app(with_schema: bool = True, scale: Any = double_x) -> App:
 
 
 def test_union_transform_custom_aggregation_to_memory(spark: Any, mosquitto: Any, tmp_path: Path) -> None:
-    from spanedge.envelope import Record
+    from spanedge.wire.batch import Record
 
     sites = parse_sites(MIX_SITES.replace("BROKER", mosquitto.url))
     app = mix_app()
@@ -341,7 +341,7 @@ def test_batch_replayed_after_a_crash_is_not_written_twice(
     """
     import pyarrow.parquet as pq
 
-    from spanedge.envelope import Record
+    from spanedge.wire.batch import Record
 
     out = tmp_path / "out"
     sites = parse_sites(MIX_SITES.replace("BROKER", mosquitto.url))
@@ -400,7 +400,7 @@ def test_failed_query_restarts_from_its_checkpoint(spark: Any, mosquitto: Any, t
 
     import pyarrow.parquet as pq
 
-    from spanedge.envelope import Record
+    from spanedge.wire.batch import Record
 
     out = tmp_path / "out"
     out.write_text("a file where the sink's folder should be")

@@ -22,11 +22,11 @@ from hub.handover.switches import stamp_handovers
 from hub.ingest.consumer import Ingest
 from simulate.reference import Item, evaluate
 from spanedge import App, agg, sinks
-from spanedge.envelope import Record
 from spanedge.plan import Assignment, Flow, Plan
 from spanedge.runtime import Pipeline, from_plan
 from spanedge.runtime.outputs import HubRecord
 from spanedge.sites import parse_sites
+from spanedge.wire.batch import Record
 from tests.integration.hubkit import T0, Publisher, broker_of
 from tests.integration.test_hub_engine import caught_up
 from tests.plans import chain_plan

@@ -8,7 +8,7 @@ from typing import Any
 from hub.ingest import log as ingest_log
 from hub.ingest.consumer import Ingest
 from spanedge import topics
-from spanedge.envelope import Record
+from spanedge.wire.batch import Record
 from tests.integration.hubkit import Collector, Publisher, broker_of, mqtt_client
 from tests.polling import wait_for
 
@@ -81,7 +81,7 @@ def test_malformed_messages_go_to_the_dead_letter_topic(mosquitto: Any, tmp_path
 
 
 def test_a_site_cannot_publish_another_sites_records_or_escape_the_log(mosquitto: Any, tmp_path: Path) -> None:
-    from spanedge.envelope import encode_batch
+    from spanedge.wire.batch import encode_batch
 
     ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id="ingest-test-3")
     dlq = Collector(mosquitto.url, "spanedge/v1/app3/dlq/#")

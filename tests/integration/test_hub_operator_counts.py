@@ -18,8 +18,8 @@ from hub.api.metrics import render_metrics
 from hub.engine.engine import Engine
 from hub.ingest import log as ingest_log
 from spanedge import App, agg, sinks
-from spanedge.envelope import Record
 from spanedge.sites import parse_sites
+from spanedge.wire.batch import Record
 from tests.integration.hubkit import T0, make_plan
 from tests.polling import wait_for
 

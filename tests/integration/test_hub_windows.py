@@ -16,7 +16,7 @@ from hub.engine.windows import window_frame
 from hub.ingest import log as ingest_log
 from hub.ingest.log import AppLog, encode_records
 from spanedge import App, agg, sinks
-from spanedge.envelope import Record
+from spanedge.wire.batch import Record
 
 LINE = "site STRING, stream STRING, seq BIGINT, event_time DOUBLE, key STRING, value STRING"
 

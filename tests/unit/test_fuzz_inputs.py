@@ -7,10 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spanedge import App, agg, sinks
-from spanedge.envelope import Record, decode_batch, encode_batch
 from spanedge.errors import InvalidSites
 from spanedge.runtime import edge_part
 from spanedge.sites import parse_sites
+from spanedge.wire.batch import Record, decode_batch, encode_batch
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

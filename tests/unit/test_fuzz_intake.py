@@ -19,11 +19,11 @@ from edge_agent.mqtt.transport import Message
 from hub.ingest import log as hub_log
 from hub.ingest.consumer import Ingest
 from spanedge import topics
-from spanedge.envelope import Record, encode_batch
 from spanedge.loader import load_app_source
 from spanedge.runtime.outputs import EXCERPT_BYTES
 from spanedge.sites import Broker, parse_sites
 from spanedge.testing import local_plan
+from spanedge.wire.batch import Record, encode_batch
 from tests.unit.fakes import FakeIngestClient, FakeTransport, message
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

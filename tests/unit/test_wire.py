@@ -6,9 +6,9 @@ import pytest
 
 from spanedge import topics
 from spanedge.durations import parse_duration
-from spanedge.envelope import Record, decode_batch, encode_batch
 from spanedge.errors import InvalidPlan
 from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals, replica_id, split_replica
+from spanedge.wire.batch import Record, decode_batch, encode_batch
 
 
 def test_batch_round_trip() -> None:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypedDict
 
+from spanedge.numbers import number
+
 log = logging.getLogger(__name__)
 
 StatsSource = Callable[[], Mapping[str, Any]]
@@ -224,17 +226,10 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default)
 
 
-def _number(value: Any) -> float | None:
-    """``value`` if it is a number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
 def _count(value: Any) -> int | None:
-    """``value`` as an int if it is a number (not a bool), else None."""
-    number = _number(value)
-    return None if number is None else int(number)
+    """``value`` as an int if it is a number (:func:`spanedge.numbers.number`), else None."""
+    found = number(value)
+    return None if found is None else int(found)
 
 
 # -- apps ----------------------------------------------------------------------------------------
@@ -290,7 +285,7 @@ def app_view(
         measured = [rates[r["replica"]] for r in reps if r["replica"] in rates]
         at_hub = (hub_figures or {}).get(op)
         if isinstance(at_hub, Mapping):
-            measured.append((_number(at_hub.get("in_rate")), _number(at_hub.get("out_rate"))))
+            measured.append((number(at_hub.get("in_rate")), number(at_hub.get("out_rate"))))
         operators.append(
             {
                 "name": op,
@@ -365,7 +360,7 @@ def _replica_rates(app: str, status: Iterable[Mapping[str, Any]]) -> dict[str, t
                 replica = key
             else:
                 continue
-            out[replica] = (_number(stats.get("rate_in")), _number(stats.get("rate_out")))
+            out[replica] = (number(stats.get("rate_in")), number(stats.get("rate_out")))
     return out
 
 
@@ -378,16 +373,16 @@ def _history_view(entry: Any, plan: Any) -> HistoryView:
     moved = _get(entry, "moved", None)
     return {
         "version": version,
-        "at": _number(_get(entry, "at")),
+        "at": number(_get(entry, "at")),
         "reason": str(_get(entry, "reason", "")),
         "changed": bool(_get(entry, "changed", True)),
         "moved": [_move_view(m) for m in moved if isinstance(m, Mapping)] if isinstance(moved, list | tuple) else [],
-        "objective": _number(_get(totals, "objective")),
+        "objective": number(_get(totals, "objective")),
         "baselines": {
             str(name): {
-                "objective": _number(_get(t, "objective")),
-                "wan_bytes_per_s": _number(_get(t, "wan_bytes_per_s")),
-                "worst_latency_ms": _number(_get(t, "worst_latency_ms")),
+                "objective": number(_get(t, "objective")),
+                "wan_bytes_per_s": number(_get(t, "wan_bytes_per_s")),
+                "worst_latency_ms": number(_get(t, "worst_latency_ms")),
             }
             for name, t in (baselines or {}).items()
         },
@@ -401,12 +396,12 @@ def _move_view(move: Mapping[str, Any]) -> MoveView:
         "from": str(move.get("from", "")),
         "to": str(move.get("to", "")),
         "keys": str(keys) if keys else None,
-        "switch_at": _number(move.get("switch_at")),
-        "state_bytes": _number(move.get("state_bytes")),
-        "handover_s": _number(move.get("handover_s")),
-        "at_risk_from": _number(move.get("at_risk_from")),
-        "recover_by": _number(move.get("recover_by")),
-        "back_at": _number(move.get("back_at")),
+        "switch_at": number(move.get("switch_at")),
+        "state_bytes": number(move.get("state_bytes")),
+        "handover_s": number(move.get("handover_s")),
+        "at_risk_from": number(move.get("at_risk_from")),
+        "recover_by": number(move.get("recover_by")),
+        "back_at": number(move.get("back_at")),
         "recovered_by": str(move["recovered_by"]) if move.get("recovered_by") else None,
     }
 
@@ -416,7 +411,7 @@ def _move_view(move: Mapping[str, Any]) -> MoveView:
 
 def site_view(row: Mapping[str, Any]) -> SiteView:
     """A ``SiteRegistry.status()`` row as the dashboard shows it."""
-    age = _number(row.get("last_heartbeat_age_s"))
+    age = number(row.get("last_heartbeat_age_s"))
     tier = str(row.get("tier", ""))
     alive = bool(row.get("alive")) if tier != "hub" or age is not None else None
     outbox = row.get("outbox") or {}
@@ -425,10 +420,10 @@ def site_view(row: Mapping[str, Any]) -> SiteView:
         "tier": tier,
         "alive": alive,
         "last_heartbeat_age_s": age,
-        "cpu": _number(row.get("cpu_percent")),
+        "cpu": number(row.get("cpu_percent")),
         "rss_bytes": _count(row.get("rss_bytes")),
         "outbox_records": _count(outbox.get("records")) if isinstance(outbox, Mapping) else None,
-        "watermark_lag_s": _number(row.get("watermark_lag_s")),
+        "watermark_lag_s": number(row.get("watermark_lag_s")),
         "dead_lettered": _count(row.get("dlq")),
         "late": _count(row.get("late")),
     }
@@ -440,9 +435,9 @@ def link_view(row: Mapping[str, Any]) -> LinkView:
     return {
         "src": str(row.get("src")),
         "dst": str(row.get("dst")),
-        "measured_ms": _number(row.get("latency_ms")) if measured else None,
-        "declared_ms": _number(row.get("declared_ms")),
-        "age_s": _number(row.get("age_s")) if measured else None,
+        "measured_ms": number(row.get("latency_ms")) if measured else None,
+        "declared_ms": number(row.get("declared_ms")),
+        "age_s": number(row.get("age_s")) if measured else None,
     }
 
 
@@ -459,9 +454,9 @@ def hub_view(engine: Mapping[str, Any] | None, ingest: Mapping[str, Any] | None,
                 {
                     "name": f"{app}/{replica}",
                     "active": bool(q.get("active")),
-                    "batch_duration_ms": _number(q.get("batch_ms")),
+                    "batch_duration_ms": number(q.get("batch_ms")),
                     "restarts": _count(q.get("restarts")) or 0,
-                    "input_rows_per_s": _number(q.get("input_rows_per_s")),
+                    "input_rows_per_s": number(q.get("input_rows_per_s")),
                     "error": str(q["error"]) if q.get("error") else None,
                 }
             )
@@ -470,7 +465,7 @@ def hub_view(engine: Mapping[str, Any] | None, ingest: Mapping[str, Any] | None,
         for per_site in ((ingest or {}).get("apps") or {}).values()
         for per_stream in per_site.values()
         for counts in per_stream.values()
-        if (lag := _number(counts.get("lag_s"))) is not None
+        if (lag := number(counts.get("lag_s"))) is not None
     ]
     return {
         "queries": queries,

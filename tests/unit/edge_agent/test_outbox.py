@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from edge_agent.outbox import Drainer, Outbox
-from spanedge.envelope import decode_batch
 from spanedge.runtime import HubRecord
+from spanedge.wire.batch import decode_batch
 
 
 def _rec(stream: str, i: int, site: str = "s1") -> HubRecord:

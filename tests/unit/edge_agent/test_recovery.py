@@ -17,10 +17,10 @@ from edge_agent.outbox import Outbox
 from edge_agent.recovery import Recoveries, Spool, done_key, spooled_streams
 from hub.handover.holds import HandoverHolds
 from hub.handover.recovered import Recovered
-from spanedge.envelope import Record, decode_batch
 from spanedge.keyrange import RECOVERY_EPOCH, is_recovery_epoch, recovery_epoch
 from spanedge.plan import Handover, Plan
 from spanedge.runtime import recovery_part
+from spanedge.wire.batch import Record, decode_batch
 from tests.unit.test_handover import SWITCH, T0, build, make_app, make_plan, readings
 
 #: tiny's records up to this event time were delivered by big1 before it died: its results from here on are not

@@ -18,7 +18,7 @@ with warnings.catch_warnings():
 
 from hub.api.app import create_app
 from hub.control.coordinator import Coordinator
-from hub.control.distribution import PlanDistributor, read_plan_message
+from hub.control.distribution import PlanDistributor
 from hub.control.registry import SiteRegistry
 from hub.control.state import StateStore
 from spanedge.app import App
@@ -29,7 +29,7 @@ from spanedge.operators import Kind
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
 from spanedge.sites import Sites, parse_sites
 from spanedge.tokens import Tokens, TokenScope, load_tokens
-from tests.keys import KEY, TRUSTED
+from tests.keys import KEY, read_plan
 
 TOKEN = "admin-token-0123456789abcdef0123456789"
 READ_TOKEN = "read-token-0123456789abcdef0123456789"
@@ -200,7 +200,7 @@ def test_deploy_list_get_placement_delete(client: TestClient, recorder: Recorder
     assert body["distribution"] == {"a": "published", "cloud": "published"}
     assert Plan.from_dict(body["plan"]).site_of("total") == "cloud"
     assert recorder.engine == ["deploy demo v1"]
-    payload = read_plan_message(recorder.messages[0][1], TRUSTED, site="a")
+    payload = read_plan(recorder.messages[0][1], site="a")
     assert payload["apps"][0]["source"] == APP
 
     apps = client.get("/apps", headers=AUTH).json()["apps"]
@@ -232,7 +232,7 @@ def test_deploy_list_get_placement_delete(client: TestClient, recorder: Recorder
     deleted = client.delete("/apps/demo", headers=AUTH)
     assert deleted.status_code == 200
     assert recorder.engine[-1] == "undeploy demo"
-    assert read_plan_message(recorder.messages[-2][1], TRUSTED, site="a")["apps"] == []
+    assert read_plan(recorder.messages[-2][1], site="a")["apps"] == []
     assert client.get("/apps", headers=AUTH).json() == {"apps": []}
     missing = client.get("/apps/demo/placement", headers=AUTH)
     assert missing.status_code == 404

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from spanedge.wire.heartbeat import decode
 from tests.conftest import EXAMPLES
 
 HEARTBEAT: dict[str, Any] = {
@@ -82,7 +83,7 @@ def agent_text(monkeypatch: pytest.MonkeyPatch) -> str:
 
     sites = load_sites(EXAMPLES / "cold_chain" / "sites.yaml")
     telemetry = Telemetry("truck-7", sites, "cloud", hub=None, interval=5.0)  # type: ignore[arg-type]
-    telemetry.last = HEARTBEAT
+    telemetry.last = decode(HEARTBEAT)[0]
     return telemetry.exposition().render()
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from hub.control import plan_history
 from hub.control.coordinator import Coordinator
-from hub.control.distribution import PlanDistributor, SiteApp, read_plan_message, site_view
+from hub.control.distribution import PlanDistributor, SiteApp, site_view
 from hub.control.planning import load_app
 from hub.control.registry import SiteRegistry
 from hub.control.state import StateStore
@@ -22,7 +22,7 @@ from spanedge.operators import Kind
 from spanedge.plan import Assignment, Flow, Handover, Plan, SolverInfo, Totals
 from spanedge.signing import TrustedKeys, sign_plan
 from spanedge.sites import Sites, parse_sites
-from tests.keys import KEY, ROGUE, TRUSTED
+from tests.keys import KEY, ROGUE, read_plan
 
 SITES = """
 sites:
@@ -116,7 +116,7 @@ class FakePublisher:
     def last(self, site: str) -> dict[str, Any]:
         topic = f"spanedge/v1/control/{site}/plan"
         payload = [p for t, p in self.messages if t == topic][-1]
-        return read_plan_message(payload, TRUSTED, site=site)
+        return read_plan(payload, site=site)
 
 
 class FakeEngine:
@@ -384,7 +384,7 @@ def test_plan_versions_increase_per_site_across_restarts_and_clock_steps(tmp_pat
     now[0] = 10  # the clock stepped backwards
     second = PlanDistributor(publisher, KEY, StateStore(tmp_path), clock_ns=lambda: now[0])
     second.publish({}, ["a"])
-    versions = [read_plan_message(p, TRUSTED, site="a")["version"] for _, p in publisher.messages]
+    versions = [read_plan(p, site="a")["version"] for _, p in publisher.messages]
     assert versions == [5_000, 5_001, 5_002]
 
 
@@ -392,18 +392,18 @@ def test_forged_stale_and_misaddressed_plan_messages_are_rejected() -> None:
     publisher = FakePublisher()
     PlanDistributor(publisher, KEY).publish({}, ["a"])
     message = publisher.messages[-1][1]
-    payload = read_plan_message(message, TRUSTED, site="a")
+    payload = read_plan(message, site="a")
     with pytest.raises(InvalidPlan, match="trusts only key ids"):
-        read_plan_message(message, TrustedKeys([ROGUE.public_key]), site="a")
+        read_plan(message, site="a", trusted=TrustedKeys([ROGUE.public_key]))
     with pytest.raises(InvalidPlan, match="stale"):
-        read_plan_message(message, TRUSTED, site="a", after_version=payload["version"])
+        read_plan(message, site="a", applied_version=payload["version"])
     with pytest.raises(InvalidPlan, match="serves 'b'"):
-        read_plan_message(message, TRUSTED, site="b")
+        read_plan(message, site="b")
     tampered = {**payload, "apps": [{"app": "x", "plan": {}, "source": "evil", "source_sha256": "0" * 64}]}
     with pytest.raises(InvalidPlan, match="SHA-256"):
-        read_plan_message(sign_plan(tampered, KEY), TRUSTED, site="a")
+        read_plan(sign_plan(tampered, KEY), site="a")
     with pytest.raises(InvalidPlan, match="trusts only key ids"):  # a gateway cannot sign for the hub
-        read_plan_message(sign_plan(payload, ROGUE), TRUSTED, site="a")
+        read_plan(sign_plan(payload, ROGUE), site="a")
 
 
 def test_the_history_records_what_moved_and_the_baselines(sites: Sites, clock: Clock, tmp_path: Path) -> None:
@@ -436,22 +436,6 @@ def test_the_history_records_what_moved_and_the_baselines(sites: Sites, clock: C
     again, _, _ = make(sites, clock, tmp_path)
     assert again.resume() == ["demo"]
     assert again.record("demo").history[1].moved == moved.moved
-
-
-def test_history_stored_before_moves_and_baselines_were_recorded_still_loads(
-    sites: Sites, clock: Clock, tmp_path: Path
-) -> None:
-    import json
-
-    coordinator, _, _ = make(sites, clock, tmp_path)
-    coordinator.deploy(APP, "app.py")
-    path = tmp_path / "apps" / "demo.json"
-    data = json.loads(path.read_text())
-    for entry in data["history"]:
-        del entry["moved"], entry["baselines"]
-    path.write_text(json.dumps(data))
-    (record,) = StateStore(tmp_path).load_apps()
-    assert [(h.version, h.moved, h.baselines) for h in record.history] == [(1, [], {})]
 
 
 def test_replans_wait_while_a_spoke_of_the_app_is_silent(

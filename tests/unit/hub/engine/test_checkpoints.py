@@ -19,9 +19,9 @@ from hub.engine.checkpoints import (
 )
 from hub.ingest import log as ingest_log
 from hub.ingest.log import AppLog, encode_records
-from spanedge.envelope import Record
 from spanedge.errors import InvalidDataflow
 from spanedge.names import InvalidName
+from spanedge.wire.batch import Record
 
 
 def write_batch(checkpoint: Path, batch: int, files: list[Path], committed: bool, watermarks: tuple[int, int]) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from hub.ingest import log as ingest_log
 from hub.ingest.log import HWM_FILE, AppLog, HighWaterMarks, encode_records
-from spanedge.envelope import Record
+from spanedge.wire.batch import Record
 
 
 def recs(site: str, stream: str, seqs: range, t0: float = 1000.0) -> list[Record]:
@@ -46,7 +46,6 @@ def test_append_and_read_back_across_segments(tmp_path: Path) -> None:
     assert b"".join(ingest_log.read_bytes(tmp_path, a, b) for a, b in ranges) == ingest_log.read_bytes(
         tmp_path, 0, app_log.position
     )
-    assert ingest_log.limit_end(tmp_path, 0, app_log.position, 1) == segs[1][0]
 
 
 def test_duplicates_are_dropped_by_site_and_stream(tmp_path: Path) -> None:
@@ -106,28 +105,29 @@ def test_a_partial_last_record_is_cut_on_open(tmp_path: Path) -> None:
     assert [r["seq"] for r in lines(tmp_path)] == [0, 1, 2, 3]
 
 
-def test_segments_are_deleted_once_every_reader_committed_past_them(tmp_path: Path) -> None:
-    app_log = AppLog(tmp_path, segment_bytes=250)
-    for i in range(6):
+def test_segments_are_deleted_once_every_reader_processed_them(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path, seal_interval=0)
+    ingest_log.subscribe(tmp_path, "a")
+    ingest_log.subscribe(tmp_path, "b")
+    for i in range(4):
         accept(app_log, recs("s1", "x", range(i * 3, i * 3 + 3)))
+        app_log.seal()
     segs = ingest_log.segments(tmp_path)
-    assert len(segs) >= 4
-    assert ingest_log.register_reader(tmp_path, "a") == 0
-    assert ingest_log.register_reader(tmp_path, "b") == 0
-    assert ingest_log.commit(tmp_path, "a", segs[2][0]) == []  # b still needs them
-    deleted = ingest_log.commit(tmp_path, "b", segs[1][0])
-    assert deleted == [segs[0][1]]
+    assert len(segs) == 5  # four sealed, one active
+    a, b = (ingest_log.inbox(tmp_path, reader) for reader in ("a", "b"))
+    for path in ingest_log.inbox_files(a)[:3]:  # Spark's file source deletes what it committed
+        path.unlink()
+    assert ingest_log.collect_garbage(tmp_path) == []  # b still needs them
+    ingest_log.inbox_files(b)[0].unlink()
+    assert ingest_log.collect_garbage(tmp_path) == [segs[0][1]]
     assert ingest_log.head(tmp_path) == segs[1][0]
     with pytest.raises(FileNotFoundError, match="missing"):
         ingest_log.read_bytes(tmp_path, 0, segs[1][0])
-    ingest_log.commit(tmp_path, "a", app_log.position)
-    ingest_log.commit(tmp_path, "b", app_log.position)
-    remaining = ingest_log.segments(tmp_path)
-    assert remaining == [segs[-1]]  # the active segment stays
-    assert ingest_log.register_reader(tmp_path, "a") == app_log.position  # registration keeps progress
-    ingest_log.unregister_reader(tmp_path, "a")
-    assert ingest_log.register_reader(tmp_path, "a", 7) == 7
-    assert ingest_log.readers(tmp_path) == {"a": 7, "b": app_log.position}
+    for path in [*ingest_log.inbox_files(a), *ingest_log.inbox_files(b)]:
+        path.unlink()
+    ingest_log.collect_garbage(tmp_path)
+    assert ingest_log.segments(tmp_path) == [segs[-1]]  # the active segment stays
+    assert ingest_log.inbox_positions(tmp_path) == {"a": segs[-1][0], "b": segs[-1][0]}
 
 
 def test_high_water_marks_round_trip() -> None:

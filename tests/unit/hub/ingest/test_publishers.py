@@ -17,10 +17,10 @@ from hub.ingest.consumer import Ingest
 from hub.ingest.publishers import assigned, from_plans, own_sites_only
 from spanedge import topics
 from spanedge.app import App
-from spanedge.envelope import Record, encode_batch
 from spanedge.operators import Kind
 from spanedge.plan import Assignment, Flow, Handover, Plan, SolverInfo, Totals
 from spanedge.sites import Broker, Sites, parse_sites
+from spanedge.wire.batch import Record, encode_batch
 from tests.plans import chain_plan
 from tests.unit.fakes import FakeIngestClient, message
 

@@ -16,8 +16,8 @@ from hub.ingest import log as ingest_log
 from hub.ingest.log import AppLog, encode_records
 from hub.ingest.seal_points import Closings, closing_points
 from spanedge import App, agg
-from spanedge.envelope import Record
 from spanedge.plan import Plan
+from spanedge.wire.batch import Record
 
 
 def plan(*at_hub: str, names: tuple[str, ...]) -> Plan:
