@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from edge_agent.mqtt.select import TRANSPORTS
 from spanedge.errors import SpanEdgeError
+from spanedge.names import check_site_name
 from spanedge.plan import Plan
 from spanedge.runtime import check_idle_timeout
 from spanedge.sites import Sites, load_sites
@@ -136,7 +137,8 @@ class AgentLaunch:
     )
 
     def __post_init__(self) -> None:
-        """Normalise the log level and the transport, or refuse them with the accepted values."""
+        """Check the site name; normalise the log level and the transport, or refuse them with the accepted values."""
+        check_site_name(self.site, "--site")
         object.__setattr__(self, "log_level", check_log_level(self.log_level))
         object.__setattr__(self, "transport", check_transport(self.transport))
 
@@ -150,6 +152,7 @@ class AgentLaunch:
             ValueError: an option is out of range.
         """
         sites = load_sites(self.sites)
+        sites.site(self.site)  # an unknown site is refused with the names sites.yaml defines
         plans = None
         trusted = None
         if self.plan is not None:

@@ -8,11 +8,12 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from spanedge import topics
 from spanedge.aggregations import Agg
 from spanedge.dag import OperatorGraph, build_graph
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidDataflow
-from spanedge.names import check_app_name
+from spanedge.names import check_app_name, check_stream_name
 from spanedge.numbers import require_number
 from spanedge.operators import Kind, Operator, SinkSpec, WindowKind, WindowSpec
 from spanedge.schema import to_ddl
@@ -91,6 +92,8 @@ class App:
         return f"{kind}_{self._auto[kind]}"
 
     def _add(self, op: Operator) -> Stream:
+        kind = "stream" if op.kind is Kind.SOURCE else "operator"
+        check_stream_name(op.name, f"{op.kind.value} at {op.location}", kind)
         existing = self._ops.get(op.name)
         if existing is not None:
             msg = (
@@ -118,9 +121,7 @@ class App:
         since the epoch); without it the arrival time is used.
         """
         location = _caller_location()
-        if not stream or any(c in stream for c in "/+#"):
-            msg = f"source at {location}: stream name must be non-empty without '/', '+' or '#', got {stream!r}"
-            raise InvalidDataflow(msg)
+        check_stream_name(stream, f"source at {location}")
         ddl = self._schema(schema, f"source '{stream}' ({location})")
         return self._add(
             Operator(
@@ -385,6 +386,10 @@ class Stream:
         location = _caller_location()
         if not isinstance(spec, SinkSpec):
             msg = f"sink at {location}: expected spanedge.sinks.mqtt/file/console/memory(...), got {spec!r}"
+            raise InvalidDataflow(msg)
+        problem = topics.topic_problem(spec.target) if spec.kind == "mqtt" else None
+        if problem is not None:
+            msg = f"sink at {location}: MQTT topic {spec.target!r} is invalid: it {problem}"
             raise InvalidDataflow(msg)
         return self.app._add(
             Operator(

@@ -46,8 +46,6 @@ MAX_QUEUED_MESSAGES = 1_000_000
 #: PBKDF2 iterations of a password hash: the default of ``mosquitto_passwd``.
 HASH_ITERATIONS = 101
 _SALT_BYTES = 12
-#: Site names whose data topic ``spanedge/v1/+/+/<site>`` would cover every site's control topic of that kind.
-_CONTROL_KINDS = ("plan", "heartbeat", "probe")
 
 
 def spoke_patterns() -> list[str]:
@@ -61,14 +59,9 @@ def spoke_patterns() -> list[str]:
 
 
 def _check_names(sites: Sites, observers: Iterable[str]) -> None:
+    """Check every name as an MQTT identity: the rule and reserved names of :func:`spanedge.names.check_site_name`."""
     for name in sites.sites:
         check_site_name(name, "sites.yaml")
-        if name in _CONTROL_KINDS:
-            msg = (
-                f"site {name!r} cannot have its own MQTT identity: its data topics {topics.PREFIX}/+/+/{name} "
-                f"would include every site's control topic '{name}'; rename the site"
-            )
-            raise InvalidSites(msg)
     for observer in observers:
         check_site_name(observer, "observer name")
         if observer in sites.sites:

@@ -3,12 +3,14 @@
 The models are :class:`msgspec.Struct` classes: immutable, unknown fields refused. They are
 checked by :func:`convert`, never by their constructor (which runs only ``__post_init__``).
 A check in ``__post_init__`` about one field raises ``ValueError("<field path>: <problem>")``,
-e.g. ``"links[0].between: unknown site 'x'"``, and the error points at that field.
+e.g. ``"links[0].between: unknown site 'x'"``, and the error points at that field; a mapping key
+is written as a JSON string in brackets (:func:`key_path`), e.g. ``'sites["Truck-9"]: ...'``.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import re
 import types
 import typing
@@ -25,8 +27,11 @@ Place = tuple[str | int, ...]
 """A place in a document: mapping keys and list indices, from the top."""
 
 _AT = re.compile(r"^(?P<problem>.*) - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`$", re.DOTALL)
-_STEP = re.compile(r"\.(?P<field>[A-Za-z_]\w*)|\[(?P<index>\d+)\]|(?P<entry>\[\.\.\.\])")
-_FIELD_PATH = re.compile(r"^(?P<path>[A-Za-z_]\w*(?:\[\d+\]|\.[A-Za-z_]\w*)*): (?P<problem>.*)$", re.DOTALL)
+_KEY = r'\[(?P<key>"(?:[^"\\]|\\.)*")\]'
+_STEP = re.compile(r"\.(?P<field>[A-Za-z_]\w*)|\[(?P<index>\d+)\]|(?P<entry>\[\.\.\.\])|" + _KEY)
+_FIELD_PATH = re.compile(
+    r'^(?P<path>[A-Za-z_]\w*(?:\[\d+\]|\["(?:[^"\\]|\\.)*"\]|\.[A-Za-z_]\w*)*): (?P<problem>.*)$', re.DOTALL
+)
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
 _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 
@@ -69,6 +74,11 @@ def convert(
         problem = _describe(str(exc), data, model, dec_hook, where, prefix, lines or {})
     msg = f"invalid {title}:\n  {problem}"
     raise InvalidSites(msg) from None
+
+
+def key_path(field: str, key: str) -> str:
+    """The field path of the entry ``key`` of the mapping ``field``, for a ``__post_init__`` error."""
+    return f"{field}[{json.dumps(key)}]"
 
 
 def yaml_lines(node: Any) -> dict[Place, int]:
@@ -118,6 +128,13 @@ class _Locator:
         self.kind = fields.get(name)
         self.value = self.value.get(name, _NOTHING) if isinstance(self.value, dict) else _NOTHING
 
+    def key(self, name: str) -> None:
+        """Step into the entry ``name`` of the mapping here."""
+        args = typing.get_args(_member(self.kind, lambda t: typing.get_origin(t) is dict))
+        self.path.append(name)
+        self.kind = args[1] if args else None
+        self.value = self.value.get(name, _NOTHING) if isinstance(self.value, dict) else _NOTHING
+
     def index(self, i: int) -> None:
         seq = _member(self.kind, lambda t: typing.get_origin(t) in (list, tuple))
         args = typing.get_args(seq)
@@ -163,6 +180,8 @@ class _Locator:
                 self.field(step["field"])
             elif step["index"] is not None:
                 self.index(int(step["index"]))
+            elif step["key"] is not None:
+                self.key(json.loads(step["key"]))
             elif not self.entry():
                 return False
         return True

@@ -21,13 +21,24 @@ read as a command-line option), no MQTT wildcard (``+``, ``#``), no space or
 control character, ASCII only (no Unicode look-alikes or normalisation), and
 short enough for any file system once a suffix is added. :func:`file_stem` is
 therefore the identity on valid names, which makes it injective; it refuses
-every other string rather than rewriting it.
+every other string rather than rewriting it. The site names ``plan``,
+``heartbeat`` and ``probe`` are reserved: a site's data topics
+``spanedge/v1/+/+/<site>``, which the broker lets it publish, would include
+every site's control topic of that kind.
+
+Stream and operator names (:func:`check_stream_name`) are the fourth level of
+a data topic (``spanedge/v1/<app>/<operator>/<site>``) and the first part of
+a replica id (``<operator>@<site>``): 1 to :data:`MAX_STREAM_NAME_BYTES` bytes
+of UTF-8, without ``/``, ``+``, ``#``, ``@`` or a character MQTT refuses
+(:func:`spanedge.topics.text_problem`), and not ``dlq``, the level of the
+dead-letter topics. Examples: ``readings``, ``to_celsius``, ``fleet_max``.
 """
 
 from __future__ import annotations
 
 import re
 
+from spanedge import topics
 from spanedge.errors import InvalidName
 
 #: The pattern of app and site names (anchored; match it against the whole name).
@@ -41,6 +52,26 @@ MAX_NAME_LENGTH = 63
 RESERVED_APP_NAMES: dict[str, str] = {
     "control": "its topics would fall under the control topics spanedge/v1/control/...",
 }
+#: Site names that match the pattern but are refused, and why.
+RESERVED_SITE_NAMES: dict[str, str] = {
+    kind: f"its data topics spanedge/v1/+/+/{kind} would include every site's control topic "
+    f"spanedge/v1/control/<site>/{kind}"
+    for kind in ("plan", "heartbeat", "probe")
+}
+#: The most bytes of UTF-8 in a stream or operator name (room for the site and a suffix in a file name).
+MAX_STREAM_NAME_BYTES = 100
+#: Stream and operator names that are refused, and why.
+RESERVED_STREAM_NAMES: dict[str, str] = {"dlq": "spanedge/v1/<app>/dlq/<site> is the app's dead-letter topic"}
+_STREAM_SEPARATORS = {
+    "/": "separates MQTT topic levels",
+    "+": "is an MQTT wildcard",
+    "#": "is an MQTT wildcard",
+    "@": "separates the operator from the site in a replica id",
+}
+_STREAM_RULE = (
+    f"1 to {MAX_STREAM_NAME_BYTES} bytes of UTF-8 without '/', '+', '#', '@' or control characters, "
+    "other than 'dlq' (e.g. 'readings' or 'to_celsius')"
+)
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _ALLOWED = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -73,14 +104,49 @@ def _suggestion(name: str) -> str:
     return f"; did you mean {close!r}?" if close and close != name and _NAME.fullmatch(close) else ""
 
 
-def _check(name: object, kind: str, where: str) -> str:
+def name_problem(name: object, kind: str) -> str | None:
+    """What is wrong with an app or site name, as a sentence naming it and the rule; ``None`` if it is valid.
+
+    Args:
+        name: the name as it came in (any value).
+        kind: ``"app"`` or ``"site"`` (their reserved names differ), or another word for the pattern alone.
+    """
     if not isinstance(name, str):
-        msg = f"{where}: {kind} name must be a string, got {type(name).__name__} {name!r:.40}; use {_RULE}"
-        raise InvalidName(msg)
+        return f"{kind} name must be a string, got {type(name).__name__} {name!r:.40}; use {_RULE}"
     if _NAME.fullmatch(name) is None:
-        msg = f"{where}: {kind} name {_shown(name)} {_problem(name)}; use {_RULE}{_suggestion(name)}"
+        return f"{kind} name {_shown(name)} {_problem(name)}; use {_RULE}{_suggestion(name)}"
+    reserved = {"app": RESERVED_APP_NAMES, "site": RESERVED_SITE_NAMES}.get(kind, {})
+    if name in reserved:
+        return f"{kind} name {name!r} is reserved ({reserved[name]}); choose another name"
+    return None
+
+
+def stream_name_problem(name: object, kind: str = "stream") -> str | None:
+    """What is wrong with a stream or operator name, as a sentence naming it and the rule; ``None`` if it is valid.
+
+    Args:
+        name: the name as it came in (any value).
+        kind: ``"stream"`` or ``"operator"``, for the message.
+    """
+    if not isinstance(name, str):
+        return f"{kind} name must be a string, got {type(name).__name__} {name!r:.40}; use {_STREAM_RULE}"
+    problem = "is empty" if not name else topics.text_problem(name)
+    if problem is None and len(name.encode()) > MAX_STREAM_NAME_BYTES:
+        problem = f"has {len(name.encode())} bytes of UTF-8, more than {MAX_STREAM_NAME_BYTES}"
+    for char, role in _STREAM_SEPARATORS.items():
+        if problem is None and char in name:
+            problem = f"contains {char!r} at position {name.index(char)}, which {role}"
+    if problem is None and name in RESERVED_STREAM_NAMES:
+        problem = f"is reserved ({RESERVED_STREAM_NAMES[name]})"
+    return None if problem is None else f"{kind} name {_shown(name)} {problem}; use {_STREAM_RULE}"
+
+
+def _check(name: object, kind: str, where: str) -> str:
+    problem = name_problem(name, kind)
+    if problem is not None:
+        msg = f"{where}: {problem}"
         raise InvalidName(msg)
-    return name
+    return str(name)
 
 
 def check_app_name(name: object, where: str) -> str:
@@ -93,11 +159,7 @@ def check_app_name(name: object, where: str) -> str:
     Raises:
         InvalidName: ``name`` does not match :data:`APP_NAME_PATTERN` or is reserved.
     """
-    checked = _check(name, "app", where)
-    if checked in RESERVED_APP_NAMES:
-        msg = f"{where}: app name {checked!r} is reserved ({RESERVED_APP_NAMES[checked]}); choose another name"
-        raise InvalidName(msg)
-    return checked
+    return _check(name, "app", where)
 
 
 def check_site_name(name: object, where: str) -> str:
@@ -108,9 +170,27 @@ def check_site_name(name: object, where: str) -> str:
         where: where it came in, for the message, e.g. ``"sites.yaml"`` or ``"--site"``.
 
     Raises:
-        InvalidName: ``name`` does not match :data:`SITE_NAME_PATTERN`.
+        InvalidName: ``name`` does not match :data:`SITE_NAME_PATTERN` or is reserved.
     """
     return _check(name, "site", where)
+
+
+def check_stream_name(name: object, where: str, kind: str = "stream") -> str:
+    """Return ``name`` if it is a valid stream or operator name, else raise with what is wrong and how to fix it.
+
+    Args:
+        name: the name as it came in.
+        where: where it came in, for the message, e.g. ``"source at app.py:7"``.
+        kind: ``"stream"`` or ``"operator"``, for the message.
+
+    Raises:
+        InvalidName: ``name`` breaks the rule of the module docstring.
+    """
+    problem = stream_name_problem(name, kind)
+    if problem is not None:
+        msg = f"{where}: {problem}"
+        raise InvalidName(msg)
+    return str(name)
 
 
 def file_stem(name: str) -> str:

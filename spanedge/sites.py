@@ -30,9 +30,11 @@ from urllib.parse import urlsplit
 import msgspec
 import yaml
 
+from spanedge import topics
 from spanedge.errors import InvalidSites
-from spanedge.file_models import FileModel, convert, yaml_lines
+from spanedge.file_models import FileModel, convert, key_path, yaml_lines
 from spanedge.files import read_text
+from spanedge.names import name_problem, stream_name_problem
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
@@ -79,6 +81,13 @@ class StreamBinding(FileModel, frozen=True):
     rate: Positive
     record_bytes: Positive = 200.0
     qos: Annotated[int, msgspec.Meta(ge=0, le=1)] = 1
+
+    def __post_init__(self) -> None:
+        """Check that ``topic`` is an MQTT topic filter the broker accepts (:func:`spanedge.topics.filter_problem`)."""
+        problem = topics.filter_problem(self.topic)
+        if problem is not None:
+            msg = f"topic: topic filter {self.topic!r} is invalid: it {problem}"
+            raise ValueError(msg)
 
 
 class Broker(FileModel, frozen=True):
@@ -132,7 +141,12 @@ class Site(FileModel, frozen=True):
     streams: dict[str, StreamBinding] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """Check the broker URL and that an ``mqtts://`` broker has TLS settings."""
+        """Check the broker URL, that an ``mqtts://`` broker has TLS settings, and the stream names."""
+        for stream in self.streams:
+            problem = stream_name_problem(stream)
+            if problem is not None:
+                msg = f"{key_path('streams', stream)}: {problem}"
+                raise ValueError(msg)
         parts = urlsplit(self.broker)
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
             msg = "broker: must look like mqtt://host:1883 or mqtts://host:8883"
@@ -192,7 +206,12 @@ class Sites(FileModel, frozen=True):
     simulation: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        """Name every site after its key; check there is a hub and that links join known sites."""
+        """Check the site names, name every site after its key; check there is a hub and that links join known sites."""
+        for name in self.sites:
+            problem = name_problem(name, "site")
+            if problem is not None:
+                msg = f"{key_path('sites', name)}: {problem}"
+                raise ValueError(msg)
         named = {k: v if v.name == k else msgspec.structs.replace(v, name=k) for k, v in self.sites.items()}
         msgspec.structs.force_setattr(self, "sites", named)
         if not any(s.tier is Tier.HUB for s in named.values()):

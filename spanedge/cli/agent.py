@@ -56,8 +56,13 @@ def _click_type(name: str, hint: Any, metadata: typing.Mapping[str, Any]) -> cli
 def _options() -> list[click.Parameter]:
     """The command's options: every option field of ``AgentLaunch``, then of ``AgentConfig``."""
     from edge_agent.config import AgentConfig, AgentLaunch, check_log_level, check_transport, env_var, option_fields
+    from spanedge.names import check_site_name
 
-    checks = {"log_level": _checked(check_log_level), "transport": _checked(check_transport)}
+    checks = {
+        "site": _checked(lambda site: check_site_name(site, "--site")),
+        "log_level": _checked(check_log_level),
+        "transport": _checked(check_transport),
+    }
     options: list[click.Parameter] = []
     for settings in (AgentLaunch, AgentConfig):
         # trusted_keys is no option: its type is not resolved, so the signature library is not loaded

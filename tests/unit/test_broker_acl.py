@@ -79,10 +79,11 @@ def test_brokers_are_grouped_by_address() -> None:
 
 
 @pytest.mark.parametrize("name", ["plan", "heartbeat", "probe"])
-def test_a_site_named_like_a_control_topic_is_refused(name: str) -> None:
-    sites = parse_sites(SHARED.replace("truck-9", name))
-    with pytest.raises(InvalidSites, match=f"site '{name}' cannot have its own MQTT identity"):
-        acl_text(sites, ["cloud"])
+def test_a_site_named_like_a_control_topic_is_refused_when_the_file_loads(name: str) -> None:
+    with pytest.raises(InvalidSites, match=rf"sites\.{name}: site name '{name}' is reserved \(its data topics"):
+        parse_sites(SHARED.replace("truck-9", name))
+    with pytest.raises(InvalidName, match="is reserved"):
+        identities(parse_sites(SHARED), [name])
 
 
 def test_an_observer_with_a_site_name_is_refused() -> None:
