@@ -50,22 +50,6 @@ CREATE TABLE IF NOT EXISTS state (app TEXT PRIMARY KEY, blob BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS outbox_app_t ON outbox (app, t);
 """
 
-# an outbox written before sequences had epochs: its records and sequences are epoch 0
-_ADD_EPOCHS = """
-ALTER TABLE outbox ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
-CREATE TABLE seqs_by_epoch (
-    app TEXT NOT NULL, site TEXT NOT NULL, stream TEXT NOT NULL, epoch INTEGER NOT NULL DEFAULT 0,
-    seq INTEGER NOT NULL,
-    PRIMARY KEY (app, site, stream, epoch)
-);
-INSERT INTO seqs_by_epoch (app, site, stream, epoch, seq) SELECT app, site, stream, 0, seq FROM seqs;
-DROP TABLE seqs;
-ALTER TABLE seqs_by_epoch RENAME TO seqs;
-"""
-
-# an outbox written before records carried their app's frontier: its records announce none
-_ADD_FRONTIERS = "ALTER TABLE outbox ADD COLUMN w REAL"
-
 # acknowledged ids come as one JSON array (text): fixed statements, prepared once
 _ACKED_TOTALS = "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox WHERE id IN (SELECT value FROM json_each(?))"
 _DELETE_ACKED = "DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?))"
@@ -116,11 +100,6 @@ class Outbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(outbox)")}
-        if "epoch" not in columns:
-            self._db.executescript(f"BEGIN;{_ADD_EPOCHS}COMMIT;")
-        if "w" not in columns:
-            self._db.execute(_ADD_FRONTIERS)
         row = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox").fetchone()
         self.records, self.bytes = int(row[0]), int(row[1])
         self._seqs: dict[SeqKey, int] = self._load_seqs()

@@ -58,11 +58,9 @@ def read_log(
     The reader's inbox is created if missing; the reader is subscribed
     (it starts receiving sealed segments) by
     :func:`hub.ingest.log.subscribe` or :func:`hub.ingest.log.hand_over`, before its
-    query starts. With ``value_fields`` (field name to Spark SQL type), and
-    if every line of the log embeds object values
-    (:func:`hub.ingest.log.objects_throughout`), each value is parsed with its line
-    as a struct of those fields (null for a value that is not an object);
-    otherwise values are JSON text.
+    query starts. With ``value_fields`` (field name to Spark SQL type), each
+    value is parsed with its line as a struct of those fields (null for a value
+    that is not an object); otherwise values are JSON text.
 
     Returns:
         A DataFrame with the columns of :data:`SCHEMA_DDL`, ``value`` a struct if parsed.
@@ -72,7 +70,8 @@ def read_log(
     folder = ingest_log.inbox(log_dir, reader)
     folder.mkdir(parents=True, exist_ok=True)  # the file source checks that its folder exists
     schema = LINE_DDL
-    if value_fields and ingest_log.objects_throughout(log_dir):
+    ingest_log.check_format(log_dir)
+    if value_fields:
         struct = ", ".join(f"`{name}`: {kind}" for name, kind in value_fields.items())
         schema = LINE_DDL.replace("value STRING", f"value STRUCT<{struct}>")
     lines = (

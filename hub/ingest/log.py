@@ -5,10 +5,9 @@ Layout of one app's log under ``<state>/ingest/<app>/``::
     00000000000000000000.jsonl   a sealed segment whose first byte has global offset 0
     00000000000000016310.jsonl   the next segment, named by its first global offset
     hwm.json                     dedupe high-water marks and the log position they cover
-    format.json                  where lines with embedded object values begin
+    format.json                  the format version of its lines
     inbox/<reader>/              one folder per Spark query: hard links to the sealed
                                  segments it has not processed yet, and ``.from``
-    readers/<reader>.json        the offset a byte-offset reader has committed
 
 Offsets are byte positions in the concatenation of all segments ever
 written, so a reader finds the bytes of ``[start, end)`` from the file
@@ -16,11 +15,9 @@ names alone. Every line is one record as JSON
 (:class:`spanedge.wire.log_line.LogLine`): a record value that is a JSON
 object is embedded as one, any other value is its JSON text (so a hub
 window parses each line once, value included: :mod:`hub.engine.source`).
-Logs written before values were embedded hold JSON text only;
-``format.json`` says where embedded objects may begin
-(:func:`objects_throughout`) and, in logs begun since lines had a format
-version, that version (``line_version``). Only whole lines are visible: the tail
-position is the end of the last complete line.
+``format.json`` holds the lines' format version (``line_version``;
+:func:`check_format`). Only whole lines are visible: the tail position is
+the end of the last complete line.
 
 The last segment is the active one, the only one ever appended to. The
 writer *seals* it (:meth:`AppLog.seal`: fsync, start a new segment) at
@@ -82,7 +79,6 @@ SUFFIX = ".jsonl"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 HWM_FILE = "hwm.json"
 FORMAT_FILE = "format.json"
-READERS_DIR = "readers"
 INBOX_DIR = "inbox"
 FROM_FILE = ".from"
 LOCK_FILE = ".lock"
@@ -209,46 +205,9 @@ def _write_atomic(path: Path, data: bytes, fsync: bool = False) -> None:
     os.replace(tmp, path)
 
 
-def reader_path(log_dir: Path, reader: str) -> Path:
-    """Return the file holding the committed offset of ``reader``."""
-    return log_dir / READERS_DIR / f"{reader}.json"
-
-
-def reader_offset(log_dir: Path, reader: str) -> int | None:
-    """Return the committed offset of ``reader``, or ``None`` if unknown."""
-    try:
-        return int(json.loads(reader_path(log_dir, reader).read_bytes())["offset"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return None
-
-
-def readers(log_dir: Path) -> dict[str, int]:
-    """Return the committed offset of every registered reader."""
-    out: dict[str, int] = {}
-    folder = log_dir / READERS_DIR
-    if not folder.is_dir():
-        return out
-    for path in folder.glob("*.json"):
-        offset = reader_offset(log_dir, path.stem)
-        if offset is not None:
-            out[path.stem] = offset
-    return out
-
-
-def commit(log_dir: Path, reader: str, offset: int) -> list[Path]:
-    """Record that ``reader`` processed everything below ``offset``; delete what no reader needs.
-
-    Returns:
-        The segments deleted.
-    """
-    (log_dir / READERS_DIR).mkdir(parents=True, exist_ok=True)
-    _write_atomic(reader_path(log_dir, reader), json.dumps({"offset": offset}).encode())
-    return collect_garbage(log_dir)
-
-
 def collect_garbage(log_dir: Path) -> list[Path]:
-    """Delete the segments every reader (byte-offset or inbox) is past (never the active one)."""
-    committed = list(readers(log_dir).values()) + list(inbox_positions(log_dir).values())
+    """Delete the segments every inbox reader is past (never the active one)."""
+    committed = list(inbox_positions(log_dir).values())
     if not committed:
         return []
     floor = min(committed)
@@ -540,28 +499,19 @@ def iter_lines(log_dir: Path, start: int, end: int) -> Iterator[dict[str, Any]]:
         yield row
 
 
-def objects_throughout(log_dir: Path) -> bool:
-    """Whether every line a reader of ``log_dir`` can still get embeds object values (none has only JSON text).
-
-    True for a log without segments (its writer embeds them) and for one
-    whose oldest retained segment starts where its writer began embedding;
-    False for a log written, in part, before that.
+def check_format(log_dir: Path) -> None:
+    """Check that the lines of the log in ``log_dir`` have this hub's format version.
 
     Raises:
         ValueError: the log's lines have a format version other than :data:`spanedge.wire.log_line.VERSION`.
     """
-    if not segments(log_dir):
-        return True
     try:
-        fmt = json.loads((log_dir / FORMAT_FILE).read_bytes())
-        start = int(fmt["objects_from"])
+        version = json.loads((log_dir / FORMAT_FILE).read_bytes())["line_version"]
     except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return False
-    version = fmt.get("line_version", LINE_VERSION)
+        return  # a log its writer has not opened yet
     if version != LINE_VERSION:
         msg = f"log {log_dir}: its lines have format version {version!r}, not {LINE_VERSION}; run the hub that wrote it"
         raise ValueError(msg)
-    return head(log_dir) >= start
 
 
 @dataclass
@@ -596,10 +546,10 @@ class HighWaterMarks:
 
     @classmethod
     def from_json(cls, data: bytes) -> HighWaterMarks:
-        """Parse :meth:`to_json` output (marks without an epoch are epoch 0); raise ``ValueError`` if malformed."""
+        """Parse :meth:`to_json` output; raise ``ValueError`` if malformed."""
         try:
             raw = orjson.loads(data)
-            marks = {(str(m[0]), str(m[1]), int(m[3]) if len(m) > 3 else 0): int(m[2]) for m in raw["marks"]}
+            marks = {(str(m[0]), str(m[1]), int(m[3])): int(m[2]) for m in raw["marks"]}
             return cls(marks, int(raw["position"]))
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
             msg = f"malformed high-water marks: {exc}"
@@ -676,9 +626,9 @@ class AppLog:
         self._dirty = False
         if self.position > self._base:
             self._roll()
-        if not (log_dir / FORMAT_FILE).exists():  # lines from here on embed object values
-            fmt = {"objects_from": self.position, "line_version": LINE_VERSION}
-            _write_atomic(log_dir / FORMAT_FILE, json.dumps(fmt).encode(), fsync=True)
+        check_format(log_dir)
+        if not (log_dir / FORMAT_FILE).exists():
+            _write_atomic(log_dir / FORMAT_FILE, json.dumps({"line_version": LINE_VERSION}).encode(), fsync=True)
         self.hold = hold
         if hold is not None:
             self.latest.update(_unhanded_times(log_dir, hold.readers))

@@ -105,20 +105,6 @@ def test_a_window_reads_values_parsed_with_their_log_line_unless_the_log_predate
         ("b", 10.0, 2, 6.0),
     ]
 
-    # a log written before values were embedded holds their JSON text: it is read as text
-    old = tmp_path / "old"
-    old.mkdir()
-    text_lines = [
-        {**line, "value": orjson.dumps(line["value"]).decode()} for line in lines if isinstance(line["value"], dict)
-    ]
-    (old / ingest_log.segment_name(0)).write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in text_lines))
-    AppLog(old).close()  # the writer opens it: lines from here on embed objects, the segment before does not
-    assert not ingest_log.objects_throughout(old)
-    ingest_log.subscribe(old, "reader", 0)
-    from_old, old_type = _windows(spark, old, fields)
-    assert old_type == "string"
-    assert from_old == parsed
-
 
 def _batches(spark: Any, folder: Path, closing: bool) -> tuple[list[tuple[int, list[tuple[str, Any]]]], int]:
     """Per micro-batch (one file each) the window's results, closed by Spark (append) or by the sink (update); late records the sink dropped."""

@@ -185,31 +185,6 @@ def test_each_ownership_epoch_numbers_its_stream_from_1(tmp_path: Path) -> None:
     assert [r.seq for r in decode_batch(again.batches(0, 100)[-1].payload)[1]] == [2, 3]
 
 
-def test_an_outbox_written_before_epochs_keeps_its_backlog_and_seqs(tmp_path: Path) -> None:
-    import sqlite3
-
-    db = sqlite3.connect(tmp_path / "o.db")
-    db.executescript(
-        """
-        CREATE TABLE outbox (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            app TEXT NOT NULL, stream TEXT NOT NULL, site TEXT NOT NULL,
-            seq INTEGER NOT NULL, t REAL NOT NULL, k TEXT, v BLOB NOT NULL, size INTEGER NOT NULL
-        );
-        CREATE TABLE seqs (
-            app TEXT NOT NULL, site TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL,
-            PRIMARY KEY (app, site, stream)
-        );
-        INSERT INTO outbox (app, stream, site, seq, t, k, v, size) VALUES ('app', 'avg', 'tiny', 7, 1.0, NULL, X'7B7D', 50);
-        INSERT INTO seqs (app, site, stream, seq) VALUES ('app', 'tiny', 'avg', 7);
-        """
-    )
-    db.close()
-    box = Outbox(tmp_path / "o.db")
-    box.commit({"app": [_owned("avg", 1, 0)]})
-    assert [(r.seq, r.epoch) for b in box.batches(0, 100) for r in decode_batch(b.payload)[1]] == [(7, 0), (8, 0)]
-
-
 def test_ack_takes_any_number_of_ids(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.db")
     box.commit({"app": [_rec("a", i) for i in range(40_000)]})
@@ -265,20 +240,3 @@ def test_the_oldest_event_time_is_looked_up_not_scanned_even_in_an_outbox_made_w
     plan = " ".join(row[-1] for row in box._db.execute("EXPLAIN QUERY PLAN SELECT MIN(t) FROM outbox WHERE app = 'x'"))
     assert "USING COVERING INDEX outbox_app_t" in plan, plan
     assert (box.oldest("app"), box.oldest("other"), box.oldest("missing")) == (3.0, 1.0, None)
-
-
-def test_an_outbox_written_before_frontiers_keeps_its_backlog(tmp_path: Path) -> None:
-    import sqlite3
-
-    box = Outbox(tmp_path / "o.db")
-    box.commit({"app": [_rec("a", 1)]})
-    box.close()
-    db = sqlite3.connect(tmp_path / "o.db")
-    db.execute("ALTER TABLE outbox DROP COLUMN w")
-    db.commit()
-    db.close()
-    again = Outbox(tmp_path / "o.db")
-    again.commit({"app": [_rec("a", 2)]}, frontiers={"app": 2.0})
-    (batch,) = again.batches(0, 100)
-    assert [r.seq for r in decode_batch(batch.payload).records] == [1, 2]
-    assert decode_batch(batch.payload).complete == 2.0

@@ -249,9 +249,12 @@ def test_epoch_marks_are_rebuilt_from_the_log(tmp_path: Path) -> None:
     assert again.hwm.marks == {("s1", "x", 0): 5, ("s1", "x", 2): 3}
 
 
-def test_marks_written_without_epochs_are_epoch_0() -> None:
-    old = orjson.dumps({"position": 7, "marks": [["s1", "x", 9]]})
-    assert HighWaterMarks.from_json(old) == HighWaterMarks({("s1", "x", 0): 9}, 7)
+def test_every_mark_names_its_epoch() -> None:
+    assert HighWaterMarks.from_json(orjson.dumps({"position": 7, "marks": [["s1", "x", 9, 0]]})) == HighWaterMarks(
+        {("s1", "x", 0): 9}, 7
+    )
+    with pytest.raises(ValueError, match="malformed"):
+        HighWaterMarks.from_json(orjson.dumps({"position": 7, "marks": [["s1", "x", 9]]}))
     with pytest.raises(ValueError, match="malformed"):
         HighWaterMarks.from_json(orjson.dumps({"position": 7, "marks": [["s1", "x"]]}))
 
