@@ -25,6 +25,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from edge_agent.apps import Apps
 from edge_agent.config import AgentConfig
 from edge_agent.heartbeat import CPU_BUDGET_FILE
@@ -305,8 +307,8 @@ class Agent:
             self.drainer.acked(mid)
 
     def heartbeat(self) -> Heartbeat:
-        """The current heartbeat message."""
-        return self.telemetry.heartbeat(
+        """The current heartbeat message; it flags a plan in force past its expiry (warned about in the log)."""
+        beat = self.telemetry.heartbeat(
             self.pipelines,
             self.outbox,
             self.inbox,
@@ -317,3 +319,6 @@ class Agent:
             self.processor.checkpointer.sink_frontiers,
             self.sinks.unacknowledged.bounds(),
         )
+        if self.hub_plans is not None and self.hub_plans.warn_if_expired():
+            return msgspec.structs.replace(beat, plan_expired=True)
+        return beat

@@ -7,16 +7,19 @@ payload signed with its Ed25519 key (:func:`spanedge.signing.sign_plan`)::
      "apps": [{"app": "cold-chain", "plan": {...}, "source": "...", "source_sha256": "..."}]}
 
 :class:`PlanIntake` rejects a message not signed by a key the agent trusts,
-a version not newer than the applied one (a replay), a message for another
-site and app code whose hash does not match, each with a reason
-(:mod:`spanedge.plan_checks`), and keeps the applied version otherwise.
-:class:`HubPlans` adds the plan saved for a restart, resumed when the hub's
-retained plan is slow to come.
+a version not newer than the one it holds (a replay or an older plan, after a
+restart too: the saved plan's version is held from the start), a message for
+another site and app code whose hash does not match, each with a reason
+(:mod:`spanedge.plan_checks`), and keeps the held version otherwise, so it
+never goes back. :class:`HubPlans` adds the plan saved for a restart, resumed
+when the hub's retained plan is slow to come, and warns while the plan in
+force is past its expiry (it keeps running: processing never stops for it).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,14 +34,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+EXPIRED_WARNING_INTERVAL_S = 60.0
+"""How often an agent running an expired plan repeats its warning."""
+
 
 class PlanIntake:
-    """Checks signed plan messages for one site.
+    """Checks signed plan messages for one site and holds the newest one.
 
     Args:
         site: the site this agent serves.
         trusted: the hub's public keys this agent trusts (see :func:`spanedge.signing.load_trusted_keys`).
-        version: the version already applied (plans must be newer).
+        version: the version already held (plans must be newer).
     """
 
     def __init__(self, site: str, trusted: TrustedKeys, version: int = -1) -> None:
@@ -46,46 +52,76 @@ class PlanIntake:
         self.trusted = trusted
         self.version = version
         self.applied: bytes | None = None  # the message of the plan in force
+        self.held: bytes | None = None  # the newest message accepted: the one in force, or the saved one
+        self.current: SitePlan | None = None  # the plan of ``held``
 
     def verify(self, payload: bytes) -> SitePlan:
         """Check a plan message without applying it.
 
         Raises:
-            InvalidPlan: not signed by a trusted key, stale or replayed, for another site, malformed,
-                or with a source hash mismatch.
+            InvalidPlan: not signed by a trusted key, not newer than the held version, for another site,
+                malformed, or with a source hash mismatch.
         """
         from spanedge import signing  # the signature library only loads in managed mode
 
         verified = signing.verify_plan(payload, self.trusted)
         return check_plan_envelope(verified.payload, site=self.site, applied_version=self.version)
 
+    def _hold(self, payload: bytes, site_plan: SitePlan) -> None:
+        self.version = site_plan.version
+        self.held = payload
+        self.current = site_plan
+
     def accept(self, payload: bytes) -> list[Plan]:
         """Verify a plan message and mark its version applied; return the plans of the site's apps.
 
         Raises:
-            InvalidPlan: see :meth:`verify`; the applied version is unchanged then.
+            InvalidPlan: see :meth:`verify`; the held version is unchanged then.
         """
         site_plan = self.verify(payload)
-        self.version = site_plan.version
+        self._hold(payload, site_plan)
         self.applied = payload
         return list(site_plan.plans)
+
+    def hold(self, saved: Path) -> bool:
+        """Hold the plan message kept in ``saved`` without applying it, so no older plan is taken meanwhile.
+
+        Returns:
+            True if a saved message verifies (a saved one that does not is logged and ignored).
+        """
+        if not saved.is_file():
+            return False
+        payload = saved.read_bytes()
+        try:
+            self._hold(payload, self.verify(payload))
+        except InvalidPlan as exc:
+            log.warning("ignoring the saved plan %s: %s", saved, exc)
+            return False
+        return True
 
     def receive(self, payload: bytes, saved: Path) -> list[Plan] | None:
         """Accept a plan message from the hub and keep it in ``saved`` for a restart.
 
+        The saved message itself, delivered by the broker after a restart, is taken as the hub's plan.
+
         Returns:
-            The plans of the site's apps, or ``None`` if the message was rejected (logged with the reason).
+            The plans of the site's apps, or ``None`` if the message is the one applied or was rejected
+            (logged at WARNING with the reason).
         """
         if payload == self.applied:
             # the broker's retained copy of the message already applied, delivered again on a reconnect
             log.info("plan version %d is already applied (the broker delivered its retained copy again)", self.version)
             return None
+        if payload == self.held and self.current is not None:
+            self.applied = payload
+            log.info("the hub's plan version %d is the one saved here: applying it", self.version)
+            return list(self.current.plans)
         try:
             site_plan = self.verify(payload)
         except InvalidPlan as exc:
             log.warning("rejected plan message: %s", exc)
             return None
-        self.version = site_plan.version
+        self._hold(payload, site_plan)
         self.applied = payload
         saved.write_bytes(payload)
         log.info("applying plan version %d (%d apps)", site_plan.version, len(site_plan.plans))
@@ -97,15 +133,11 @@ class PlanIntake:
         Returns:
             The plans, or ``None`` if nothing was saved or the saved message no longer verifies (logged).
         """
-        if not saved.is_file():
+        if (self.held is None and not self.hold(saved)) or self.current is None:
             return None
-        try:
-            plans = self.accept(saved.read_bytes())
-        except InvalidPlan as exc:
-            log.warning("ignoring the saved plan %s: %s", saved, exc)
-            return None
+        self.applied = self.held
         log.info("resuming plan version %d until the hub publishes a newer one", self.version)
-        return plans
+        return list(self.current.plans)
 
 
 class HubPlans:
@@ -115,6 +147,8 @@ class HubPlans:
     must not run again: the saved one would take records and windows that are
     now another site's. So a restarted agent with a saved plan waits up to
     ``plan_wait`` seconds for the hub's retained plan before resuming its own.
+    It holds the saved plan's version meanwhile: an older plan (a replay, or a
+    broker that lost the hub's newer message) is refused.
 
     Args:
         intake: checks the plan messages.
@@ -129,6 +163,7 @@ class HubPlans:
         self.plan_wait = plan_wait
         self.hub_site = hub_site
         self._resume_at: float | None = None  # loop time to resume the saved plan at, unless the hub's comes first
+        self._warned_at: float | None = None  # when the expired plan was last warned about
 
     @property
     def waiting(self) -> bool:
@@ -138,7 +173,8 @@ class HubPlans:
     def start(self, now: float) -> list[Plan] | None:
         """Begin the wait for the hub's plan if one was saved; without a wait, return the saved plans now."""
         if self.plan_wait > 0 and self.saved.is_file():
-            self._resume_at = now + self.plan_wait
+            if self.intake.hold(self.saved):
+                self._resume_at = now + self.plan_wait
             return None
         return self.intake.resume(self.saved)
 
@@ -168,6 +204,37 @@ class HubPlans:
             self.saved,
         )
         return self.intake.resume(self.saved)
+
+    def expired(self, now: float | None = None) -> bool:
+        """True if the plan in force is past its expiry at ``now`` (default: the wall clock); it keeps running."""
+        current = self.intake.current
+        if self.intake.applied is None or current is None:
+            return False
+        return current.expired(time.time() if now is None else now)
+
+    def warn_if_expired(self, now: float | None = None) -> bool:
+        """Say at WARNING, once every :data:`EXPIRED_WARNING_INTERVAL_S`, that the plan in force expired.
+
+        Returns:
+            True if the plan in force is expired (the heartbeat reports it).
+        """
+        now = time.time() if now is None else now
+        if not self.expired(now):
+            self._warned_at = None
+            return False
+        if self._warned_at is None or now - self._warned_at >= EXPIRED_WARNING_INTERVAL_S:
+            self._warned_at = now
+            current = self.intake.current
+            assert current is not None
+            assert current.expires_at is not None
+            log.warning(
+                "site %s runs plan version %d, which expired %.0f s ago: the hub has not re-issued it (is the "
+                "hub down, or its broker out of reach?); the plan keeps running until a newer one arrives",
+                self.intake.site,
+                current.version,
+                now - current.expires_at,
+            )
+        return True
 
 
 def app_of(plan: Plan) -> App:

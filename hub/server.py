@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hub.control.coordinator import Coordinator
-from hub.control.distribution import MqttControl, PlanDistributor
+from hub.control.distribution import PLAN_TTL_S, MqttControl, PlanDistributor
 from hub.control.registry import SiteRegistry
 from hub.control.site_health import HealthPolicy
 from hub.control.state import StateStore
@@ -74,6 +74,8 @@ class HubConfig:
     overload_for_s: float = 30.0
     #: a spoke able to carry its old load again this long gets its capacity back
     overload_recover_s: float = 60.0
+    #: a plan message expires this long after it is issued; the hub re-issues it after half of it
+    plan_ttl_s: float = PLAN_TTL_S
     #: the level of everything the hub logs, uvicorn's own lines included; DEBUG adds a line per request
     log_level: str = "INFO"
 
@@ -96,7 +98,7 @@ class Hub:
             client_id=f"spanedge-hub-control-{site.name}",
             on_heartbeat=lambda site, payload: self.coordinator.heartbeat(site, payload),
         )
-        self.distributor = PlanDistributor(self.control, config.plan_key, self.store)
+        self.distributor = PlanDistributor(self.control, config.plan_key, self.store, ttl_s=config.plan_ttl_s)
         self.ingest: Any = None
         self.engine: Any = None
         self.coordinator = Coordinator(
@@ -120,7 +122,8 @@ class Hub:
         """Connect to the broker, resume the deployed apps, start the data plane and the periodic checks.
 
         Every ``check_interval_s`` the hub checks the sites' load and presence and
-        link latencies for drift (:meth:`Coordinator.check`), and restarts failed Spark queries.
+        link latencies for drift (:meth:`Coordinator.check`), re-issues the plan messages past half their
+        TTL (:meth:`PlanDistributor.refresh`), and restarts failed Spark queries.
         """
         log.info("hub site %s, broker %s, state in %s", self.site.name, self.broker.url, self.state_dir)
         self.control.start()
@@ -173,6 +176,10 @@ class Hub:
                 self.coordinator.check()
             except Exception:
                 log.exception("the check of sites and drift failed")
+            try:
+                self.distributor.refresh()
+            except Exception:
+                log.exception("re-issuing the plan messages before they expire failed")
             if self.engine is not None:
                 try:
                     self.engine.recover()

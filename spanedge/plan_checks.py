@@ -3,12 +3,12 @@
 The hub publishes one signed message per site (see :mod:`spanedge.signing`),
 whose payload (:class:`spanedge.wire.plan.PlanPayload`) is::
 
-    {"site": "truck-7", "version": 12, "issued_at": 1700000000.0,
+    {"site": "truck-7", "version": 12, "issued_at": 1700000000.0, "expires_at": 1700604800.0,
      "apps": [{"app": "cold-chain", "plan": {...}, "source": "...", "source_sha256": "..."}]}
 
 :func:`check_plan_envelope` accepts it only if it is addressed to this site, its
-version is newer than the one applied (so a replayed or stale message is
-refused), every app name follows :data:`spanedge.names.APP_NAME_PATTERN`,
+version is newer than the one the agent holds (so a replayed or stale message
+is refused, and the held version never goes back), every app name follows :data:`spanedge.names.APP_NAME_PATTERN`,
 every app's source matches its SHA-256 and its plan is the plan of that app.
 It is pure: the caller keeps the applied version and advances it on success.
 """
@@ -28,12 +28,17 @@ from spanedge.wire.plan import PlanApp, parse_payload
 
 @dataclass(frozen=True)
 class SitePlan:
-    """An accepted plan message: its site, version, issue time and the plans of the site's apps."""
+    """An accepted plan message: its site, version, issue and expiry times and the plans of the site's apps."""
 
     site: str
     version: int
     issued_at: float
     plans: tuple[Plan, ...]
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        """True once ``now`` (seconds since the epoch) is past the plan's expiry."""
+        return self.expires_at is not None and now >= self.expires_at
 
 
 def check_plan_envelope(payload: Mapping[str, Any], *, site: str, applied_version: int = -1) -> SitePlan:
@@ -42,7 +47,7 @@ def check_plan_envelope(payload: Mapping[str, Any], *, site: str, applied_versio
     Args:
         payload: the payload :func:`spanedge.signing.verify_plan` returned.
         site: the site this agent serves.
-        applied_version: the version already applied; the message must be newer.
+        applied_version: the version the agent holds (applied or saved); the message must be newer.
 
     Returns:
         The accepted message, with each app's source in its plan (``Plan.app_source``).
@@ -60,8 +65,8 @@ def check_plan_envelope(payload: Mapping[str, Any], *, site: str, applied_versio
     message = parse_payload(payload)
     if message.version <= applied_version:
         msg = (
-            f"plan version {message.version} is not newer than the applied version {applied_version}; "
-            "ignoring it (replayed or stale)"
+            f"site {site}: plan version {message.version} is not newer than the version {applied_version} "
+            f"this agent holds; keeping version {applied_version} (a replayed or stale message)"
         )
         raise InvalidPlan(msg)
     plans = tuple(_app(entry, i) for i, entry in enumerate(message.apps))
@@ -69,7 +74,7 @@ def check_plan_envelope(payload: Mapping[str, Any], *, site: str, applied_versio
     if len(set(names)) != len(names):
         msg = f"plan lists an app twice: {names}"
         raise InvalidPlan(msg)
-    return SitePlan(site, message.version, message.issued_at, plans)
+    return SitePlan(site, message.version, message.issued_at, plans, message.expires_at)
 
 
 def _app(entry: PlanApp, index: int) -> Plan:

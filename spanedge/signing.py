@@ -362,12 +362,6 @@ def _envelope(message: bytes) -> SignedMessage:
         outer = orjson.loads(message)
     except orjson.JSONDecodeError:
         outer = None
-    if isinstance(outer, dict) and "kid" not in outer and {"payload", "sig"} <= outer.keys():
-        msg = (
-            "control message is signed with the shared HMAC secret of an older hub; this agent accepts only "
-            f"Ed25519-signed plans: upgrade the hub and give it a key ({_HOW_TO_GET_A_KEY})"
-        )
-        raise InvalidPlan(msg)
     if not isinstance(outer, dict):
         got = "not JSON" if outer is None else f"JSON {type(outer).__name__}"
         msg = f"control message is not a signed envelope {{v, alg, kid, payload, sig}} (got {got}); ignoring it"
@@ -383,7 +377,7 @@ def _envelope(message: bytes) -> SignedMessage:
         msg = f"signed envelope version {_show(version)} is not {ENVELOPE_VERSION}; run the hub's release on this agent"
         raise InvalidPlan(msg)
     if outer["alg"] != ALGORITHM:
-        msg = f"control message is signed with {_show(outer['alg'])}; agents accept only {ALGORITHM!r}"
+        msg = f"control message uses the unsupported signature algorithm {_show(outer['alg'])}; agents accept only {ALGORITHM!r}"
         raise InvalidPlan(msg)
     return signed_message(outer)
 

@@ -317,6 +317,9 @@ class SiteStatus(BaseModel):
     cpu_percent: Reported = Field(description="percent of one core")
     rss_bytes: ReportedCount
     clock_offset_ms: Reported
+    plan_expired: bool = Field(
+        default=False, description="the site runs a plan past its expiry: the hub has not re-issued it"
+    )
     rejected_heartbeats: int
     latency: dict[str, SiteLinkModel]
 

@@ -200,7 +200,7 @@ class Deployments:
     # -- restart -------------------------------------------------------------------------------
 
     def resume(self) -> list[str]:
-        """Load the persisted apps, republish their plans and restart their hub parts.
+        """Load the persisted apps, republish their plans (freshly issued) and restart their hub parts.
 
         Returns:
             The names of the resumed apps. An app whose source no longer loads
@@ -212,7 +212,9 @@ class Deployments:
             for record, app in _loadable(self.store.load_apps()):
                 self._apps[record.name] = Deployment(app, record)
             self.handovers.returns.expect(awaited(d.record for d in self._apps.values()))
-            self.distribute(set().union(*(sites_of(d.record.plan) for d in self._apps.values())))
+            # every site sent a plan before too, so each gets a fresh one (an empty one where no app runs)
+            known = set(self.distributor.versions) if self.distributor is not None else set()
+            self.distribute(known.union(*(sites_of(d.record.plan) for d in self._apps.values())))
             if self.engine is not None:
                 for name, deployment in self._apps.items():
                     try:

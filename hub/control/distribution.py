@@ -6,10 +6,17 @@ once. The payload (:class:`spanedge.wire.plan.PlanPayload`) is signed with the h
 (:mod:`spanedge.signing`)::
 
     {"site": ..., "version": <int, strictly increasing per site>, "issued_at": <unix s>,
+     "expires_at": <issued_at + the plan TTL>,
      "apps": [{"app", "plan": Plan.to_dict(), "source", "source_sha256"}, ...]}
 
-Versions are ``max(time_ns, last + 1)`` and the last one per site is persisted,
-so they keep increasing across hub restarts and clock steps backwards.
+Versions are ``max(time_ns, last + 1)`` and the last one per site is persisted
+(``<state dir>/distribution.json``) before any message leaves, so they keep
+increasing across hub restarts and clock steps backwards: the clock only lets
+a version jump ahead, never go back or repeat. A message expires
+:data:`PLAN_TTL_S` after it is issued (``spanedge hub --plan-ttl``);
+:meth:`PlanDistributor.refresh`, run with the hub's periodic checks, re-issues
+each site's message, with a new version and the same apps, once half its TTL
+is over.
 
 A site whose part of the plans did not change since the message the broker
 acknowledged last (:func:`site_view`: what its agent builds its pipelines
@@ -40,6 +47,9 @@ from spanedge.sites import Broker
 from spanedge.wire.plan import PlanApp, PlanPayload
 
 log = logging.getLogger(__name__)
+
+PLAN_TTL_S = 7 * 86400.0
+"""How long a plan message is valid after it is issued, by default: seven days."""
 
 
 class Publisher(Protocol):
@@ -144,16 +154,24 @@ class PlanDistributor:
         key: PlanSigningKey,
         store: StateStore | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        ttl_s: float = PLAN_TTL_S,
     ) -> None:
-        """Publish through ``publisher``, signing with the hub's ``key``; persist versions in ``store``."""
+        """Publish through ``publisher``, signing with the hub's ``key``; persist versions in ``store``.
+
+        ``clock_ns`` is the wall clock (issue times, and a floor for versions); a message expires ``ttl_s``
+        after it is issued.
+        """
         self._publisher = publisher
         self._key = key
         self._store = store
         self._clock_ns = clock_ns
+        self.ttl_s = ttl_s
         self._lock = threading.Lock()
         self._versions: dict[str, int] = store.load_versions() if store is not None else {}
         # per site, the digest of the views in the last message the broker acknowledged
         self._delivered: dict[str, str] = {}
+        # per site, the last message sent: when it was issued, the digest of its views and its entries
+        self._sent: dict[str, tuple[float, str, list[PlanApp]]] = {}
 
     @property
     def versions(self) -> dict[str, int]:
@@ -167,12 +185,15 @@ class PlanDistributor:
         return version
 
     def message(self, site: str, apps: Iterable[SiteApp], version: int) -> bytes:
-        """The signed plan message of ``site`` at ``version``."""
-        return self._signed(site, [a.entry() for a in apps], version)
+        """The signed plan message of ``site`` at ``version``, issued now."""
+        return self._signed(site, [a.entry() for a in apps], version, self._clock_ns() / 1e9)
 
-    def _signed(self, site: str, entries: list[PlanApp], version: int) -> bytes:
+    def _signed(self, site: str, entries: list[PlanApp], version: int, issued_at: float) -> bytes:
         apps = sorted(entries, key=lambda e: e.app)
-        return sign_plan(PlanPayload(site=site, version=version, issued_at=time.time(), apps=apps), self._key)
+        payload = PlanPayload(
+            site=site, version=version, issued_at=issued_at, expires_at=issued_at + self.ttl_s, apps=apps
+        )
+        return sign_plan(payload, self._key)
 
     def publish(self, apps: Mapping[str, SiteApp], sites: Iterable[str]) -> dict[str, str]:
         """Publish the message of every site in ``sites`` whose part changed, from the full set of deployed ``apps``.
@@ -205,26 +226,54 @@ class PlanDistributor:
                     if a.plan.app not in entries:
                         entries[a.plan.app] = a.entry()
                 todo.append((site, digest, [entries[a.plan.app] for a, _, _ in mine]))
-            messages, described = [], []
-            for site, digest, mine_entries in todo:
-                version = self._next_version(site)
-                messages.append((topics.control(site, "plan"), self._signed(site, mine_entries, version)))
-                names = ", ".join(e.app for e in mine_entries) or "no apps"
-                described.append((site, digest, version, names))
-            if self._store is not None and messages:
-                self._store.save_versions(self._versions)  # before any message leaves
-            # one round of acknowledgements for all sites, not one round trip per site
-            acked = self._publisher.publish_all(messages) if messages else []
-            for (site, digest, version, names), ok in zip(described, acked, strict=True):
-                result[site] = "published" if ok else "pending"
-                if ok:
-                    self._delivered[site] = digest
-                else:
-                    self._delivered.pop(site, None)
-                log.info("plan message %d for site %s (%s): %s", version, site, names, result[site])
-            if len(result) > len(messages):
-                log.info("plan messages of %d sites unchanged: not sent again", len(result) - len(messages))
+            self._send(todo, result)
+            unchanged = len(result) - len(todo)
+            if unchanged:
+                log.info("plan messages of %d sites unchanged: not sent again", unchanged)
         return result
+
+    def refresh(self) -> dict[str, str]:
+        """Re-issue, with a new version, each site's last message once half its TTL is over.
+
+        The apps are unchanged; the new message carries a later expiry.
+
+        Returns:
+            ``{site: "published" | "pending"}`` of the messages re-issued.
+        """
+        result: dict[str, str] = {}
+        now = self._clock_ns() / 1e9
+        with self._lock:
+            due = [
+                (site, digest, entries)
+                for site, (issued_at, digest, entries) in sorted(self._sent.items())
+                if now - issued_at >= self.ttl_s / 2
+            ]
+            if due:
+                log.info("re-issuing the plan messages of %d sites before they expire", len(due))
+                self._send(due, result)
+        return result
+
+    def _send(self, todo: list[tuple[str, str, list[PlanApp]]], result: dict[str, str]) -> None:
+        """Sign a message per ``(site, digest, entries)`` at the next version, persist the versions, publish."""
+        issued_at = self._clock_ns() / 1e9
+        messages, described = [], []
+        for site, digest, mine_entries in todo:
+            version = self._next_version(site)
+            messages.append((topics.control(site, "plan"), self._signed(site, mine_entries, version, issued_at)))
+            names = ", ".join(e.app for e in mine_entries) or "no apps"
+            described.append((site, digest, version, names))
+            self._sent[site] = (issued_at, digest, mine_entries)
+        if self._store is not None and messages:
+            self._store.save_versions(self._versions)  # before any message leaves
+        # one round of acknowledgements for all sites, not one round trip per site
+        acked = self._publisher.publish_all(messages) if messages else []
+        for (site, digest, version, names), ok in zip(described, acked, strict=True):
+            result[site] = "published" if ok else "pending"
+            if ok:
+                self._delivered[site] = digest
+            else:
+                self._delivered.pop(site, None)
+            log.info("plan message %d for site %s (%s): %s", version, site, names, result[site])
 
 
 class MqttControl:

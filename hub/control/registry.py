@@ -361,6 +361,7 @@ def _row(site: Site, state: _SiteState) -> dict[str, Any]:
         "cpu_percent": hb.cpu_percent,
         "rss_bytes": hb.rss_bytes,
         "clock_offset_ms": hb.clock_offset_ms,
+        "plan_expired": hb.plan_expired,
         "rejected_heartbeats": state.rejected,
         "latency": None,
     }

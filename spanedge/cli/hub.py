@@ -46,6 +46,16 @@ def _interval(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     return value
 
 
+def _plan_ttl(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+    """``value`` in seconds (a duration such as '7d' or '12h'), or a usage error with an example."""
+    from spanedge.durations import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion of ``--log-level``: the levels that start with what is typed, whatever its case."""
     return [level for level in LOG_LEVELS if level.startswith(incomplete.upper())]
@@ -145,6 +155,14 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     type=click.FloatRange(min=0),
     help="a spoke able to carry its old load again for this many seconds gets its capacity back (and a re-plan)",
 )
+@option(
+    "--plan-ttl",
+    default="7d",
+    callback=_plan_ttl,
+    show_default=True,
+    help="a plan message expires this long after it is issued (a duration: 7d, 12h); the hub re-issues it after "
+    "half of it, and an agent still running an expired plan warns and reports it in its heartbeat",
+)
 def hub(
     sites: Path,
     host: str,
@@ -166,6 +184,7 @@ def hub(
     handover_wait: float,
     overload_for: float,
     overload_recover: float,
+    plan_ttl: float,
 ) -> None:
     """Run the hub: REST API, plan distribution, ingest and Spark.
 
@@ -216,6 +235,7 @@ def hub(
             handover_wait_s=handover_wait,
             overload_for_s=overload_for,
             overload_recover_s=overload_recover,
+            plan_ttl_s=plan_ttl,
         )
         Hub(parsed, config).serve()
     except SpanEdgeError as exc:

@@ -28,7 +28,7 @@ from spanedge.numbers import Finite, NonNegative
 Count = Annotated[int, msgspec.Meta(ge=0)]
 
 VERSION = 1
-"""The format version of the heartbeat, its ``v`` field (absent: written before it had one, read as 1)."""
+"""The format version of the heartbeat, its ``v`` field (a heartbeat without one is read as this version)."""
 
 
 class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, tag_field="v", tag=VERSION):
@@ -54,6 +54,7 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
         complete: per app, the event time below which the site sends the hub nothing more (None: idle).
         delivered: per app, the event time below which the site delivered every result.
         key_spread: per app, each window replica's recent records by bucket of its key hash space.
+        plan_expired: the plan the site runs is past its expiry (the hub has not re-issued it).
     """
 
     site: str | None = None
@@ -75,6 +76,7 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
     complete: dict[str, Finite | None] = {}
     delivered: dict[str, Finite] = {}
     key_spread: dict[str, dict[str, dict[str, NonNegative]]] = {}
+    plan_expired: bool = False
 
 
 _FIELDS = msgspec.structs.fields(Heartbeat)

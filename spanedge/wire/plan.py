@@ -10,10 +10,13 @@ whose ``v`` is the format version of the message, and whose payload
 (:class:`PlanPayload`, JSON with sorted keys) is::
 
     {"apps": [{"app": "cold-chain", "plan": {...}, "source": "...", "source_sha256": "..."}],
-     "issued_at": 1700000000.0, "site": "truck-7", "version": 12}
+     "expires_at": 1700604800.0, "issued_at": 1700000000.0, "site": "truck-7", "version": 12}
 
 ``version`` is the plan version (strictly increasing per site), not the
-format's. The hub writes both (:mod:`hub.control.distribution`); agents
+format's; an agent never applies a version that is not newer than the one it
+holds. ``expires_at`` (seconds since the epoch) is when the plan goes stale:
+the hub re-issues it well before, and an agent still running it after says so
+(absent: the plan does not expire). The hub writes both (:mod:`hub.control.distribution`); agents
 read them (:mod:`edge_agent.plans`, through :func:`parse_payload` and
 :mod:`spanedge.plan_checks`).
 """
@@ -56,9 +59,10 @@ class PlanApp(msgspec.Struct, kw_only=True):
 
 
 class PlanPayload(msgspec.Struct, kw_only=True):
-    """The signed payload of a site's plan message: the site, the plan version, when it was issued, its apps."""
+    """The signed payload of a site's plan message: its site, plan version, issue and expiry times, apps."""
 
     apps: list[PlanApp]
+    expires_at: Finite | None = None
     issued_at: Finite = 0.0
     site: str
     version: int
@@ -123,8 +127,8 @@ def _refusal(data: Mapping[str, Any], reason: str) -> InvalidPlan:
     got = data.get(field)
     if field == "version":
         return InvalidPlan(f"plan version must be an integer, got {got!r}")
-    if field == "issued_at":
-        return InvalidPlan(f"plan issued_at must be a number of seconds, got {got!r}")
+    if field in ("issued_at", "expires_at"):
+        return InvalidPlan(f"plan {field} must be a number of seconds, got {got!r}")
     if field == "site":
         return InvalidPlan(f"plan site must be a site name, got {got!r}")
     if field != "apps" or index is None or not isinstance(got, list):

@@ -111,13 +111,15 @@ class FirstRun:
 
 
 @asynccontextmanager
-async def _after_a_first_run(mosquitto_factory: Any, tmp_path: Path, **options: Any) -> AsyncIterator[FirstRun]:
-    """Plan v1 retained on the hub broker, an agent run on it until its first results and stopped (its state kept)."""
+async def _after_a_first_run(
+    mosquitto_factory: Any, tmp_path: Path, version: int = 1, **options: Any
+) -> AsyncIterator[FirstRun]:
+    """Plan ``version`` retained on the hub broker, an agent run on it until its first results and stopped."""
     hub, site = mosquitto_factory("hub"), mosquitto_factory("site")
     _, plan_path, sites = write_setup(tmp_path, hub.url, site.url)
     plan = Plan.from_json(plan_path.read_text())
     control = client(hub.port)
-    control.publish(topics.control("truck-7", "plan"), _signed(plan, 1), qos=1, retain=True).wait_for_publish(5)
+    control.publish(topics.control("truck-7", "plan"), _signed(plan, version), qos=1, retain=True).wait_for_publish(5)
     observer = HubObserver(hub.port)
     config = AgentConfig("truck-7", sites, tmp_path / "state", heartbeat_interval=0.5, trusted_keys=TRUSTED, **options)
     sensor = Sensor(site.port)
@@ -180,6 +182,35 @@ async def test_a_restarted_agent_cut_off_from_the_hub_resumes_its_saved_plan(
         assert "no plan from the hub broker (cloud) within 1 s: resuming the plan saved in" in caplog.text
         assert "resuming plan version 1 until the hub publishes a newer one" in caplog.text
         await poll(lambda: _subscribed(second), 20, "the resumed plan to subscribe to its data")
+        second.stop()
+        await asyncio.wait_for(task, 20)
+
+
+@pytest.mark.timeout(90)
+async def test_a_restarted_agent_refuses_an_older_retained_plan_and_keeps_its_saved_one(
+    mosquitto_factory: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older plan replayed on the broker while the agent was down: refused during the wait, the saved one runs."""
+    caplog.set_level(logging.INFO)
+    async with _after_a_first_run(mosquitto_factory, tmp_path, version=7, plan_wait=2.0) as run:
+        saved = run.config.state_dir / "plan.signed"
+        newer = saved.read_bytes()
+        # down: an attacker (or a broker restored from an old backup) replays plan v3, which takes the app away
+        plan_topic = topics.control("truck-7", "plan")
+        run.control.publish(plan_topic, _signed(run.plan, 3, apps=False), qos=1, retain=True).wait_for_publish(5)
+        caplog.clear()
+        second = Agent(run.config, connect=PahoTransport)
+        task = asyncio.create_task(second.run())
+        refusal = "site truck-7: plan version 3 is not newer than the version 7 this agent holds"
+        await poll(lambda: refusal in caplog.text, 20, "the refusal of the older plan")
+        await poll(lambda: "cold-chain" in second.pipelines, 20, "the saved plan to resume")
+        (line,) = [r for r in caplog.records if refusal in r.getMessage()]
+        assert line.levelno == logging.WARNING
+        assert "resuming plan version 7 until the hub publishes a newer one" in caplog.text
+        assert second.plan_intake is not None
+        assert second.plan_intake.version == 7
+        assert saved.read_bytes() == newer
+        await poll(lambda: _subscribed(second), 20, "the saved plan to subscribe to its data")
         second.stop()
         await asyncio.wait_for(task, 20)
 

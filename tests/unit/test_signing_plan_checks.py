@@ -70,7 +70,7 @@ def test_an_upper_case_hash_matches() -> None:
 
 @pytest.mark.parametrize("applied", [3, 4])
 def test_a_replayed_or_stale_version_is_not_newer(applied: int) -> None:
-    with pytest.raises(InvalidPlan, match=f"plan version 3 is not newer than the applied version {applied}"):
+    with pytest.raises(InvalidPlan, match=f"plan version 3 is not newer than the version {applied} this agent holds"):
         check_plan_envelope(_payload(), site="truck-7", applied_version=applied)
 
 

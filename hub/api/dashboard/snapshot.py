@@ -104,7 +104,7 @@ class SiteView(TypedDict):
     ``alive`` is ``None`` for a hub-tier site that never sent a heartbeat (no
     agent runs there; the hub itself is up). ``cpu`` is the agent's CPU in
     percent of one core; ``dead_lettered`` and ``late`` are counts since the
-    agent started.
+    agent started. ``plan_expired`` says the site runs a plan past its expiry.
     """
 
     site: str
@@ -117,6 +117,7 @@ class SiteView(TypedDict):
     watermark_lag_s: float | None
     dead_lettered: int | None
     late: int | None
+    plan_expired: bool
 
 
 class LinkView(TypedDict):
@@ -426,6 +427,7 @@ def site_view(row: Mapping[str, Any]) -> SiteView:
         "watermark_lag_s": number(row.get("watermark_lag_s")),
         "dead_lettered": _count(row.get("dlq")),
         "late": _count(row.get("late")),
+        "plan_expired": row.get("plan_expired") is True,
     }
 
 

@@ -115,9 +115,9 @@ def test_every_rejected_plan_is_logged_at_warning_with_its_reason(
     rejected = {
         "signed with key": _message(version=4, key=ROGUE),  # a key the agent does not trust (wrong or old)
         "plan is for site 'truck-9'": _message(site="truck-9", version=4),
-        "plan version 2 is not newer than the applied version 3": _message(version=2),
+        "site truck-7: plan version 2 is not newer than the version 3 this agent holds": _message(version=2),
         # version 3 issued again: a replay (the byte-identical retained copy is no rejection, see below)
-        "plan version 3 is not newer than the applied version 3": _message(version=3, issued_at=1.7e9 + 1),
+        "plan version 3 is not newer than the version 3 this agent holds": _message(version=3, issued_at=1.7e9 + 1),
         "the code was altered in transit": _message(version=4, source=code + "\nimport os\n"),
         "not a signed envelope": b"\x00junk",
     }

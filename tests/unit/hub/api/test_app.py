@@ -320,6 +320,15 @@ def test_sites_and_latency_show_heartbeats(client: TestClient, coordinator: Coor
     assert row["age_s"] >= 0
 
 
+def test_sites_show_a_site_running_an_expired_plan(client: TestClient, coordinator: Coordinator) -> None:
+    coordinator.registry.heartbeat("a", orjson.dumps({"site": "a", "ts": 1, "plan_expired": True}))
+    sites = {s["site"]: s for s in client.get("/sites", headers=AUTH).json()["sites"]}
+    assert (sites["a"]["plan_expired"], sites["cloud"]["plan_expired"]) == (True, False)
+    coordinator.registry.heartbeat("a", orjson.dumps({"site": "a", "ts": 2}))  # the hub re-issued it
+    sites = {s["site"]: s for s in client.get("/sites", headers=AUTH).json()["sites"]}
+    assert sites["a"]["plan_expired"] is False
+
+
 def test_metrics_are_prometheus_text(client: TestClient, coordinator: Coordinator) -> None:
     hb = {
         "site": "a",

@@ -275,11 +275,13 @@ def test_sites_alive_down_and_the_hub_without_an_agent(coordinator: Coordinator,
         "watermark_lag_s": 1.25,
         "dead_lettered": 1,
         "late": 3,
+        "plan_expired": False,
     }
     assert sites["warehouse-north"]["alive"] is False
     assert sites["warehouse-north"]["last_heartbeat_age_s"] is None
     # a hub-tier site that does send heartbeats is judged like any other
     assert site_view({"site": "cloud", "tier": "hub", "alive": False, "last_heartbeat_age_s": 30.0})["alive"] is False
+    assert site_view({"site": "truck-7", "tier": "spoke", "plan_expired": True})["plan_expired"] is True
 
 
 def test_links_measured_and_declared(coordinator: Coordinator, clock: Clock) -> None:

@@ -283,6 +283,21 @@ def test_a_restarted_coordinator_resumes_the_persisted_apps(sites: Sites, clock:
     assert publisher.last("a")["version"] > before
 
 
+def test_a_restarted_coordinator_re_issues_the_plan_of_every_site_it_sent_one(
+    sites: Sites, clock: Clock, tmp_path: Path
+) -> None:
+    """A site whose apps were all deleted gets a fresh empty plan too, so its plan never expires."""
+    first, first_publisher, _ = make(sites, clock, tmp_path)
+    first.deploy(APP, "app.py")
+    first.delete("demo")
+    before = first_publisher.last("a")
+    second, publisher, _ = make(sites, clock, tmp_path)
+    assert second.resume() == []
+    again = publisher.last("a")
+    assert again["apps"] == []
+    assert again["version"] > before["version"]
+
+
 def test_drift_beyond_the_threshold_replans_and_records_why(sites: Sites, clock: Clock) -> None:
     coordinator, publisher, engine = make(sites, clock)
     coordinator.deploy(APP, "app.py")
