@@ -21,7 +21,7 @@ from spanedge.keyrange import RECOVERY_EPOCH, is_recovery_epoch, recovery_epoch
 from spanedge.plan import Handover, Plan
 from spanedge.runtime import recovery_part
 from spanedge.wire.batch import Record, decode_batch
-from tests.unit.test_handover import SWITCH, T0, build, make_app, make_plan, readings
+from tests.unit.spanedge.runtime.test_handover import SWITCH, T0, build, make_app, make_plan, readings
 
 #: tiny's records up to this event time were delivered by big1 before it died: its results from here on are not
 RISK = T0 + 33.3

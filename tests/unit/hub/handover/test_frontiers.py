@@ -14,7 +14,7 @@ from edge_agent.telemetry import IDLE_AFTER_S, delivered, frontiers
 from hub.handover.frontiers import SiteFrontiers, parse_report
 from spanedge import App, agg, sinks
 from spanedge.runtime import HubRecord, Pipeline, edge_part
-from tests.unit.test_agent_idle import Clock
+from tests.unit.spanedge.runtime.test_idle import Clock
 
 
 def _windowed(lateness: float) -> App:

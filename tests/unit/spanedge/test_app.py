@@ -153,5 +153,5 @@ def test_an_explicit_hint_wins_over_the_decorator() -> None:
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "0.1", True])
 def test_a_bad_hint_names_the_operator_and_the_value(bad: object) -> None:
     app = App("hints3")
-    with pytest.raises(InvalidDataflow, match=r"filter 'f' \(test_api.py:\d+\): selectivity must be a finite number"):
+    with pytest.raises(InvalidDataflow, match=r"filter 'f' \(test_app.py:\d+\): selectivity must be a finite number"):
         app.source("s").filter(lambda r: True, name="f", selectivity=bad)  # type: ignore[arg-type]

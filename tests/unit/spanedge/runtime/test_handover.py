@@ -140,7 +140,7 @@ def test_a_session_open_across_the_switch_comes_out_whole_from_the_old_owner() -
         new.process("readings@tiny", payload)
     old.flush()
     new.flush()
-    # the session began before the switch: the old owner's, with its record after it (tests/unit/test_session_handover.py)
+    # the session began before the switch: the old owner's, with its record after it (tests/unit/hub/handover/test_switches.py)
     assert [(r.value["window_start"], r.value["n"]) for r in old.take().to_hub] == [(SWITCH - 2, 3)]
     assert [(r.value["window_start"], r.value["n"]) for r in new.take().to_hub] == [(SWITCH + 6, 1)]
 

@@ -23,7 +23,7 @@ from spanedge.names import (
     file_stem,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROPERTIES = settings(database=None, max_examples=200, deadline=None)
 valid_names = st.from_regex(re.compile(r"[a-z0-9][a-z0-9_-]{0,62}", re.ASCII), fullmatch=True)
 

@@ -13,7 +13,7 @@ from spanedge.errors import InvalidSites
 from spanedge.sites import Sites, Tier, load_sites, parse_sites
 from tests.conftest import EXAMPLES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 GOOD = """
 sites:

@@ -16,7 +16,7 @@ from spanedge.dag import OperatorGraph, build_graph, sources_of
 from spanedge.errors import InvalidDataflow
 from spanedge.operators import Kind, Operator
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _diamond() -> App:

@@ -18,7 +18,7 @@ from spanedge.signing import PlanSigningKey, TrustedKeys, sign_plan, verify_plan
 from spanedge.sites import load_sites
 from spanedge.testing import local_plan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 APP = ROOT / "examples" / "cold_chain" / "app.py"
 CODE = APP.read_text()
 PLAN = dataclasses.replace(

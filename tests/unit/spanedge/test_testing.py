@@ -11,7 +11,7 @@ from spanedge.loader import load_app
 from spanedge.sites import load_sites
 from spanedge.testing import local_plan, run_edge
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
