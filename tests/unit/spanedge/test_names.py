@@ -17,6 +17,7 @@ from spanedge.names import (
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     RESERVED_APP_NAMES,
+    RESERVED_SITE_NAMES,
     SITE_NAME_PATTERN,
     check_app_name,
     check_site_name,
@@ -154,7 +155,7 @@ def test_a_stem_is_a_safe_file_name(name: str) -> None:
 @PROPERTIES
 @given(st.text(max_size=80))
 def test_any_text_is_accepted_exactly_when_it_matches(name: str) -> None:
-    if re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,62}", name) is not None:
+    if re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,62}", name) is not None and name not in RESERVED_SITE_NAMES:
         assert check_site_name(name, "test") == name
     else:
         with pytest.raises(InvalidName, match="site name"):
