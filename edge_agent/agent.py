@@ -41,6 +41,7 @@ from edge_agent.telemetry import Telemetry
 from spanedge import topics
 from spanedge.mqtt import AGENT_HUB_LINK
 from spanedge.plan import Plan
+from spanedge.private_files import private_dir
 from spanedge.runtime import Pipeline
 from spanedge.wire.heartbeat import Heartbeat
 
@@ -73,6 +74,7 @@ class Agent:
         self.managed = plans is None
         hubs = [s.name for s in sites.hubs]
         self.hub_site = plans[0].hub if plans and plans[0].hub in hubs else hubs[0]
+        private_dir(config.state_dir)  # everything under it is the site's own: 0700 directories, 0600 files
         self.outbox = Outbox(config.state_dir / "agent.db", config.outbox_max_bytes, config.drop_policy)
         self.inbox = Inbox(config.inbox_size)
         self.apps = Apps(config, self.outbox)

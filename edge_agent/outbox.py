@@ -26,6 +26,7 @@ import orjson
 from msgspec import Raw
 
 from spanedge import topics
+from spanedge.private_files import create_private, private_dir
 from spanedge.runtime import HubRecord
 from spanedge.wire.batch import VERSION, BatchMessage, WireRecord, encode_message
 
@@ -92,7 +93,8 @@ class Outbox:
             msg = f"outbox max bytes must be positive, got {max_bytes}"
             raise ValueError(msg)
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        create_private(self.path)  # SQLite gives its -wal and -shm files the mode of the database
         self.max_bytes = max_bytes
         self.policy = policy
         self._lock = threading.Lock()

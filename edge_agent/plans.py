@@ -28,6 +28,7 @@ from spanedge.errors import InvalidPlan
 from spanedge.loader import load_app_source
 from spanedge.plan import Plan
 from spanedge.plan_checks import SitePlan, check_plan_envelope
+from spanedge.private_files import write_private
 
 if TYPE_CHECKING:
     from spanedge.signing import TrustedKeys
@@ -123,7 +124,7 @@ class PlanIntake:
             return None
         self._hold(payload, site_plan)
         self.applied = payload
-        saved.write_bytes(payload)
+        write_private(saved, payload)
         log.info("applying plan version %d (%d apps)", site_plan.version, len(site_plan.plans))
         return list(site_plan.plans)
 

@@ -44,6 +44,7 @@ from spanedge.errors import SpanEdgeError
 from spanedge.keyrange import recovery_epoch
 from spanedge.operators import Kind
 from spanedge.plan import Handover, Plan, split_replica
+from spanedge.private_files import create_private, private_dir
 from spanedge.runtime import Pipeline, recovery_part
 from spanedge.sites import Sites
 
@@ -92,7 +93,8 @@ class Spool:
 
     def __init__(self, path: Path, keep_s: float = DEFAULT_KEEP_S, clock: Callable[[], float] = time.time) -> None:
         """Open (or create) the spool at ``path``."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        create_private(path)
         self.keep_s = keep_s
         self.clock = clock
         self._lock = threading.Lock()

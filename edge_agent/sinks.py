@@ -18,6 +18,7 @@ from edge_agent.intake import Intake
 from edge_agent.mqtt.transport import Transport, TransportFactory
 from spanedge import topics
 from spanedge.mqtt import AGENT_SINK
+from spanedge.private_files import open_private
 from spanedge.runtime import DeadLetter
 from spanedge.sites import Sites
 
@@ -199,7 +200,7 @@ class LocalSinks:
         path = self.state_dir / f"late-{app}.jsonl"
         handle = self._files.get(str(path))
         if handle is None:
-            handle = self._files[str(path)] = path.open("a", encoding="utf-8")
+            handle = self._files[str(path)] = open_private(path)
         if handle.tell() < self.late_file_max_bytes:
             handle.write(dead.to_json().decode() + "\n")
         elif app not in self._late_full:

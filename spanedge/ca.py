@@ -20,12 +20,13 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanedge.errors import SpanEdgeError
+from spanedge.private_files import private_dir
+from spanedge.private_files import write_private as _write_private
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
@@ -52,15 +53,6 @@ class TlsFiles:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` readable by its owner only (0600), replacing it atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    tmp.replace(path)
 
 
 def _write_public(path: Path, data: bytes) -> None:
@@ -179,8 +171,7 @@ class CertificateAuthority:
                 raise CertificateError(msg) from None
             return cls(directory, key, cert)  # type: ignore[arg-type]
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(0o700)
+            private_dir(directory)
         except OSError as exc:
             msg = f"cannot create the certificate authority directory {directory}: {exc.strerror}"
             raise CertificateError(msg) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import orjson
@@ -240,3 +242,17 @@ def test_the_oldest_event_time_is_looked_up_not_scanned_even_in_an_outbox_made_w
     plan = " ".join(row[-1] for row in box._db.execute("EXPLAIN QUERY PLAN SELECT MIN(t) FROM outbox WHERE app = 'x'"))
     assert "USING COVERING INDEX outbox_app_t" in plan, plan
     assert (box.oldest("app"), box.oldest("other"), box.oldest("missing")) == (3.0, 1.0, None)
+
+
+def test_the_outbox_and_its_directory_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        box = Outbox(tmp_path / "state" / "agent.db")
+        box.commit({"app": [_rec("a", 1)]}, {"app": b"state"})
+    finally:
+        os.umask(old)
+    files = sorted((tmp_path / "state").iterdir())
+    assert {p.name for p in files} >= {"agent.db", "agent.db-wal"}
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    box.close()
