@@ -8,7 +8,10 @@
 #   docker run -d --name spanedge-agent --restart on-failure --stop-timeout 30 \
 #     -e SPANEDGE_AGENT_SITE=truck-7 --env-file /etc/spanedge/agent.env \
 #     -v /etc/spanedge/sites.yaml:/etc/spanedge/sites.yaml:ro \
+#     -v /etc/spanedge/mqtt:/etc/spanedge/mqtt:ro \
 #     -v spanedge-agent-state:/var/lib/spanedge spanedge-agent
+# /etc/spanedge/mqtt holds the site's MQTT certificate (`spanedge broker-config --identity certificate`
+# writes certs/<site>/ on the hub), owned by uid 10001 and named in sites.yaml's tls: entries.
 
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src

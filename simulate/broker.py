@@ -14,13 +14,14 @@ from typing import Any
 
 from simulate.ports import free_port, listenable, listens
 from simulate.tls import TlsFiles
-from spanedge.broker_acl import MAX_QUEUED_MESSAGES, mosquitto_conf
+from spanedge.broker_acl import MAX_INFLIGHT_MESSAGES, MAX_QUEUED_MESSAGES, mosquitto_conf
 from spanedge.errors import SpanEdgeError
 
 __all__ = [
     "MAX_QUEUED_MESSAGES",
     "BrokerProcess",
     "BrokerSecurity",
+    "ConfiguredMosquitto",
     "Login",
     "Mosquitto",
     "PortTaken",
@@ -219,6 +220,7 @@ class Mosquitto(BrokerProcess):
             listener = (
                 f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
                 f"max_queued_messages {MAX_QUEUED_MESSAGES}\nmax_queued_bytes 0\n"
+                f"max_inflight_messages {MAX_INFLIGHT_MESSAGES}\n"
             )
         else:
             listener = mosquitto_conf(
@@ -234,7 +236,6 @@ class Mosquitto(BrokerProcess):
             listener + "persistence true\n"
             f"persistence_location {self.workdir}/\n"
             "autosave_interval 1\n"
-            "max_inflight_messages 100\n"
             "log_dest stderr\n"
             "log_type error\n"
             "log_type warning\n" + ("user root\n" if os.geteuid() == 0 else "") + self.extra_config
@@ -261,6 +262,37 @@ class Mosquitto(BrokerProcess):
             self._tmp.cleanup()
 
     def __enter__(self) -> Mosquitto:
+        """Start the broker."""
+        self.start()
+        return self
+
+
+class ConfiguredMosquitto(BrokerProcess):
+    """Mosquitto run from a config written elsewhere (``spanedge broker-config``), exactly as it is.
+
+    ``port`` is the port the config listens on; the log goes to ``workdir``.
+    """
+
+    log_name = "mosquitto.log"
+
+    def __init__(self, config: Path, port: int, workdir: Path, name: str = "broker") -> None:
+        self.config = config
+        self.port = port
+        self.workdir = workdir
+        self.name = name
+        workdir.mkdir(parents=True, exist_ok=True)
+        super().__init__()
+
+    @property
+    def url(self) -> str:
+        """``mqtts://127.0.0.1:<port>``: the configs of ``broker-config`` listen with TLS only."""
+        return f"mqtts://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        """``mosquitto -c <config>``."""
+        return [mosquitto_path(), "-c", str(self.config)]
+
+    def __enter__(self) -> ConfiguredMosquitto:
         """Start the broker."""
         self.start()
         return self

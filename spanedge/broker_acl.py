@@ -43,6 +43,10 @@ from spanedge.sites import Sites, Tier
 #: Per-client queue limit written into every broker config the project writes.
 #: Mosquitto's default of 1000 silently drops QoS 1 messages of slow clients.
 MAX_QUEUED_MESSAGES = 1_000_000
+#: QoS 1 messages in flight per client; Mosquitto's default of 20 caps a client's throughput.
+MAX_INFLIGHT_MESSAGES = 100
+#: Seconds between two saves of a broker's sessions and queued messages to disk (and on every stop).
+AUTOSAVE_INTERVAL = 10
 #: PBKDF2 iterations of a password hash: the default of ``mosquitto_passwd``.
 HASH_ITERATIONS = 101
 _SALT_BYTES = 12
@@ -185,22 +189,57 @@ def mosquitto_conf(
     *,
     port: int,
     acl_file: str,
-    password_file: str,
+    password_file: str | None,
     cafile: str,
     certfile: str,
     keyfile: str,
     bind: str | None = None,
+    crlfile: str | None = None,
+    certificate_identity: bool = False,
+    persistence_location: str | None = None,
+    user: str | None = None,
 ) -> str:
-    """A ``mosquitto.conf`` snippet: one TLS listener, no anonymous access, the password and ACL files."""
+    """A ``mosquitto.conf``: one TLS listener, no anonymous access, the ACL, the queue limits set deliberately.
+
+    Args:
+        port: the listener's port.
+        acl_file: the ACL (:func:`acl_text`).
+        password_file: the password file of the per-site identities; ``None`` with ``certificate_identity``.
+        cafile: the CA certificate clients' certificates are checked against.
+        certfile: the broker's server certificate.
+        keyfile: the broker's private key.
+        bind: the address or host name the listener binds to; every interface if ``None``.
+        crlfile: the CA's certificate revocation list (clients revoked are refused).
+        certificate_identity: each client presents a certificate of the CA and its common name is its
+            username (``require_certificate`` and ``use_identity_as_username``); no password is asked.
+        persistence_location: the directory of the broker's sessions and queued messages (persistence on);
+            ``None`` leaves persistence to the caller.
+        user: the account a broker started as root switches to (Mosquitto's default: ``mosquitto``).
+
+    Raises:
+        ValueError: neither a password file nor certificate identities.
+    """
+    if password_file is None and not certificate_identity:
+        msg = "a broker config needs the password file, or certificate identities (certificate_identity=True)"
+        raise ValueError(msg)
     where = f" {bind}" if bind else ""
-    return (
-        f"listener {port}{where}\n"
-        f"cafile {cafile}\n"
-        f"certfile {certfile}\n"
-        f"keyfile {keyfile}\n"
-        "allow_anonymous false\n"
-        f"password_file {password_file}\n"
-        f"acl_file {acl_file}\n"
-        f"max_queued_messages {MAX_QUEUED_MESSAGES}\n"
-        "max_queued_bytes 0\n"
-    )
+    lines = [f"listener {port}{where}", f"cafile {cafile}", f"certfile {certfile}", f"keyfile {keyfile}"]
+    if crlfile:
+        lines.append(f"crlfile {crlfile}")
+    if certificate_identity:
+        lines += ["require_certificate true", "use_identity_as_username true"]
+    lines.append("allow_anonymous false")
+    if password_file is not None and not certificate_identity:
+        lines.append(f"password_file {password_file}")
+    lines += [
+        f"acl_file {acl_file}",
+        f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        "max_queued_bytes 0",
+        f"max_inflight_messages {MAX_INFLIGHT_MESSAGES}",
+    ]
+    if persistence_location is not None:
+        location = persistence_location.rstrip("/") + "/"
+        lines += ["persistence true", f"persistence_location {location}", f"autosave_interval {AUTOSAVE_INTERVAL}"]
+    if user:
+        lines.append(f"user {user}")
+    return "\n".join(lines) + "\n"

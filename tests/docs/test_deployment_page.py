@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -186,12 +187,21 @@ def _alive(pgid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def page_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def base_dir() -> Iterator[Path]:
+    """Where the page runs: a directory the ``mosquitto`` user can reach, as the page asks when run as root."""
+    base = Path(tempfile.mkdtemp(prefix="spanedge-deployment-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def page_run(base_dir: Path) -> Iterator[Run]:
     """Run the whole page once; every test reads what it left."""
     _check_parts()
     from simulate.broker import free_port
 
-    base = tmp_path_factory.mktemp("deployment")
+    base = base_dir
     (base / "examples").symlink_to(ROOT / "examples")
     trial = base / "trial"
     trial.mkdir()
@@ -212,10 +222,6 @@ def page_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             if block.marker == "background":
                 _run_background(run, block, env, env_file)
                 continue
-            if "/usr/sbin/mosquitto -c" in block.text and os.geteuid() == 0:
-                # As the page says: started as root, Mosquitto needs `user root` to read the files.
-                for conf in trial.glob("mqtt/**/mosquitto.conf"):
-                    conf.write_text(conf.read_text() + "user root\n")
             if block.text.startswith("for i in $(seq"):
                 wait_for(lambda: _subscribed(trial), 120, "the page's mosquitto_sub commands to connect", poll=0.5)
             if block.text.startswith("spanedge status"):

@@ -10,21 +10,29 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from edge_agent.config import env_var
+from spanedge.cli import cli
 from spanedge.cli.agent import agent
 from spanedge.signing import ENV_KEY_FILE, ENV_PUBLIC_KEY_FILE, ENV_PUBLIC_KEYS
 from spanedge.sites import Tier, load_sites
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
+COMPOSE = DEPLOY / "docker-compose.yml"
 AGENT_DOCKERFILE = DEPLOY / "agent.Dockerfile"
 HUB_DOCKERFILE = DEPLOY / "hub.Dockerfile"
 STATE = "/var/lib/spanedge"
@@ -247,3 +255,171 @@ def test_every_agent_variable_named_is_an_agent_option(name: str) -> None:
     assert named, f"{name} names no agent option"
     unknown = named - agent_env_vars()
     assert not unknown, f"{name} sets {sorted(unknown)}, which `spanedge agent` does not read"
+
+
+# -- the secure broker of the compose file -------------------------------------------
+
+
+def header_commands(path: Path) -> list[list[str]]:
+    """The ``spanedge`` command lines of a file's header comment (``sudo`` dropped, continued lines joined)."""
+    commands, pending = [], ""
+    for raw in path.read_text().splitlines():
+        if not raw.startswith("#"):
+            break
+        line = raw.lstrip("#").strip()
+        if pending or line.startswith(("spanedge ", "sudo spanedge ")):
+            pending += line.removesuffix("\\").strip() + " "
+            if not line.endswith("\\"):
+                words = shlex.split(pending.split("#", 1)[0])
+                commands.append(words[1:] if words[0] == "sudo" else words)
+                pending = ""
+    return commands
+
+
+def settings(text: str) -> dict[str, str]:
+    """A mosquitto.conf as ``{option: value}``, each option once."""
+    pairs = [line.partition(" ") for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    assert len({k for k, _, _ in pairs}) == len(pairs), "an option repeats"
+    return {k: v for k, _, v in pairs}
+
+
+def broker_config_run(tmp_path: Path) -> tuple[list[str], Path, Path]:
+    """Run the header's ``broker-config`` with --out and --ca-dir in ``tmp_path``: (its arguments, out, ca)."""
+    runs = [c for c in header_commands(DEPLOY / "mosquitto.conf") if c[:2] == ["spanedge", "broker-config"]]
+    assert len(runs) == 1, "deploy/mosquitto.conf shows no (or several) broker-config commands"
+    args = runs[0][1:]
+    assert [c for c in header_commands(COMPOSE) if c[:2] == ["spanedge", "broker-config"]] == [runs[0]], (
+        "docker-compose.yml and mosquitto.conf show different broker-config commands"
+    )
+    out, ca = tmp_path / "mqtt", tmp_path / "ca"
+    local = {"--out": str(out), "--ca-dir": str(ca), "--broker-owner": f"{os.getuid()}:{os.getgid()}"}
+    here = [local.get(args[i - 1], a) if i else a for i, a in enumerate(args)]
+    here = [str(ROOT / a) if a == "deploy/sites.yaml" else a for a in here]
+    result = CliRunner().invoke(cli, here)
+    assert result.exit_code == 0, result.output
+    return args, out, ca
+
+
+def test_deploy_mosquitto_conf_is_what_broker_config_writes(tmp_path: Path) -> None:
+    _, out, _ = broker_config_run(tmp_path)
+    shipped = settings((DEPLOY / "mosquitto.conf").read_text())
+    assert shipped == settings((out / "mosquitto.conf").read_text())
+    assert shipped["allow_anonymous"] == "false"
+    assert shipped["require_certificate"] == "true"
+    assert shipped["listener"] == "8883 broker"
+
+
+def test_compose_broker_mounts_what_broker_config_wrote_where_its_config_points(tmp_path: Path) -> None:
+    args, out, ca = broker_config_run(tmp_path)
+    option = dict(zip(args[1::2], args[2::2], strict=False))
+    broker = compose()["services"]["broker"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in broker["volumes"]}
+    assert mounts["/mosquitto/config/mosquitto.conf"] == "./mosquitto.conf"
+    # each place the broker sees, and where the command wrote it on this machine
+    seen = {option["--broker-dir"]: out, option["--broker-ca-dir"]: ca}
+    conf = settings((DEPLOY / "mosquitto.conf").read_text())
+    for key in ("cafile", "certfile", "keyfile", "crlfile", "acl_file"):
+        target = next((t for t in mounts if conf[key] == t or conf[key].startswith(t + "/")), None)
+        assert target is not None, f"mosquitto.conf's {key} {conf[key]} is in no mount of the broker"
+        source = (DEPLOY / mounts[target]).resolve()
+        root = next(b for b in seen if target == b or target.startswith(b + "/"))
+        written = seen[root] / Path(target).relative_to(root)
+        deploy_dir = {option["--out"]: out, option["--ca-dir"]: ca}
+        expected = next(
+            (ROOT / d / written.relative_to(w)).resolve() for d, w in deploy_dir.items() if written.is_relative_to(w)
+        )
+        assert source == expected, f"the broker mounts {mounts[target]} at {target}; the command wrote it at {written}"
+        assert written.exists(), f"broker-config writes no {written.name} for {key}"
+    assert conf["persistence_location"].rstrip("/") in mounts, "the broker's persistence directory is not a volume"
+    assert mounts[conf["persistence_location"].rstrip("/")] in compose()["volumes"]
+
+
+def _env_vars_in_code() -> set[str]:
+    """Every ``SPANEDGE_*`` variable the packages name in their code, and every one their commands read."""
+    named = set()
+    for package in ("spanedge", "edge_agent", "hub"):
+        for path in (ROOT / package).rglob("*.py"):
+            named |= set(re.findall(r"[\"'](SPANEDGE_[A-Z0-9_]+)[\"']", path.read_text()))
+    for command in cli.commands.values():
+        for param in command.params:
+            envvar = getattr(param, "envvar", None)
+            named |= {envvar} if isinstance(envvar, str) else set(envvar or ())
+    return named | agent_env_vars()
+
+
+def test_every_spanedge_variable_in_compose_is_one_the_code_reads() -> None:
+    known = _env_vars_in_code()
+    for name, svc in compose()["services"].items():
+        unknown = {v for v in svc.get("environment", {}) if v.startswith("SPANEDGE_")} - known
+        assert not unknown, f"compose service {name} sets {sorted(unknown)}, which no SpanEdge command reads"
+
+
+def _told_paths(name: str, svc: dict[str, Any]) -> set[str]:
+    """The paths a service's command is told to use: its variables, its flags and its sites.yaml's files."""
+    told = {str(v) for v in svc.get("environment", {}).values() if str(v).startswith("/")}
+    command = [str(w) for w in svc.get("command", [])]
+    told |= {w for w in command if w.startswith("/")}
+    flags = dict(zip(command[::2], command[1::2], strict=False))
+    if "--state-dir" in flags:
+        told.add(f"{flags['--state-dir']}/ca")  # where the hub keeps (or makes) its CA
+    sites = load_sites(DEPLOY / "sites.yaml")
+    site = svc.get("environment", {}).get("SPANEDGE_AGENT_SITE") or sites.hubs[0].name
+    tls = sites.site(site).mqtt().tls
+    assert tls is not None, f"{name}: its site {site} talks to its broker without TLS"
+    told |= {p for p in (tls.ca_file, tls.cert_file, tls.key_file) if p}
+    return told
+
+
+def test_every_compose_mount_is_a_path_its_service_is_told_to_use() -> None:
+    services = compose()["services"]
+    for name in ("hub", *agent_services(compose())):
+        svc = services[name]
+        told = _told_paths(name, svc)
+        for mount in svc["volumes"]:
+            target = str(mount).split(":")[1]
+            used = any(p == target or p.startswith(target + "/") or target.startswith(p + "/") for p in told)
+            assert used, f"compose service {name} mounts {target}, which none of its settings names"
+
+
+def test_every_site_in_compose_is_in_deploy_sites_yaml_with_its_own_certificate() -> None:
+    sites = load_sites(DEPLOY / "sites.yaml")
+    services = compose()["services"]
+    for name, svc in {"hub": services["hub"], **agent_services(compose())}.items():
+        site = svc.get("environment", {}).get("SPANEDGE_AGENT_SITE", sites.hubs[0].name)
+        assert site in sites.sites, f"compose service {name} serves {site}, which deploy/sites.yaml lacks"
+        certs = [str(m).split(":")[0] for m in svc["volumes"] if "/certs/" in str(m)]
+        assert certs == [f"./mqtt/certs/{site}"], f"{name} must mount its own site's certificate only: {certs}"
+    for site in sites.sites.values():
+        assert site.mqtt().scheme == "mqtts", f"deploy/sites.yaml: {site.name} talks to its broker without TLS"
+
+
+def test_compose_commands_use_only_options_the_commands_take() -> None:
+    hub_command = cli.commands["hub"]
+    taken = {o for p in hub_command.params for o in getattr(p, "opts", [])}
+    flags = [str(w) for w in compose()["services"]["hub"]["command"] if str(w).startswith("--")]
+    assert set(flags) <= taken, f"the hub's command has {sorted(set(flags) - taken)}, which `spanedge hub` lacks"
+    for words in header_commands(COMPOSE) + header_commands(DEPLOY / "mosquitto.conf"):
+        command: click.Command = cli
+        rest = words[1:]
+        while isinstance(command, click.Group):
+            assert rest[0] in command.commands, f"{' '.join(words)}: spanedge has no command {rest[0]!r}"
+            command, rest = command.commands[rest[0]], rest[1:]
+        options = {o for p in command.params for o in getattr(p, "opts", [])}
+        used = {w for w in rest if w.startswith("--")}
+        assert used <= options, f"`{' '.join(words[:2])}` takes no {sorted(used - options)}"
+
+
+def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (apt-get install systemd); the unit is not verified")
+    spanedge = Path(sys.executable).with_name("spanedge")
+    assert spanedge.exists(), f"no spanedge command beside {sys.executable}: pip install -e ."
+    # verify checks that ExecStart's program exists: point it at this machine's spanedge
+    text = (DEPLOY / "spanedge-agent.service").read_text()
+    assert "ExecStart=/opt/spanedge/bin/spanedge " in text
+    unit = tmp_path / "spanedge-agent.service"
+    unit.write_text(text.replace("/opt/spanedge/bin/spanedge", str(spanedge)))
+    result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not result.stderr.strip(), f"systemd-analyze verify warns: {result.stderr}"

@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import pwd
 import stat
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
+from cryptography import x509
 
-from spanedge.broker_acl import acl_text, broker_groups, identities, password_file, password_hash, spoke_patterns
+from spanedge.broker_acl import (
+    MAX_INFLIGHT_MESSAGES,
+    MAX_QUEUED_MESSAGES,
+    acl_text,
+    broker_groups,
+    identities,
+    password_file,
+    password_hash,
+    spoke_patterns,
+)
+from spanedge.ca import CertificateAuthority, common_name
 from spanedge.cli import cli
+from spanedge.cli.broker_files import BrokerOwner
 from spanedge.errors import InvalidName, InvalidSites
 from spanedge.sites import parse_sites
 
@@ -111,26 +125,143 @@ def test_a_password_file_holds_one_salted_hash_per_user() -> None:
         password_hash("")
 
 
-def test_broker_config_writes_acls_passwords_and_configs(tmp_path: Path) -> None:
-    sites = tmp_path / "sites.yaml"
-    sites.write_text(SHARED)
+TLS_SITES = """
+sites:
+  cloud: {tier: hub, broker: "mqtts://hub.example:8883", tls: {ca_file: ca.pem}}
+  truck-7:
+    tier: spoke
+    broker: "mqtts://hub.example:8883"
+    tls: {ca_file: ca.pem}
+    streams: {readings: {topic: "trucks/7/+/temp", rate: 10}}
+  truck-9:
+    tier: spoke
+    broker: "mqtts://gw9.example:8884"
+    tls: {ca_file: ca.pem}
+    streams: {readings: {topic: "trucks/9/+/temp", rate: 10}}
+"""
+SELF = f"{os.getuid()}:{os.getgid()}"  # an owner the test may give files to, as any user
+
+
+def _settings(path: Path) -> dict[str, str]:
+    """A mosquitto.conf as ``{option: value}`` (each option once)."""
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    pairs = [line.partition(" ") for line in lines]
+    assert len({k for k, _, _ in pairs}) == len(pairs), f"an option repeats in {path}"
+    return {k: v for k, _, v in pairs}
+
+
+def _run(tmp_path: Path, *extra: str, sites: str = TLS_SITES) -> tuple[Path, Result]:
+    path = tmp_path / "sites.yaml"
+    path.write_text(sites)
     out = tmp_path / "mqtt"
-    args = ["broker-config", "--sites", str(sites), "--out", str(out), "--observer", "monitor"]
-    result = CliRunner().invoke(cli, args)
+    args = ["broker-config", "--sites", str(path), "--out", str(out), "--broker-owner", SELF, *extra]
+    return out, CliRunner().invoke(cli, args)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_broker_config_writes_a_whole_config_per_broker_with_passwords(tmp_path: Path) -> None:
+    out, result = _run(tmp_path, "--observer", "monitor")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (out / "credentials").iterdir()) == ["cloud", "monitor", "truck-7", "truck-9"]
-    assert stat.S_IMODE((out / "credentials" / "truck-7").stat().st_mode) == 0o600
-    assert stat.S_IMODE((out / "passwords").stat().st_mode) == 0o600
+    assert mode(out / "credentials") == 0o700
+    assert mode(out / "credentials" / "truck-7") == 0o600
+    assert mode(out / "passwords") == 0o600
+    assert mode(out / "acl") == 0o600
+    assert mode(out / "data") == 0o700
     assert "user truck-7\ntopic readwrite trucks/7/+/temp" in (out / "acl").read_text()
     assert "user truck-9\ntopic readwrite #" in (out / "truck-9" / "acl").read_text()
-    conf = (out / "mosquitto.conf").read_text()
-    assert "allow_anonymous false" in conf
-    assert f"acl_file {(out / 'acl').resolve()}" in conf
-    assert "listener 8883" in conf
+    hub = _settings(out / "mosquitto.conf")
+    assert hub["listener"] == "8883 hub.example"  # the broker's host and port in sites.yaml
+    assert hub["allow_anonymous"] == "false"
+    assert hub["password_file"] == str((out / "passwords").resolve())
+    assert hub["acl_file"] == str((out / "acl").resolve())
+    assert hub["persistence"] == "true"
+    assert hub["persistence_location"] == f"{(out / 'data').resolve()}/"
+    assert int(hub["max_queued_messages"]) == MAX_QUEUED_MESSAGES
+    assert hub["max_queued_bytes"] == "0"
+    assert int(hub["max_inflight_messages"]) == MAX_INFLIGHT_MESSAGES
+    assert "require_certificate" not in hub
+    assert "user" not in hub  # a numeric owner: the broker's own default account
+    assert _settings(out / "truck-9" / "mosquitto.conf")["listener"] == "8884 gw9.example"
     first = (out / "credentials" / "truck-7").read_text()
-    again = CliRunner().invoke(cli, args)
+    _, again = _run(tmp_path, "--observer", "monitor")
     assert again.exit_code == 0, again.output
     assert (out / "credentials" / "truck-7").read_text() == first  # running it again rotates nothing
+
+
+def test_broker_config_issues_server_and_client_certificates_of_the_hub_ca(tmp_path: Path) -> None:
+    out, result = _run(
+        tmp_path, "--ca-dir", str(tmp_path / "ca"), "--identity", "certificate", "--tls-host", "10.0.0.5"
+    )
+    assert result.exit_code == 0, result.output
+    ca = CertificateAuthority.open(tmp_path / "ca")
+    hub = _settings(out / "mosquitto.conf")
+    assert hub["require_certificate"] == "true"
+    assert hub["use_identity_as_username"] == "true"
+    assert "password_file" not in hub
+    assert hub["crlfile"] == str(ca.crl_file.resolve())
+    assert hub["cafile"] == str((out / "tls" / "ca.pem").resolve())
+    assert mode(out / "tls" / "server-key.pem") == 0o600
+    server = x509.load_pem_x509_certificate((out / "tls" / "server.pem").read_bytes())
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["hub.example"]
+    assert [str(a) for a in names.get_values_for_type(x509.IPAddress)] == ["10.0.0.5"]
+    truck = out / "certs" / "truck-7"
+    assert common_name((truck / "cert.pem").read_bytes()) == "truck-7"
+    assert (truck / "ca.pem").read_bytes() == ca.cert_pem
+    assert {p.name: mode(p) for p in truck.iterdir()} == {"ca.pem": 0o600, "cert.pem": 0o600, "key.pem": 0o600}
+    first = (truck / "cert.pem").read_bytes()
+    _, again = _run(tmp_path, "--ca-dir", str(tmp_path / "ca"), "--identity", "certificate")
+    assert again.exit_code == 0, again.output
+    assert (truck / "cert.pem").read_bytes() == first  # a site keeps its certificate
+
+
+def test_broker_config_writes_paths_as_the_broker_sees_them(tmp_path: Path) -> None:
+    extra = ["--ca-dir", str(tmp_path / "ca"), "--broker-dir", "/mosquitto/config", "--broker-ca-dir", "/mosquitto/ca"]
+    out, result = _run(tmp_path, *extra, "--data-dir", "/mosquitto/data", "--bind", "0.0.0.0")
+    assert result.exit_code == 0, result.output
+    hub = _settings(out / "mosquitto.conf")
+    assert hub["listener"] == "8883 0.0.0.0"
+    assert hub["acl_file"] == "/mosquitto/config/acl"
+    assert hub["password_file"] == "/mosquitto/config/passwords"
+    assert hub["keyfile"] == "/mosquitto/config/tls/server-key.pem"
+    assert hub["crlfile"] == "/mosquitto/ca/crl.pem"
+    assert hub["persistence_location"] == "/mosquitto/data/"
+    truck = _settings(out / "truck-9" / "mosquitto.conf")
+    assert truck["acl_file"] == "/mosquitto/config/truck-9/acl"
+    assert truck["persistence_location"] == "/mosquitto/data/truck-9/"
+    assert not (out / "data").exists()  # on the broker's own disk
+
+
+def test_broker_config_refuses_a_broker_without_tls(tmp_path: Path) -> None:
+    _, result = _run(tmp_path, sites=SHARED)
+    assert result.exit_code == 2
+    assert "site 'cloud' names broker mqtt://hub.example:1883, without TLS" in result.output
+    assert "mqtts://hub.example:1883" in result.output
+
+
+def test_certificate_identities_need_the_ca(tmp_path: Path) -> None:
+    _, result = _run(tmp_path, "--identity", "certificate")
+    assert result.exit_code == 2
+    assert "--identity certificate needs --ca-dir" in result.output
+
+
+def test_the_broker_owner_is_mosquitto_for_root_and_nobody_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert BrokerOwner.default() is None
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: pwd.struct_passwd((name, "x", 105, 108, "", "/", "/bin/false")))
+    assert BrokerOwner.default() == BrokerOwner("mosquitto", 105, 108)
+    assert BrokerOwner.parse("1883:1884") == BrokerOwner(None, 1883, 1884)
+
+
+def test_an_unknown_broker_owner_is_refused(tmp_path: Path) -> None:
+    _, result = _run(tmp_path, "--broker-owner", "no-such-user-here")
+    assert result.exit_code == 2
+    assert "no user 'no-such-user-here' on this machine" in result.output
 
 
 def test_broker_config_refuses_a_bad_sites_file(tmp_path: Path) -> None:
