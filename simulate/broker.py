@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -141,13 +142,17 @@ class BrokerProcess:
                     raise PortTaken(msg)
                 msg = f"the {self.name} broker exited with code {self._proc.returncode}; see {log_path}"
                 raise SpanEdgeError(msg)
-            if listens(self._proc.pid, self.port):  # its own listener, not another process's on the same port
+            if self.listening():  # its own listener, not another process's on the same port
                 self._movable = False
                 return self
             time.sleep(0.05)
         self.stop()
         msg = f"the {self.name} broker did not listen on port {self.port} within {timeout}s; see {log_path}"
         raise SpanEdgeError(msg)
+
+    def listening(self) -> bool:
+        """Whether the broker's process listens on its port."""
+        return self._proc is not None and listens(self._proc.pid, self.port)
 
     def stop(self) -> None:
         """Stop the broker (SIGTERM, then SIGKILL after 10 s)."""
@@ -210,6 +215,9 @@ class Mosquitto(BrokerProcess):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config = self.workdir / "mosquitto.conf"
         self.extra_config = extra_config
+        self.bind = "127.0.0.1"  # the address it listens on; "0.0.0.0" inside a site's own network namespace
+        self.command_prefix: list[str] = []  # runs the broker elsewhere, e.g. ["ip", "netns", "exec", <namespace>]
+        self.reach: str | None = None  # where this process reaches a broker run elsewhere (its own namespace)
         super().__init__(port_chosen=port is None)
         self.configure()
 
@@ -218,14 +226,14 @@ class Mosquitto(BrokerProcess):
         security = self.security
         if security is None:
             listener = (
-                f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+                f"listener {self.port} {self.bind}\nallow_anonymous true\n"
                 f"max_queued_messages {MAX_QUEUED_MESSAGES}\nmax_queued_bytes 0\n"
                 f"max_inflight_messages {MAX_INFLIGHT_MESSAGES}\n"
             )
         else:
             listener = mosquitto_conf(
                 port=self.port,
-                bind="127.0.0.1",
+                bind=self.bind,
                 acl_file=str(security.acl_file),
                 password_file=str(security.password_file),
                 cafile=str(security.tls.ca_file),
@@ -245,6 +253,16 @@ class Mosquitto(BrokerProcess):
 
     log_name = "mosquitto.log"
 
+    def listening(self) -> bool:
+        """Whether it listens; a broker in a namespace of its own is the only server there, so a connection tells."""
+        if self.reach is None:
+            return super().listening()
+        try:
+            socket.create_connection((self.reach, self.port), timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+
     @property
     def url(self) -> str:
         """``mqtts://127.0.0.1:<port>`` when secured, else ``mqtt://127.0.0.1:<port>``."""
@@ -252,8 +270,8 @@ class Mosquitto(BrokerProcess):
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        """``mosquitto -c <config>``."""
-        return [mosquitto_path(), "-c", str(self.config)]
+        """``mosquitto -c <config>`` (after :attr:`command_prefix`)."""
+        return [*self.command_prefix, mosquitto_path(), "-c", str(self.config)]
 
     def close(self) -> None:
         """Stop the broker and remove its temporary directory."""

@@ -141,9 +141,13 @@ class Cluster:
             plan_file=plan_file,
             hub_command=hub_command,
         )
+        rest = self.topology.host(self.hub_site)
         if mode == "managed":
-            self.client = HubClient(f"http://127.0.0.1:{port}", self.token, timeout=120)
+            if rest != "127.0.0.1":  # the hub has a host of its own: its REST API listens on its address there
+                argv += ["--host", rest]
+            self.client = HubClient(f"http://{rest}:{port}", self.token, timeout=120)
         env = {**self.env, **self.topology.env(self.hub_site)}  # the hub logs in to the brokers as its site
+        argv = self.topology.wrap(self.hub_site, argv)
         self.hub = Child("hub", argv, self.logs / "hub.log", env).start()
         return self.hub
 
@@ -154,6 +158,7 @@ class Cluster:
                 site, self.topology.files[site], self.run_dir / "agents" / site, heartbeat_interval, plan_file
             )
             env = {**self.env, **self.topology.env(site)}  # each agent logs in to the brokers as its own site
+            argv = self.topology.wrap(site, argv)
             self.agents[site] = Child(f"agent-{site}", argv, self.logs / f"agent-{site}.log", env).start()
 
     def check_alive(self, children: Sequence[Child] | None = None) -> None:

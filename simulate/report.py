@@ -133,6 +133,8 @@ class Report:
     events: list[str] = field(default_factory=list)
     plan_history: list[str] = field(default_factory=list)
     destroyed_by: list[str] = field(default_factory=list)
+    hosts: str = "loopback"
+    shaping: list[str] = field(default_factory=list)
 
     @property
     def repeated(self) -> int:
@@ -264,6 +266,7 @@ def summarise(reports: Sequence[Report]) -> Summary:
         rows.append((name, list(cells)))
 
     row("broker", (r.broker for r in reports))
+    row("hosts", (r.hosts for r in reports))
     row("sensor run (s)", (f"{r.duration:.0f}" for r in reports))
     for i, s in enumerate(reports[0].streams):
         row(f"in {s.stream}@{s.site}", (_stream_cell(r, i) for r in reports))

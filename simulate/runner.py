@@ -31,6 +31,7 @@ from simulate.cluster import Cluster
 from simulate.drain import drain_problems, wait_drained
 from simulate.errors import SimulationError
 from simulate.fault_schedule import FaultSchedule
+from simulate.netns.topology import NetnsTopology
 from simulate.progress import EventLog, SiteStatus, Status
 from simulate.readiness import plan_sites, subscription_baseline, wait_heartbeats, wait_subscribed
 from simulate.report import (
@@ -91,9 +92,8 @@ class Run:
         charts.require()
         self.opts = opts
         self.scenario = scenario = Scenario.load(opts)
-        self.topology = Topology(
-            scenario.sites, scenario.sim, scenario.run_dir, opts.broker, secure=not insecure_brokers
-        )
+        kind = NetnsTopology if opts.hosts == "netns" else Topology
+        self.topology = kind(scenario.sites, scenario.sim, scenario.run_dir, opts.broker, secure=not insecure_brokers)
         self.cluster = Cluster(self.topology, scenario.run_dir, scenario.hub, scenario.spokes)
         self.collector = Collector(scenario.app.name, mqtt_sinks(scenario.app))
         self.events = EventLog()
@@ -141,10 +141,14 @@ class Run:
             f"brokers: {len(topology.brokers)} x {kind}{note}, {security}; "
             f"{len(topology.proxies)} WAN proxies; run directory {scenario.run_dir}"
         )
+        for line in topology.shaping():
+            self.events.note(line)
         for name, broker in topology.brokers.items():
             hub = name == scenario.hub
             login = topology.login(OBSERVER)
-            self._spawn(tasks, self.collector.watch(name, "127.0.0.1", broker.port, hub, self.stop_event, login))
+            self._spawn(
+                tasks, self.collector.watch(name, topology.host(name), broker.port, hub, self.stop_event, login)
+            )
         self._spawn(tasks, self._report_status())
         baseline = await subscription_baseline(self.collector, kind, len(scenario.sites.sites))
         plan_file = None
@@ -189,7 +193,8 @@ class Run:
         self.phase = "sensors running"
         ports = {name: broker.port for name, broker in self.topology.brokers.items()}
         logins = {name: self.topology.login(name) for name in ports}  # sensors log in as their site
-        self.fleet = SensorFleet.build(scenario.sites, scenario.sim, ports, self.t0, logins=logins)
+        hosts = {name: self.topology.host(name) for name in ports}
+        self.fleet = SensorFleet.build(scenario.sites, scenario.sim, ports, self.t0, hosts, logins=logins)
         self.events.note(f"sensors started: {self.fleet.devices} devices")
         faults = asyncio.ensure_future(self.faults.run(start_mono, until=start_mono + scenario.duration))
         await self.fleet.run(start_mono, scenario.duration)
@@ -309,6 +314,8 @@ class Run:
             app=scenario.app.name,
             placement=f"{scenario.placement}, {scenario.mode}",
             broker=self.topology.broker_kind,
+            hosts=self.opts.hosts,
+            shaping=self.topology.shaping(),
             duration=scenario.duration,
             streams=sorted(reference.streams.values(), key=lambda s: (s.stream, s.site)),
             operators=operator_counts(collector.heartbeats[s] for s in scenario.spokes if s in collector.heartbeats),

@@ -30,11 +30,13 @@ PLACEMENTS = ("ilp", "greedy", "central", "local-first")
 BASELINES = ("central", "local-first")
 MODES = ("auto", "managed", "standalone")
 BROKERS = ("auto", "mosquitto", "amqtt")
+#: Where the sites run: all on this host's loopback, or each in its own network namespace.
+HOSTS = ("loopback", "netns")
 #: What a simulation writes to its run directory (:func:`clear_run_dir` removes these, nothing else).
 RUN_OUTPUT = frozenset(
     {
         *("agents", "brokers", "hub", "logs", "sites"),
-        *("deploy.json", "events.log", "placement.json", "plan.json", "plan-key.pem"),
+        *("deploy.json", "events.log", "netns.json", "placement.json", "plan.json", "plan-key.pem"),
         *("report.html", "report.json", "timeline.json"),
     }
 )
@@ -45,7 +47,8 @@ class Options:
     """How to run one simulation.
 
     ``hub_command`` replaces the hub's program (``spanedge hub`` or ``python -m
-    hub.dataplane``) and receives the same options.
+    hub.dataplane``) and receives the same options. ``hosts`` is ``netns`` to
+    run each site in its own network namespace (:mod:`simulate.netns`).
     """
 
     sites: Path
@@ -64,6 +67,7 @@ class Options:
     quiet: float = 4.0
     label: str = ""
     hub_command: list[str] | None = None
+    hosts: str = "loopback"
     on_status: Callable[[Status], None] | None = None
 
     def resolved_mode(self) -> str:
@@ -90,6 +94,7 @@ def check_options(opts: Options, compare: str | None = None) -> None:
     one_of("--placement", opts.placement, PLACEMENTS)
     one_of("--mode", opts.mode, MODES)
     one_of("--broker", opts.broker, BROKERS)
+    one_of("--hosts", opts.hosts, HOSTS)
     if compare is not None:
         one_of("--compare", compare, BASELINES)
         if opts.mode == "managed":

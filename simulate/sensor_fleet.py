@@ -25,10 +25,12 @@ class SensorFleet:
         sim: Simulation,
         ports: Mapping[str, int],
         start: float,
-        host: str = "127.0.0.1",
+        host: str | Mapping[str, str] = "127.0.0.1",
         logins: Mapping[str, Login | None] | None = None,
     ) -> SensorFleet:
         """The devices of every sensor spec, publishing to the broker of their site at ``host:ports[site]``.
+
+        ``host`` is one address for every site, or one per site.
 
         ``logins`` gives, per site, the credentials and CA its sensors use on a secured broker.
 
@@ -44,7 +46,8 @@ class SensorFleet:
                 qos[stream] = spec.qos if spec.qos is not None else binding.qos
                 devices += [Device(site, stream, i, spec, binding.topic, sim.seed, start) for i in range(spec.count)]
             login = (logins or {}).get(site)
-            sensors[site] = SiteSensors(site, host, ports[site], devices, qos, login=login)
+            address = host if isinstance(host, str) else host[site]
+            sensors[site] = SiteSensors(site, address, ports[site], devices, qos, login=login)
         return cls(sensors)
 
     @property

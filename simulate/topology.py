@@ -140,7 +140,7 @@ class Topology:
         if self.broker_kind != "mosquitto":
             raise SpanEdgeError(_NO_SECURE_EMBEDDED)
         self.passwords = {user: new_password() for user in identities(self.sites, [OBSERVER])}
-        tls = make_tls(directory / "tls")
+        tls = make_tls(directory / "tls", self.tls_hosts())
         self.ca_file = tls.ca_file
         passwords = directory / "passwords"
         passwords.touch(mode=0o600)
@@ -151,6 +151,25 @@ class Topology:
             acl.write_text(acl_text(self.sites, [name], observers=[OBSERVER]))
             security[name] = BrokerSecurity(tls, passwords, acl)
         return security
+
+    def tls_hosts(self) -> tuple[str, ...]:
+        """The addresses the brokers' certificate names: every address a process reaches a broker at."""
+        return ("127.0.0.1", "localhost")
+
+    def host(self, site: str) -> str:
+        """Where the simulator itself (sensors, watchers, REST client) reaches ``site``'s servers."""
+        return "127.0.0.1"
+
+    def wrap(self, site: str, argv: list[str]) -> list[str]:
+        """The command that runs ``argv`` as a process of ``site`` (unchanged: every site shares this host)."""
+        return argv
+
+    def shaping(self) -> list[str]:
+        """What carries each property of the emulated WAN, one line each (for the report)."""
+        return [
+            "hosts: every site on this host's loopback interface",
+            "delay, jitter, bandwidth, partitions: the simulator's TCP proxies (simulate.wan)",
+        ]
 
     def env(self, site: str) -> dict[str, str]:
         """The environment a process of ``site`` needs to log in to the brokers (empty when not secure)."""
@@ -178,10 +197,13 @@ class Topology:
         for src in self.sites.sites:
             for dst in self.sites.sites:
                 if src != dst:
-                    proxy = LinkProxy(self.link(src, dst), src, dst, self.brokers[dst].port)
-                    self.proxies[(src, dst)] = await proxy.start()
+                    self.proxies[(src, dst)] = await self.proxy(src, dst).start()
         for name in self.sites.sites:
             self.files[name] = self.write_sites_file(name)
+
+    def proxy(self, src: str, dst: str) -> LinkProxy:
+        """The (stopped) proxy that carries connections from ``src`` to the broker of ``dst``."""
+        return LinkProxy(self.link(src, dst), src, dst, self.brokers[dst].port)
 
     def broker_url(self, seen_from: str, site: str) -> str:
         """The URL of ``site``'s broker as a process at ``seen_from`` must use."""

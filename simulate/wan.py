@@ -14,9 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 CHUNK = 16 * 1024
+#: Seconds a proxy waits for its target to accept a connection (a target behind a link taken down never answers).
+CONNECT_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -189,12 +193,29 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way:
 
 
 class LinkProxy:
-    """A TCP proxy on 127.0.0.1 for connections from site ``src`` to a server at site ``dst``."""
+    """A TCP proxy for connections from site ``src`` to a server at site ``dst``.
 
-    def __init__(self, link: WanLink, src: str, dst: str, target_port: int, target_host: str = "127.0.0.1") -> None:
+    By default it listens on 127.0.0.1. ``sockets`` makes its sockets elsewhere
+    (inside another network namespace, :mod:`simulate.netns`): it listens on
+    ``listen_host`` and connects to the target from ``source_host``.
+    """
+
+    def __init__(
+        self,
+        link: WanLink,
+        src: str,
+        dst: str,
+        target_port: int,
+        target_host: str = "127.0.0.1",
+        *,
+        listen_host: str = "127.0.0.1",
+        source_host: str | None = None,
+        sockets: Callable[[], Awaitable[socket.socket]] | None = None,
+    ) -> None:
         """Prepare the proxy; :meth:`start` binds a free port."""
         self.link, self.src, self.dst = link, src, dst
         self.target = (target_host, target_port)
+        self.listen_host, self.source_host, self.sockets = listen_host, source_host, sockets
         self.port = 0
         self.refused = 0
         self.accepted = 0
@@ -203,7 +224,13 @@ class LinkProxy:
 
     async def start(self, port: int = 0) -> LinkProxy:
         """Listen on ``port`` (0: a free one) and return self."""
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", port)
+        if self.sockets is None:
+            self._server = await asyncio.start_server(self._accept, self.listen_host, port)
+        else:
+            sock = await self.sockets()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.listen_host, port))
+            self._server = await asyncio.start_server(self._accept, sock=sock)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self
 
@@ -223,8 +250,22 @@ class LinkProxy:
 
     @property
     def url(self) -> str:
-        """``mqtt://127.0.0.1:<port>`` of the proxy."""
-        return f"mqtt://127.0.0.1:{self.port}"
+        """``mqtt://<listen host>:<port>`` of the proxy."""
+        return f"mqtt://{self.listen_host}:{self.port}"
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Open the connection to the target (from ``source_host``, with a socket of ``sockets``)."""
+        if self.sockets is None:
+            return await asyncio.open_connection(*self.target)
+        sock = await self.sockets()
+        try:
+            if self.source_host is not None:
+                sock.bind((self.source_host, 0))
+            await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, self.target), CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError):
+            sock.close()
+            raise
+        return await asyncio.open_connection(sock=sock)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -246,8 +287,8 @@ class LinkProxy:
             writer.transport.abort()
             return
         try:
-            server = await asyncio.open_connection(*self.target)
-        except OSError:
+            server = await self._connect()
+        except (OSError, TimeoutError):
             self.refused += 1
             writer.transport.abort()
             return

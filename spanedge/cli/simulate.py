@@ -69,6 +69,12 @@ def _choices(name: str) -> Callable[[click.Context, click.Parameter, str], list[
 @option("--broker", default="auto", help="auto, mosquitto or amqtt", shell_complete=_choices("BROKERS"))
 @option("--spark-master", default="local[2]", help="Spark master URL for the hub")
 @option(
+    "--hosts",
+    default="loopback",
+    help="loopback (every site on this host) or netns (each site in its own network namespace; needs root)",
+    shell_complete=_choices("HOSTS"),
+)
+@option(
     "--insecure-brokers",
     is_flag=True,
     help="run plain anonymous brokers (no TLS, credentials or ACLs); development only",
@@ -87,6 +93,7 @@ def simulate(
     run_dir: Path | None,
     broker: str,
     spark_master: str,
+    hosts: str,
     insecure_brokers: bool,
     as_json: bool,
     live: bool | None,
@@ -118,6 +125,7 @@ def simulate(
             run_dir=run_dir,
             broker=broker,
             spark_master=spark_master,
+            hosts=hosts,
         )
         check_options(opts, compare)
     except (SpanEdgeError, ValueError) as exc:
@@ -173,6 +181,7 @@ def simulation_report(reports: Sequence[Report]) -> list[Block]:
         if name in _ALARM_ROWS and any(c.split(" ", 1)[0] not in ("0", "") for c in cells)
     )
     blocks: list[Block] = [summary.title, Table(("measure", *summary.columns), rows, alarm)]
+    blocks += [f"shaped here: {line}" for line in reports[0].shaping]
     blocks += [f"warning: {note}" for note in summary.notes]
     return blocks
 

@@ -84,9 +84,17 @@ SMART_FARM = EXAMPLES / "smart_farm"
 
 
 def simulate_smart_farm(
-    directory: Path, duration: float, faults: list[str], tweak: dict[str, Any], app: Path | None = None
+    directory: Path,
+    duration: float,
+    faults: list[str],
+    tweak: dict[str, Any],
+    app: Path | None = None,
+    hosts: str = "loopback",
 ) -> Any:
-    """Run the smart-farm example (or ``app`` on its sites) on secured brokers, its simulation section updated by ``tweak``."""
+    """Run the smart-farm example (or ``app`` on its sites) on secured brokers, its simulation section updated by ``tweak``.
+
+    ``hosts`` is ``netns`` to run each site in its own network namespace.
+    """
     from simulate.runner import Options, run
 
     data = yaml.safe_load((SMART_FARM / "sites.yaml").read_text())
@@ -101,6 +109,7 @@ def simulate_smart_farm(
         faults=faults,
         mode="managed",
         run_dir=directory / "run",
+        hosts=hosts,
     )
     return asyncio.run(run(opts))
 

@@ -61,6 +61,7 @@ def test_the_fleet_has_the_devices_and_qos_of_the_simulation_section(tmp_path: P
         ),
         (Options(SITES, APP, mode="hybrid"), None, "--mode takes auto, managed or standalone, got 'hybrid'"),
         (Options(SITES, APP, broker="rabbit"), None, "--broker takes auto, mosquitto or amqtt, got 'rabbit'"),
+        (Options(SITES, APP, hosts="vm"), None, "--hosts takes loopback or netns, got 'vm'"),
         (Options(SITES, APP), "nearby", "--compare takes central or local-first, got 'nearby'"),
         (Options(SITES, APP, mode="managed"), "central", "drop --mode managed"),
         (Options(SITES, APP, duration=0.0), None, "--duration must be positive"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -121,3 +122,27 @@ def test_latency_change_applies_to_both_directions() -> None:
     assert link.way("a", "b").delay_ms == link.way("b", "a").delay_ms == 150
     _, arrive = link.way("b", "a").schedule(10, now=0.0)
     assert arrive == pytest.approx(0.15)
+
+
+async def test_a_proxy_can_take_its_sockets_from_elsewhere_and_bind_its_source(echo_port: int) -> None:
+    """The sockets of a relay in another namespace come from a factory; here, plain ones on 127.0.0.2."""
+    made: list[socket.socket] = []
+
+    async def sockets() -> socket.socket:
+        sock = socket.socket()
+        sock.setblocking(False)
+        made.append(sock)
+        return sock
+
+    link = WanLink("edge", "hub", delay_ms=0)
+    proxy = LinkProxy(link, "edge", "hub", echo_port, listen_host="127.0.0.1", source_host="127.0.0.2", sockets=sockets)
+    await proxy.start()
+    try:
+        assert proxy.url == f"mqtt://127.0.0.1:{proxy.port}"
+        assert await _roundtrip(proxy.port, b"hello") == b"hello"
+        assert len(made) == 2  # the listener and the connection to the server
+        assert made[1].getsockname()[0] == "127.0.0.2"
+        await asyncio.sleep(0.05)
+        assert link.bytes() == {"edge>hub": 5, "hub>edge": 5}
+    finally:
+        await proxy.stop()

@@ -1,0 +1,110 @@
+"""The smart farm with every site in its own network namespace: a link taken down, an agent killed, a move.
+
+One run (``--hosts netns``) shares its outcome with every test here: field-west's
+WAN link is taken down from 4 s to 15 s, the barn's agent is SIGKILLed in its
+namespace at 12 s and started there again, and the barn's links slow to 300 ms
+at 20 s, which moves field-east's windows away from it. Mosquitto, the agents,
+the hub and its Spark run inside the namespaces; the simulator reaches them
+over each site's lab link.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from simulate.report import epoch
+from tests.conftest import missing_part
+from tests.e2e.conftest import CUT_WEST, CUT_WEST_HEALS, _require_parts, short_farm_window, simulate_smart_farm
+from tests.e2e.test_cold_chain import _assert_exact
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+KILL_BARN = "kill-agent:barn@12s"
+SLOW_BARN = "latency:barn:300@20s"
+
+
+@pytest.fixture(scope="module")
+def netns_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """80 s of probe data on namespaces, with the three faults above."""
+    from simulate.netns.host import unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        missing_part(reason)
+    _require_parts()
+    directory = tmp_path_factory.mktemp("netns")
+    return simulate_smart_farm(
+        directory,
+        duration=80,
+        faults=[CUT_WEST, KILL_BARN, SLOW_BARN],
+        tweak={"settle": "15s"},
+        app=short_farm_window(directory),
+        hosts="netns",
+    )
+
+
+def _record(run: Any) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads((run.run_dir / "netns.json").read_text())
+    return record
+
+
+def test_each_site_runs_in_its_own_namespace_and_all_are_removed(netns_run: Any) -> None:
+    record = _record(netns_run)
+    assert netns_run.report.hosts == "netns"
+    assert netns_run.report.shaping == record["shaping"]
+    assert any(line.startswith("partitions: the site's WAN link taken down") for line in record["shaping"])
+    shaper = "netem" if record["netem"] else "the relays in the router namespace"
+    assert any(line.startswith("delay and jitter: ") and shaper in line for line in record["shaping"])
+    # htb shaped what each spoke sent the hub, on the router's end of the hub's link
+    for spoke in ("barn", "field-east", "field-west"):
+        assert record["htb_bytes"][f"{spoke}>cloud"] > 0, record["htb_bytes"]
+    logs = netns_run.run_dir / "logs"
+    for name in ("hub", "agent-barn", "agent-field-east", "agent-field-west", "agent-shed"):
+        assert f"ip netns exec {record['run']}-s" in (logs / f"{name}.log").read_text(), name
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert record["run"] not in left
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    assert f"se{record['run'].rsplit('-', 1)[1]}m" not in links
+
+
+def test_a_link_taken_down_holds_the_hub_windows_back_and_loses_nothing(netns_run: Any) -> None:
+    assert any(f"fault {CUT_WEST}" in e for e in netns_run.events)
+    assert any("healed field-west" in e for e in netns_run.events)
+    _assert_exact(netns_run)
+    healed = netns_run.started_at + CUT_WEST_HEALS
+    cut = [
+        r
+        for r in netns_run.collector.results
+        if r.sink == "farm_dashboard" and netns_run.started_at + 4 < (epoch(r.value["window_end"]) or 0) < healed
+    ]
+    assert cut, "no farm-wide window ended within field-west's cut"
+    assert all(r.received_at > healed for r in cut), [(r.value, r.received_at - healed) for r in cut]
+
+
+def test_an_agent_killed_in_its_namespace_restarts_there_and_loses_nothing(netns_run: Any) -> None:
+    assert any("killed agent barn" in e for e in netns_run.events)
+    assert any("restarted agent barn" in e for e in netns_run.events)
+    record = _record(netns_run)
+    barn_log = (netns_run.run_dir / "logs" / "agent-barn.log").read_text()
+    starts = [line for line in barn_log.splitlines() if line.startswith("=== start ")]
+    assert len(starts) == 2, starts
+    assert all(f"ip netns exec {record['run']}-s" in line for line in starts), starts
+    _assert_exact(netns_run)
+
+
+def test_a_latency_change_moves_the_windows_once_with_every_record(netns_run: Any) -> None:
+    placement = json.loads((netns_run.run_dir / "placement.json").read_text())
+    moves = [h for h in placement["history"][1:] if h.get("changed")]
+    assert moves, (placement["history"], netns_run.run_dir)
+    moved = {m["replica"]: (m["from"], m["to"]) for m in moves[0]["moved"]}
+    source, target = moved["probe_means@field-east"]
+    assert source == "barn", moved
+    assert target not in ("barn", "cloud"), moved
+    switch = next(h["switch_at"] for h in placement["handovers"] if h["replica"] == "probe_means@field-east")
+    after = [r for r in netns_run.collector.results if r.sink == "valve_bus" and r.value["at"] > switch]
+    assert after, "no valve command of a window after the switch"
+    _assert_exact(netns_run)
