@@ -5,6 +5,8 @@
     <state_dir>/apps/, distribution.json    deployed apps and plan versions (hub.control.state)
     <state_dir>/ingest/<app>/               the durable ingest logs (hub.ingest.consumer)
     <state_dir>/checkpoints/<app>/          Spark checkpoints and sink state (hub.engine.engine)
+    <state_dir>/ca/                         the certificate authority of the sites (spanedge.ca)
+    <state_dir>/fleet.json, join-tokens.json  sites added and revoked, join tokens (hub.control.enrolment)
 
 and :meth:`Hub.serve` runs uvicorn in the foreground until SIGINT/SIGTERM.
 Without Spark (``spark=False``) only the control plane runs: the API,
@@ -22,8 +24,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from hub.control.brokers import BrokerFiles
 from hub.control.coordinator import Coordinator
 from hub.control.distribution import PLAN_TTL_S, MqttControl, PlanDistributor
+from hub.control.enrolment import Enrolment
+from hub.control.fleet import Fleet
+from hub.control.join_tokens import DEFAULT_TTL_S, JoinTokens
 from hub.control.registry import SiteRegistry
 from hub.control.site_health import HealthPolicy
 from hub.control.state import StateStore
@@ -31,6 +37,7 @@ from hub.engine.session import DEFAULT_TRIGGER, batch_intervals
 from hub.handover.holds import DEFAULT_LIMIT_S
 from hub.handover.recovered import Recovered
 from hub.ingest.publishers import from_plans
+from spanedge.ca import CertificateAuthority
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
 from spanedge.tokens import Tokens
@@ -78,20 +85,27 @@ class HubConfig:
     plan_ttl_s: float = PLAN_TTL_S
     #: the level of everything the hub logs, uvicorn's own lines included; DEBUG adds a line per request
     log_level: str = "INFO"
+    #: where the hub writes its brokers' ACL and CRL files (None: nowhere; hub.control.brokers)
+    broker_dir: Path | None = None
+    #: the pid files of the brokers the hub reloads (SIGHUP) after writing them
+    broker_pid_files: tuple[Path, ...] = ()
+    #: how long a join token is valid (hub.control.join_tokens)
+    join_token_ttl_s: float = DEFAULT_TTL_S
 
 
 class Hub:
     """The hub's parts, started and stopped together."""
 
     def __init__(self, sites: Sites, config: HubConfig) -> None:
-        """Prepare the hub for ``sites``; nothing connects until :meth:`start`."""
-        self.sites = sites
+        """Prepare the hub for ``sites`` and those it enrolled since; nothing connects until :meth:`start`."""
         self.config = config
+        self.state_dir = Path(config.state_dir)
+        self.store = StateStore(self.state_dir)
+        self.fleet = Fleet(sites, self.state_dir / "fleet.json")
+        sites = self.sites = self.fleet.sites
         site = sites.site(config.hub_site) if config.hub_site is not None else sites.hubs[0]
         self.site = site
         self.broker = site.mqtt()
-        self.state_dir = Path(config.state_dir)
-        self.store = StateStore(self.state_dir)
         self.registry = SiteRegistry(sites, down_after_s=config.down_after_s, alpha=config.rate_alpha)
         self.control = MqttControl(
             self.broker,
@@ -114,9 +128,22 @@ class Hub:
                 site_grace_s=config.site_grace_s,
             ),
         )
+        self.enrolment = self._enrolment(site.broker)
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self._holder: threading.Thread | None = None
+
+    def _enrolment(self, default_broker: str) -> Enrolment:
+        ca = CertificateAuthority.open(self.state_dir / "ca")
+        return Enrolment(
+            self.fleet,
+            JoinTokens(self.state_dir / "join-tokens.json", self.config.join_token_ttl_s),
+            ca,
+            BrokerFiles(self.config.broker_dir, self.config.broker_pid_files, ca.crl_file),
+            self.coordinator,
+            self.config.plan_key.public_key,
+            default_broker=default_broker,
+        )
 
     def start(self) -> Hub:
         """Connect to the broker, resume the deployed apps, start the data plane and the periodic checks.
@@ -126,6 +153,7 @@ class Hub:
         TTL (:meth:`PlanDistributor.refresh`), and restarts failed Spark queries.
         """
         log.info("hub site %s, broker %s, state in %s", self.site.name, self.broker.url, self.state_dir)
+        self.enrolment.start()
         self.control.start()
         if self.config.spark:
             self._start_data_plane()
@@ -168,6 +196,7 @@ class Hub:
             on_complete=self.coordinator.frontiers.advance,
             recovered=Recovered(self.coordinator.frontiers.delivered),
             batch_every=batch_intervals(self.config.trigger, self.config.stateless_trigger),
+            revoked=self.registry.revoked.__contains__,
         )
 
     def _tick(self) -> None:
@@ -240,6 +269,7 @@ class Hub:
             ingest_stats=(lambda: self.ingest.stats()) if self.ingest is not None else None,
             engine_metrics=(lambda: self.engine.metrics()) if self.engine is not None else None,
             health=self.health,
+            enrolment=self.enrolment,
         )
 
     def serve(self) -> None:

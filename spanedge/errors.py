@@ -26,6 +26,10 @@ class InvalidToken(SpanEdgeError, ValueError):
     """A configured API token is unusable: too short, malformed, or listed under two scopes."""
 
 
+class InvalidJoinToken(SpanEdgeError, ValueError):
+    """A join token that is malformed, altered, expired, used already or bound to another site."""
+
+
 class InvalidSites(SpanEdgeError, ValueError):
     """A ``sites.yaml`` file is malformed or inconsistent with the app."""
 

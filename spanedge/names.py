@@ -121,6 +121,18 @@ def name_problem(name: object, kind: str) -> str | None:
     return None
 
 
+def label_problem(key: object, value: object) -> str | None:
+    """What is wrong with a site label ``key: value``, as a sentence naming it and the rule; ``None`` if it is valid.
+
+    Label keys and values follow :data:`NAME_PATTERN`, like site names (``fleet: north``, ``kind: truck``):
+    a staged rollout selects sites by them, on the command line and in REST queries.
+    """
+    problem = name_problem(key, "label key")
+    if problem is None:
+        problem = name_problem(value, f"value of label {key!r}:")
+    return problem
+
+
 def stream_name_problem(name: object, kind: str = "stream") -> str | None:
     """What is wrong with a stream or operator name, as a sentence naming it and the rule; ``None`` if it is valid.
 

@@ -34,7 +34,7 @@ from spanedge import topics
 from spanedge.errors import InvalidSites
 from spanedge.file_models import FileModel, convert, key_path, yaml_lines
 from spanedge.files import read_text
-from spanedge.names import name_problem, stream_name_problem
+from spanedge.names import label_problem, name_problem, stream_name_problem
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
@@ -129,6 +129,7 @@ class Site(FileModel, frozen=True):
     Attributes:
         name: the site's key in ``sites:`` (filled in by :class:`Sites`).
         cpu: CPU cores available to SpanEdge.
+        labels: ``key: value`` pairs that select the site (``fleet: north``), each following the site name rule.
     """
 
     tier: Tier
@@ -139,9 +140,15 @@ class Site(FileModel, frozen=True):
     password_env: str | None = None
     tls: TLS | None = None
     streams: dict[str, StreamBinding] = msgspec.field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """Check the broker URL, that an ``mqtts://`` broker has TLS settings, and the stream names."""
+        """Check the broker URL, that an ``mqtts://`` broker has TLS settings, the stream names and the labels."""
+        for key, value in self.labels.items():
+            problem = label_problem(key, value)
+            if problem is not None:
+                msg = f"{key_path('labels', key)}: {problem}"
+                raise ValueError(msg)
         for stream in self.streams:
             problem = stream_name_problem(stream)
             if problem is not None:
@@ -246,6 +253,10 @@ class Sites(FileModel, frozen=True):
     def spokes(self) -> list[Site]:
         """Sites of tier spoke."""
         return [s for s in self.sites.values() if s.tier is Tier.SPOKE]
+
+    def labelled(self, selector: dict[str, str]) -> list[Site]:
+        """Sites whose labels include every ``key: value`` of ``selector`` (all sites for an empty one)."""
+        return [s for s in self.sites.values() if all(s.labels.get(k) == v for k, v in selector.items())]
 
     def sources_of(self, stream: str) -> list[Site]:
         """Sites that source ``stream``."""

@@ -23,16 +23,35 @@ sites:
 
 def openapi_schema() -> dict[str, Any]:
     """The OpenAPI schema of the hub's REST API."""
+    import tempfile
+
     from hub.api.app import create_app
+    from hub.control.brokers import BrokerFiles
     from hub.control.coordinator import Coordinator
+    from hub.control.enrolment import Enrolment
+    from hub.control.fleet import Fleet
+    from hub.control.join_tokens import JoinTokens
     from hub.control.registry import SiteRegistry
+    from spanedge.ca import CertificateAuthority
+    from spanedge.signing import PlanSigningKey
     from spanedge.sites import parse_sites
     from spanedge.tokens import Tokens, TokenScope
 
-    registry = SiteRegistry(parse_sites(_SITES))
-    coordinator = Coordinator(registry)
+    sites = parse_sites(_SITES)
+    coordinator = Coordinator(SiteRegistry(sites))
     tokens = Tokens([(TokenScope.ADMIN, "docs-build-token-0123456789abcdef0123456789", "the docs build")])
-    schema: dict[str, Any] = create_app(coordinator, tokens).openapi()
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp)
+        enrolment = Enrolment(
+            Fleet(sites, state / "fleet.json"),
+            JoinTokens(state / "join-tokens.json"),
+            CertificateAuthority.open(state / "ca"),
+            BrokerFiles(None),
+            coordinator,
+            PlanSigningKey.generate().public_key,
+            default_broker="mqtt://localhost:1883",
+        )
+        schema: dict[str, Any] = create_app(coordinator, tokens, enrolment=enrolment).openapi()
     return schema
 
 

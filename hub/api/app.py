@@ -20,10 +20,12 @@ from hub.api.auth import BodyLimit, scope_dependency
 from hub.api.dashboard.docs import offline_docs
 from hub.api.dashboard.routes import dashboard_router
 from hub.api.dashboard.snapshot import build_snapshot
+from hub.api.enrolment import enrolment_router
 from hub.api.errors import install_error_handlers
 from hub.api.health import StatsSource, health_router, metrics_router
 from hub.api.sites import sites_router
 from hub.control.coordinator import Coordinator
+from hub.control.enrolment import Enrolment
 from spanedge.tokens import Tokens, TokenScope
 
 
@@ -35,6 +37,7 @@ def create_app(
     engine_metrics: StatsSource | None = None,
     health: StatsSource | None = None,
     dashboard_stream_s: float = 30.0,
+    enrolment: Enrolment | None = None,
 ) -> FastAPI:
     """Build the REST API over ``coordinator``.
 
@@ -45,6 +48,7 @@ def create_app(
         engine_metrics: ``Engine.metrics`` when the engine runs.
         health: extra fields for ``/healthz`` (e.g. broker connectivity).
         dashboard_stream_s: a dashboard's event stream ends after this many seconds and the page reconnects.
+        enrolment: adds, enrols and revokes sites (None: no enrolment routes).
     """
     api = FastAPI(
         title="SpanEdge hub",
@@ -60,6 +64,8 @@ def create_app(
     authorized = [Depends(scope_dependency(tokens, TokenScope.READ))]
     admin = [Depends(scope_dependency(tokens, TokenScope.ADMIN))]
     api.include_router(apps_router(coordinator, admin), dependencies=authorized)
+    if enrolment is not None:
+        api.include_router(enrolment_router(enrolment, admin))
     api.include_router(sites_router(coordinator), dependencies=authorized)
     api.include_router(metrics_router(coordinator, ingest_stats, engine_metrics), dependencies=authorized)
     # the page at / is public (it holds no data); its event stream checks the token itself

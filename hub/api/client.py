@@ -175,6 +175,27 @@ class HubClient:
         """``DELETE /apps/{name}``."""
         return dict(self.request("DELETE", f"/apps/{_quote(name)}"))
 
+    def add_site(
+        self,
+        site: str,
+        *,
+        broker: str | None = None,
+        labels: dict[str, str] | None = None,
+        cpu: float = 1.0,
+        ttl_s: float | None = None,
+    ) -> dict[str, Any]:
+        """``POST /sites``: add a spoke; the answer holds its one-time join ``token``."""
+        body: dict[str, Any] = {"site": site, "labels": labels or {}, "cpu": cpu}
+        if broker is not None:
+            body["broker"] = broker
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        return dict(self.request("POST", "/sites", body))
+
+    def revoke_site(self, site: str) -> dict[str, Any]:
+        """``POST /sites/{site}/revoke``."""
+        return dict(self.request("POST", f"/sites/{_quote(site)}/revoke"))
+
     def sites(self) -> list[dict[str, Any]]:
         """``GET /sites``."""
         return list(self.request("GET", "/sites")["sites"])

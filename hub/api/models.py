@@ -304,6 +304,8 @@ class SiteStatus(BaseModel):
     site: str
     tier: str
     broker: str
+    labels: dict[str, str] = Field(default_factory=dict, description="the site's labels (sites.yaml or site add)")
+    revoked: bool = Field(default=False, description="the site was revoked: its certificate and messages are refused")
     streams: dict[str, float] = Field(description="declared records/s per stream it sources")
     alive: bool
     last_heartbeat_age_s: float | None

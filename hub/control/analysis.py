@@ -21,6 +21,7 @@ from hub.control.site_health import HealthPolicy, SiteHealth, planned_load, with
 from hub.control.state import AppRecord
 from spanedge.app import App
 from spanedge.plan import Plan
+from spanedge.sites import Site
 
 
 class Analysis:
@@ -58,6 +59,16 @@ class Analysis:
         """True while ``site`` counts as gone: silent for longer than the grace period."""
         with self._health_lock:
             return self.health.gone(site)
+
+    def add_spoke(self, site: Site) -> None:
+        """Track the health of a spoke added since."""
+        with self._health_lock:
+            self.health.add_spoke(site)
+
+    def revoke(self, site: str) -> None:
+        """Count ``site`` gone for good: the next check re-plans the apps it runs replicas of, forced."""
+        with self._health_lock:
+            self.health.revoke(site, self._clock())
 
     def overdue(self, site: str, extra_s: float) -> bool:
         """True if ``site`` has been silent for longer than the grace period plus ``extra_s``."""

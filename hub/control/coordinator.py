@@ -230,6 +230,9 @@ class Coordinator:
         Returns:
             True if the registry accepted it (see :meth:`hub.control.registry.SiteRegistry.heartbeat`).
         """
+        if site in self.registry.revoked:
+            log.warning("ignoring a heartbeat on site %r's topic: the site was revoked ('spanedge site revoke')", site)
+            return False
         data: Any = payload
         if isinstance(payload, bytes | bytearray):
             try:

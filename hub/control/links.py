@@ -184,6 +184,14 @@ class Links:
             self._peers.setdefault(b, set()).add(a)
         self._measured: dict[str, LinkWindow] = {}
 
+    def redeclare(self, sites: Sites) -> None:
+        """Take the declared links of ``sites`` (a fleet that gained sites), keeping every measurement."""
+        self._declared = LatencyMatrix.from_sites(sites)
+        for link in sites.links:
+            a, b = link.between
+            self._peers.setdefault(a, set()).add(b)
+            self._peers.setdefault(b, set()).add(a)
+
     def peers(self, site: str) -> set[str]:
         """The sites ``site`` has a declared link to or a measurement of (fresh or not)."""
         return set(self._peers.get(site, ()))

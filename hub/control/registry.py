@@ -80,11 +80,20 @@ class SiteRegistry:
         self._links = Links(sites, stale_after_s, latency_window_s)
         self._rates: dict[tuple[str, str], float] = {}
         self._unknown: set[str] = set()
+        self.revoked: set[str] = set()  # sites revoked (spanedge site revoke): the coordinator refuses their heartbeats
         self._rows: dict[str, tuple[int, dict[str, Any]]] = {}  # per site: revision, status row without live fields
         self._declared_links: dict[tuple[str, str], tuple[float, float, float, str]] = {}
-        names = list(sites.sites)
-        declared = LatencyMatrix.from_sites(sites)
-        self._declared_pairs = {pair(a, b): declared.latency(a, b) for i, a in enumerate(names) for b in names[i + 1 :]}
+        self._declared_pairs = _declared_pairs(sites)
+
+    # -- the fleet -----------------------------------------------------------------------------
+
+    def grow(self, sites: Sites) -> None:
+        """Track ``sites``, the fleet with sites added (``spanedge site add``); what is known of the others stays."""
+        pairs = _declared_pairs(sites)
+        with self._lock:
+            self._state.update({name: _SiteState() for name in sites.sites if name not in self._state})
+            self._links.redeclare(sites)
+            self.sites, self._declared_pairs = sites, pairs
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -322,10 +331,17 @@ class SiteRegistry:
                     self._rows[name] = cached
             row = dict(cached[1])
             row["alive"] = seen is not None and now - seen <= self.down_after_s
+            row["revoked"] = name in self.revoked
             row["last_heartbeat_age_s"] = None if seen is None else round(now - seen, 3)
             row["latency"] = self._own_links(name, now)
             out.append((revision, row))
         return out
+
+
+def _declared_pairs(sites: Sites) -> dict[str, float]:
+    """The declared one-way latency of every unordered pair of ``sites`` (key ``hub.control.links.pair``)."""
+    names, declared = list(sites.sites), LatencyMatrix.from_sites(sites)
+    return {pair(a, b): declared.latency(a, b) for i, a in enumerate(names) for b in names[i + 1 :]}
 
 
 def _smoothed(current: float | None, value: float | None, alpha: float) -> float | None:
@@ -348,6 +364,8 @@ def _row(site: Site, state: _SiteState) -> dict[str, Any]:
         "site": site.name,
         "tier": str(site.tier),
         "broker": site.mqtt().url,
+        "labels": dict(site.labels),
+        "revoked": None,
         "streams": {s: b.rate for s, b in site.streams.items()},
         "alive": None,
         "last_heartbeat_age_s": None,

@@ -36,7 +36,7 @@ import msgspec
 
 from spanedge.app import App
 from spanedge.plan import Plan, split_replica
-from spanedge.sites import Sites, Tier
+from spanedge.sites import Site, Sites, Tier
 from spanedge.wire.heartbeat import Heartbeat
 from spanedge.wire.heartbeat import decode as decode_heartbeat
 
@@ -134,6 +134,7 @@ class _Site:
     back_since: float | None = None  # its first heartbeat after that
     settle_until: float = 0.0  # over-budget heartbeats before this (the moves of a new cap settling) do not count
     idle_logged: bool = False
+    revoked: str | None = None  # the re-plan reason of a revocation, until a review takes it; "" after
 
 
 @dataclass
@@ -155,12 +156,28 @@ class SiteHealth:
         """Track every spoke."""
         self._state = {s.name: _Site(declared=s.cpu) for s in self.sites.sites.values() if s.tier is Tier.SPOKE}
 
+    # -- the fleet -----------------------------------------------------------------------------
+
+    def add_spoke(self, site: Site) -> None:
+        """Track a spoke added since (``spanedge site add``)."""
+        if site.tier is Tier.SPOKE:
+            self._state.setdefault(site.name, _Site(declared=site.cpu))
+
+    def revoke(self, name: str, now: float) -> None:
+        """Count spoke ``name`` gone for good from ``now`` (``spanedge site revoke``): the next review re-plans without it."""
+        state = self._state.get(name)
+        if state is None or state.revoked is not None:
+            return
+        state.gone_since = state.last_seen if state.last_seen is not None else now
+        state.back_since, state.over, state.cap, state.fits_since = None, None, None, None
+        state.revoked = f"site {name} revoked: re-planned without it"
+
     # -- monitor -------------------------------------------------------------------------------
 
     def observe(self, site: str, beat: Heartbeat | Mapping[str, Any], now: float) -> None:
         """Take one heartbeat of ``site`` (already accepted by the registry) received at ``now``."""
         state = self._state.get(site)
-        if state is None:
+        if state is None or state.revoked is not None:
             return
         if not isinstance(beat, Heartbeat):
             beat = decode_heartbeat(beat)[0]
@@ -191,6 +208,9 @@ class SiteHealth:
         return changes
 
     def _absence(self, name: str, state: _Site, now: float) -> SiteChange | None:
+        if state.revoked is not None:
+            reason, state.revoked = state.revoked, ""
+            return SiteChange(name, reason) if reason else None
         if state.last_seen is None:
             return None
         if state.gone_since is not None:

@@ -82,8 +82,10 @@ class Ingest:
         seal_interval: float = SEAL_INTERVAL_S,
         batch_every: Sequence[float] = (),
         recovered: Recovered | None = None,
+        revoked: Callable[[str], bool] | None = None,
     ) -> None:
-        """Prepare the client; nothing connects until :meth:`start`."""
+        """Prepare the client; nothing connects until :meth:`start`; messages of a site ``revoked`` names are refused."""
+        self.revoked = revoked if revoked is not None else (lambda site: False)
         self.recovered = recovered if recovered is not None else Recovered()
         self.seal_interval = seal_interval
         self.batch_every = tuple(batch_every)
@@ -294,6 +296,10 @@ class Ingest:
         except InvalidName as exc:  # never a file name or a DLQ topic: count and log only
             log.warning("ingest: dropping a message on %s: %s", message.topic, exc)
             self._counters.add("malformed")
+            return
+        if self.revoked(topic_site):
+            log.warning("ingest: refusing a message on %s: site %r was revoked", message.topic, topic_site)
+            self._counters.add("site_mismatch")
             return
         try:
             app, records, complete = check_batch(message.topic, parsed, bytes(message.payload), self.may_publish)

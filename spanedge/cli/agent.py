@@ -8,7 +8,6 @@ text, defaults and bounds; each can also come from ``SPANEDGE_AGENT_<OPTION>``.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import types
 import typing
 from collections.abc import Callable
@@ -17,8 +16,8 @@ from typing import Any
 
 import click
 
-from spanedge.cli.errors import fail
-from spanedge.cli.params import PATH, Command
+from spanedge.cli.join import join
+from spanedge.cli.params import PATH, Group
 
 Check = Callable[[click.Context, click.Parameter, Any], Any]
 
@@ -26,7 +25,9 @@ Check = Callable[[click.Context, click.Parameter, Any], Any]
 def _checked(check: Callable[[str], str]) -> Check:
     """A click callback that turns ``check``'s ``ValueError`` into a usage error naming the option."""
 
-    def callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    def callback(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None  # a missing --site is refused when the agent starts (agent join needs none)
         try:
             return check(value)
         except ValueError as exc:
@@ -70,11 +71,10 @@ def _options() -> list[click.Parameter]:
         for f in option_fields(settings):
             if any(o.name == f.name for o in options):
                 continue
-            required = f.default is dataclasses.MISSING
+            required = f.default is dataclasses.MISSING  # checked by _run: 'agent join' needs neither
             option = click.Option(
                 [f"--{f.name.replace('_', '-')}", f.name],
                 type=_click_type(f.name, hints[f.name], f.metadata),
-                required=required,
                 default=None if required else f.default,
                 callback=checks.get(f.name),
                 envvar=env_var(f.name),
@@ -87,24 +87,27 @@ def _options() -> list[click.Parameter]:
 
 
 def _run(**values: Any) -> None:
-    """Start the agent with the command's options, and exit with its code."""
+    """Start the agent with the command's options, and exit with its code (unless a subcommand runs)."""
     from edge_agent.config import AgentLaunch, option_fields
-    from edge_agent.main import run_agent
-    from spanedge.errors import SpanEdgeError
 
+    ctx = click.get_current_context()
+    if ctx.invoked_subcommand is not None:
+        return
+    for param in ctx.command.params:
+        if param.name in ("site", "sites") and values.get(param.name) is None:
+            raise click.MissingParameter(ctx=ctx, param=param)
     launch = AgentLaunch(**{f.name: values.pop(f.name) for f in option_fields(AgentLaunch)})
-    logging.basicConfig(level=launch.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        code = run_agent(launch, **values)
-    except SpanEdgeError as exc:
-        raise fail(exc) from None
-    if code:
-        raise click.exceptions.Exit(code)
+    from spanedge.cli.launch import start
+
+    start(launch, **values)
 
 
-agent = Command(
+agent = Group(
     "agent",
     callback=_run,
     params=_options(),
-    help="Run the edge agent of a spoke site (every option can also come from SPANEDGE_AGENT_<OPTION>).",
+    invoke_without_command=True,
+    help="Run the edge agent of a spoke site (every option can also come from SPANEDGE_AGENT_<OPTION>); "
+    "--site and --sites are required to run it.",
 )
+agent.add_command(join)

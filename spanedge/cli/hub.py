@@ -163,6 +163,25 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     help="a plan message expires this long after it is issued (a duration: 7d, 12h); the hub re-issues it after "
     "half of it, and an agent still running an expired plan warns and reports it in its heartbeat",
 )
+@option(
+    "--broker-dir",
+    type=PATH,
+    help="directory the hub writes its brokers' ACL files and CRL into, on start and whenever a site is added or "
+    "revoked (point each broker's acl_file and crlfile there)",
+)
+@option(
+    "--broker-pid-file",
+    type=PATH,
+    multiple=True,
+    help="pid file of a broker to reload (SIGHUP) after writing those files; repeat for several",
+)
+@option(
+    "--join-token-ttl",
+    default="1h",
+    callback=_plan_ttl,
+    show_default=True,
+    help="how long a join token of 'spanedge site add' stays valid (a duration: 1h, 30m)",
+)
 def hub(
     sites: Path,
     host: str,
@@ -185,6 +204,9 @@ def hub(
     overload_for: float,
     overload_recover: float,
     plan_ttl: float,
+    broker_dir: Path | None,
+    broker_pid_file: tuple[Path, ...],
+    join_token_ttl: float,
 ) -> None:
     """Run the hub: REST API, plan distribution, ingest and Spark.
 
@@ -236,6 +258,9 @@ def hub(
             overload_for_s=overload_for,
             overload_recover_s=overload_recover,
             plan_ttl_s=plan_ttl,
+            broker_dir=broker_dir,
+            broker_pid_files=broker_pid_file,
+            join_token_ttl_s=join_token_ttl,
         )
         Hub(parsed, config).serve()
     except SpanEdgeError as exc:

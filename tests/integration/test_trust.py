@@ -272,4 +272,8 @@ def test_the_rest_api_scopes_tokens_bounds_bodies_and_refuses_hostile_names(flee
     assert "DELETE /apps/cold-chain by the admin token of SPANEDGE_TOKEN" in output
     assert ADMIN not in output
     assert READ not in output
-    assert sorted(p.name for p in (fleet.tmp / "hub-state").iterdir()) == ["apps", "distribution.json"]
+    assert sorted(p.name for p in (fleet.tmp / "hub-state").iterdir()) == [
+        "apps",
+        "ca",
+        "distribution.json",
+    ]  # the CA is made at start

@@ -1,0 +1,98 @@
+"""The ``spanedge site`` commands: add a site and print its join token, revoke a site.
+
+Both talk to the hub's REST API with an admin token, like ``spanedge deploy``.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import click
+
+from spanedge.cli.errors import check_hub_url, fail
+from spanedge.cli.params import Group, option
+from spanedge.errors import SpanEdgeError
+
+site = Group(
+    "site", help="Add sites to the hub's fleet with a one-time join token, and revoke them.", no_args_is_help=True
+)
+
+_HUB_URL = {"envvar": "SPANEDGE_HUB_URL", "default": "http://127.0.0.1:8000", "help": "hub REST API"}
+_TOKEN = {"envvar": "SPANEDGE_TOKEN", "help": "hub admin token"}
+
+
+def _labels(_ctx: click.Context, _param: click.Parameter, value: str) -> dict[str, str]:
+    """``fleet=north,kind=truck`` as a mapping, each pair checked, or a usage error with an example."""
+    from spanedge.names import label_problem
+
+    labels: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in value.split(","))):
+        key, sep, val = pair.partition("=")
+        problem = label_problem(key.strip(), val.strip()) if sep else f"{pair!r} has no '='"
+        if problem is not None:
+            msg = f"{problem}; give labels as KEY=VALUE pairs separated by commas, e.g. fleet=north,kind=truck"
+            raise click.BadParameter(msg)
+        labels[key.strip()] = val.strip()
+    return labels
+
+
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    from spanedge.durations import parse_duration
+
+    try:
+        return None if value is None else parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@site.command("add")
+@click.argument("name", help="the new site's name")
+@option("--labels", default="", callback=_labels, help="labels as KEY=VALUE,KEY=VALUE (fleet=north,kind=truck)")
+@option("--broker", help="the broker URL the site uses [default: the hub's broker]")
+@option("--cpu", default=1.0, type=click.FloatRange(min=0, min_open=True), help="CPU cores available at the site")
+@option("--ttl", callback=_duration, help="how long the join token stays valid [default: the hub's --join-token-ttl]")
+@option("--hub-url", **_HUB_URL)
+@option("--token", **_TOKEN)
+def add(
+    name: str,
+    labels: dict[str, str],
+    broker: str | None,
+    cpu: float,
+    ttl: float | None,
+    hub_url: str,
+    token: str | None,
+) -> None:
+    """Add a spoke to the hub's fleet and print its one-time join token, for 'spanedge agent join' on the gateway."""
+    from hub.api.client import HubClient
+
+    check_hub_url(hub_url)
+    try:
+        answer = HubClient(hub_url, token).add_site(name, broker=broker, labels=labels, cpu=cpu, ttl_s=ttl)
+    except SpanEdgeError as exc:
+        raise fail(exc) from None
+    expires = datetime.datetime.fromtimestamp(answer["expires_at"], datetime.UTC).isoformat(timespec="seconds")
+    click.echo(
+        f"site {answer['site']} added (broker {answer['broker']}); its join token, single use, expires {expires}:",
+        err=True,
+    )
+    click.echo(answer["token"])
+    click.echo(f"on the gateway run: spanedge agent join {hub_url} <token>", err=True)
+
+
+@site.command("revoke")
+@click.argument("name", help="the site to revoke")
+@option("--hub-url", **_HUB_URL)
+@option("--token", **_TOKEN)
+def revoke(name: str, hub_url: str, token: str | None) -> None:
+    """Revoke a site: its certificate at every broker, its broker rules, its messages and its replicas (moved away)."""
+    from hub.api.client import HubClient
+
+    check_hub_url(hub_url)
+    try:
+        answer = HubClient(hub_url, token).revoke_site(name)
+    except SpanEdgeError as exc:
+        raise fail(exc) from None
+    click.echo(f"site {name} revoked: certificates {', '.join(answer['serials']) or 'none'}")
+    for line in answer["brokers_reloaded"]:
+        click.echo(f"broker {line}")
+    click.echo(f"apps re-planned without it: {', '.join(answer['replanned']) or 'none'}")
