@@ -7,7 +7,11 @@ Run it as::
         [--stateless-trigger '230 milliseconds'] [--conf KEY=VALUE]
 
 It prints ``dataplane ready`` once the app's queries run, restarts a query
-that fails, and stops cleanly on SIGTERM or SIGINT. All its state (the ingest log, the dedupe marks, the
+that fails, and stops cleanly on SIGTERM or SIGINT. It locks ``--state-dir``
+as the hub does (:mod:`hub.control.state_lock`) and connects its ingest as
+``spanedge-hub-<hub site>-<instance>-ingest`` (:mod:`hub.control.identity`;
+a state directory with an ingest log from before instance ids keeps
+``spanedge-hub-ingest``), unless ``--client-id`` names another id. All its state (the ingest log, the dedupe marks, the
 checkpoints) lives under ``--state-dir``, so after a crash the same command
 resumes without losing or repeating results.
 """
@@ -54,7 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--conf", action="append", default=[], type=_setting, metavar="KEY=VALUE", help="a Spark setting (repeat it)"
     )
-    parser.add_argument("--client-id", default="spanedge-hub-ingest", help="MQTT client id of the ingest")
+    parser.add_argument(
+        "--client-id", help="MQTT client id of the ingest (default: made from the instance id in --state-dir)"
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -70,10 +76,21 @@ def main(argv: list[str] | None = None) -> int:
     except (SpanEdgeError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    from hub.control.identity import HubIdentity
+    from hub.control.state_lock import StateDirLock
     from hub.engine.engine import Engine
     from hub.ingest.consumer import Ingest
     from hub.ingest.publishers import from_plans
 
+    try:
+        identity = HubIdentity.of(args.state_dir)
+        lock = StateDirLock(args.state_dir, identity.instance).acquire()  # held until the process ends
+    except SpanEdgeError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    client_id = args.client_id or identity.client_id(plan.hub, "ingest")
+    if args.client_id is None and identity.legacy_ingest:
+        client_id = "spanedge-hub-ingest"  # the data plane's id before instance ids: its session may hold records
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -85,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ingest = Ingest(
         broker,
         args.state_dir / "ingest",
-        client_id=args.client_id,
+        client_id=client_id,
         may_publish=from_plans(lambda name: (plan,) if name == plan.app else ()),
     )
     ingest.start()
@@ -109,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ingest.stop()
         engine.stop()
+        lock.release()
     return 0
 
 

@@ -7,8 +7,13 @@
     <state_dir>/checkpoints/<app>/          Spark checkpoints and sink state (hub.engine.engine)
     <state_dir>/ca/                         the certificate authority of the sites (spanedge.ca)
     <state_dir>/fleet.json, join-tokens.json  sites added and revoked, join tokens (hub.control.enrolment)
+    <state_dir>/hub-id.json, hub.lock       the hub's instance id and its lock (hub.control.identity, state_lock)
 
 and :meth:`Hub.serve` runs uvicorn in the foreground until SIGINT/SIGTERM.
+Before anything else, :meth:`Hub.claim` locks the state directory, claims the
+hub site on its broker (:mod:`hub.control.presence`) and binds the REST port;
+a hub that cannot gets an error naming what holds it, before it touches a
+persistent MQTT session or starts Spark.
 Without Spark (``spark=False``) only the control plane runs: the API,
 heartbeats, planning and plan distribution.
 """
@@ -16,7 +21,9 @@ heartbeats, planning and plan distribution.
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,15 +31,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from hub.api.listener import bind_listener
 from hub.control.brokers import BrokerFiles
 from hub.control.coordinator import Coordinator
 from hub.control.distribution import PLAN_TTL_S, MqttControl, PlanDistributor
 from hub.control.enrolment import Enrolment
 from hub.control.fleet import Fleet
+from hub.control.identity import HubIdentity
 from hub.control.join_tokens import DEFAULT_TTL_S, JoinTokens
+from hub.control.presence import HubPresence, presence_of
 from hub.control.registry import SiteRegistry
 from hub.control.site_health import HealthPolicy
 from hub.control.state import StateStore
+from hub.control.state_lock import StateDirLock
 from hub.engine.session import DEFAULT_TRIGGER, batch_intervals
 from hub.handover.holds import DEFAULT_LIMIT_S
 from hub.handover.recovered import Recovered
@@ -106,10 +117,11 @@ class Hub:
         site = sites.site(config.hub_site) if config.hub_site is not None else sites.hubs[0]
         self.site = site
         self.broker = site.mqtt()
+        self.identity = HubIdentity.of(self.state_dir)
         self.registry = SiteRegistry(sites, down_after_s=config.down_after_s, alpha=config.rate_alpha)
         self.control = MqttControl(
             self.broker,
-            client_id=f"spanedge-hub-control-{site.name}",
+            client_id=self.identity.client_id(site.name, "control"),
             on_heartbeat=lambda site, payload: self.coordinator.heartbeat(site, payload),
         )
         self.distributor = PlanDistributor(self.control, config.plan_key, self.store, ttl_s=config.plan_ttl_s)
@@ -132,6 +144,44 @@ class Hub:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self._holder: threading.Thread | None = None
+        self._lock: StateDirLock | None = None
+        self._presence: HubPresence | None = None
+        self.listener: socket.socket | None = None
+
+    def claim(self) -> Hub:
+        """Lock the state directory, claim the hub site on its broker and bind the REST port, in that order.
+
+        Raises:
+            SpanEdgeError: one of them is held (:class:`hub.control.state_lock.StateDirLocked`,
+                :class:`hub.control.presence.HubAlreadyRunning`, :class:`hub.api.listener.PortInUse`) or the
+                broker cannot be checked; what was taken is let go again.
+        """
+        try:
+            self._lock = StateDirLock(self.state_dir, self.identity.instance).acquire()
+            me = presence_of(self.site.name, self.identity.instance, self.state_dir)
+            client_id = self.identity.client_id(self.site.name, f"presence-{secrets.token_hex(3)}")
+            self._presence = HubPresence(self.broker, me, client_id)
+            self._presence.claim()
+            self.listener = bind_listener(self.config.host, self.config.port)
+        except BaseException:
+            self.release()
+            raise
+        host, port = self.listener.getsockname()[:2]
+        log.info("hub instance %s; REST API on %s:%s", self.identity.instance, host, port)
+        return self
+
+    def release(self) -> None:
+        """Close the REST port, mark the hub gone on its broker and unlock the state directory."""
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        if self._presence is not None:
+            presence, self._presence = self._presence, None
+            if presence.claimed:
+                presence.release()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _enrolment(self, default_broker: str) -> Enrolment:
         ca = CertificateAuthority.open(self.state_dir / "ca")
@@ -191,7 +241,7 @@ class Hub:
         self.ingest = Ingest(
             self.broker,
             self.state_dir / "ingest",
-            client_id=f"spanedge-hub-ingest-{self.site.name}",
+            client_id=self.identity.client_id(self.site.name, "ingest"),
             may_publish=from_plans(self.coordinator.plans_of),
             on_complete=self.coordinator.frontiers.advance,
             recovered=Recovered(self.coordinator.frontiers.delivered),
@@ -286,13 +336,17 @@ class Hub:
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _terminate) if main else None
         try:
-            self.start()
-            server = uvicorn.Server(uvicorn.Config(self.api(), **uvicorn_options(self.config)))
-            server.run()
+            self.claim()
+            try:
+                self.start()
+                server = uvicorn.Server(uvicorn.Config(self.api(), **uvicorn_options(self.config)))
+                server.run(sockets=[self.listener] if self.listener is not None else None)
+            finally:
+                self.stop()
         except (_Terminated, KeyboardInterrupt):
             log.info("hub stopping")
         finally:
-            self.stop()
+            self.release()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
 

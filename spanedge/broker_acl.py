@@ -16,7 +16,10 @@ gets (:func:`acl_text`) then says, with ``pattern`` rules on the username
 * read only its own plan ``spanedge/v1/control/<site>/plan``.
 
 Hub sites read and write every topic (they read every site's data and publish
-the plans, dead letters and hub sink results). On the broker of a spoke site,
+the plans, dead letters, hub sink results and their presence
+``spanedge/v1/control/<hub>/presence``, :mod:`spanedge.wire.presence`). No
+spoke may write a hub's presence: the site name ``presence`` is reserved, so
+no spoke's data topics ``spanedge/v1/+/+/<site>`` include it. On the broker of a spoke site,
 that site may read and write everything when it has the broker to itself (its
 sensors and local sinks), or, on a broker shared with other sites, its stream
 topics and the ``local_topics`` its local MQTT sinks publish to; every spoke may

@@ -98,20 +98,27 @@ HUB_INGEST = ClientSettings(persistent=True, manual_ack=True, max_queued=1_000)
 #: Plan distribution: a few retained plan messages per re-plan; heartbeats and probes come in.
 #: The coordinator bounds what it publishes (one retained plan per site), hence no queue limit.
 HUB_DISTRIBUTION = ClientSettings(persistent=False, max_queued=0, reconnect_max_s=10)
+#: The hub's presence on its broker (:mod:`hub.control.presence`): a clean session whose will marks the hub
+#: gone; a hub that vanishes without a word is marked gone 1.5 keep-alives (15 s) later.
+HUB_PRESENCE = ClientSettings(persistent=False, keepalive=10, max_queued=100, reconnect_max_s=10)
 #: A hub sink publishing a micro-batch's results, waiting for every acknowledgement before the batch
 #: commits; the batch bounds the queue.
 HUB_SINK = ClientSettings(persistent=False, max_inflight=1_000, max_queued=0)
 
 
-def make_client(broker: Broker, client_id: str, settings: ClientSettings) -> mqtt.Client:
+def make_client(
+    broker: Broker, client_id: str, settings: ClientSettings, *, will: tuple[str, bytes] | None = None
+) -> mqtt.Client:
     """A paho-mqtt client for ``broker`` with ``settings``, credentials and TLS (MQTT 3.1.1).
 
     The caller sets its callbacks, then :func:`connect` starts it.
 
     Args:
         broker: the broker, with its credentials and TLS settings (:meth:`spanedge.sites.Site.mqtt`).
-        client_id: the client id; fixed per role and site, so a persistent session survives restarts.
+        client_id: the client id; fixed per role, site and hub instance, so a persistent session survives restarts.
         settings: the role's session, acknowledgement, in-flight, queue and reconnect settings.
+        will: ``(topic, payload)`` the broker publishes, retained at QoS 1, if the client vanishes without
+            disconnecting.
 
     Raises:
         InvalidSites: the broker names a password variable that is not set.
@@ -127,6 +134,8 @@ def make_client(broker: Broker, client_id: str, settings: ClientSettings) -> mqt
         manual_ack=settings.manual_ack,
     )
     broker.authenticate(client)
+    if will is not None:
+        client.will_set(will[0], will[1], qos=1, retain=True)
     client.reconnect_delay_set(min_delay=settings.reconnect_min_s, max_delay=settings.reconnect_max_s)
     client.max_inflight_messages_set(settings.max_inflight)
     client.max_queued_messages_set(settings.max_queued)

@@ -22,7 +22,7 @@ control character, ASCII only (no Unicode look-alikes or normalisation), and
 short enough for any file system once a suffix is added. :func:`file_stem` is
 therefore the identity on valid names, which makes it injective; it refuses
 every other string rather than rewriting it. The site names ``plan``,
-``heartbeat`` and ``probe`` are reserved: a site's data topics
+``heartbeat``, ``probe`` and ``presence`` are reserved: a site's data topics
 ``spanedge/v1/+/+/<site>``, which the broker lets it publish, would include
 every site's control topic of that kind.
 
@@ -56,7 +56,7 @@ RESERVED_APP_NAMES: dict[str, str] = {
 RESERVED_SITE_NAMES: dict[str, str] = {
     kind: f"its data topics spanedge/v1/+/+/{kind} would include every site's control topic "
     f"spanedge/v1/control/<site>/{kind}"
-    for kind in ("plan", "heartbeat", "probe")
+    for kind in topics.CONTROL_KINDS
 }
 #: The most bytes of UTF-8 in a stream or operator name (room for the site and a suffix in a file name).
 MAX_STREAM_NAME_BYTES = 100

@@ -15,10 +15,14 @@ def dlq(app: str, site: str) -> str:
     return f"{PREFIX}/{app}/dlq/{site}"
 
 
+#: The kinds of control topic: a spoke's ``plan``, ``heartbeat`` and ``probe``; a hub site's ``presence``.
+CONTROL_KINDS = ("plan", "heartbeat", "probe", "presence")
+
+
 def control(site: str, kind: str) -> str:
-    """Control topics of a site: ``plan``, ``heartbeat`` or ``probe``."""
-    if kind not in ("plan", "heartbeat", "probe"):
-        msg = f"control topic kind must be plan, heartbeat or probe, got {kind!r}"
+    """Control topics of a site: ``plan``, ``heartbeat``, ``probe``, or a hub site's ``presence``."""
+    if kind not in CONTROL_KINDS:
+        msg = f"control topic kind must be one of {', '.join(CONTROL_KINDS)}, got {kind!r}"
         raise ValueError(msg)
     return f"{PREFIX}/control/{site}/{kind}"
 

@@ -219,3 +219,83 @@ def canon(stats: dict[str, Any]) -> tuple[Any, ...]:
         round(float(stats["mean_c"]), 6),
         round(float(stats["max_c"]), 6),
     )
+
+
+# -- the hub as a process ---------------------------------------------------------------------
+
+
+class HubProcess:
+    """``spanedge hub`` in a subprocess, its output in a file, and its REST API."""
+
+    def __init__(self, sites_file: Path, state_dir: Path, port: int, env: dict[str, str], *args: str) -> None:
+        import subprocess
+        import sys
+
+        self.state_dir = state_dir
+        self.url = f"http://127.0.0.1:{port}"
+        self.token = env["SPANEDGE_TOKEN"]
+        self.log = state_dir.parent / f"{state_dir.name}-{port}.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-c", "from spanedge.cli import main; main()", "hub", "--sites", str(sites_file)]
+        command += ["--port", str(port), "--state-dir", str(state_dir), *args]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    @property
+    def output(self) -> str:
+        """Everything the hub printed so far."""
+        return self.log.read_text(errors="replace")
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        """``GET path`` with the admin token: the status (0: no answer) and the body."""
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return int(answer.status), answer.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, b""
+        except OSError:
+            return 0, b""
+
+    def ingesting(self) -> bool:
+        """Whether the hub answers ``/healthz`` with its ingest subscribed to the broker."""
+        status, body = self.get("/healthz")
+        return status == 200 and bool(orjson.loads(body).get("ingest_connected"))
+
+    def ingested(self, app: str, site: str, stream: str) -> int:
+        """The records of ``site``'s ``stream`` the ingest wrote to ``app``'s log since the process started."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        status, body = self.get("/metrics")
+        if status != 200:
+            return 0
+        wanted = {"app": app, "site": site, "stream": stream}
+        for family in text_string_to_metric_families(body.decode()):
+            for sample in family.samples:
+                if sample.name == "spanedge_ingest_stream_records_total" and sample.labels == wanted:
+                    return int(sample.value)
+        return 0
+
+    def wait(self, timeout: float = 120) -> int:
+        """Wait for the process to end; its exit status."""
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the hub."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM the hub (SIGKILL if it does not end within 60 s)."""
+        import subprocess
+
+        if self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()

@@ -301,3 +301,33 @@ def test_a_plain_connection_is_refused(secured: Secured) -> None:
     client.username_pw_set("truck-7", PASSWORDS["truck-7"])
     outcome = _refused(client, secured.broker.port)
     assert isinstance(outcome, OSError) or "connack" not in outcome or outcome["connack"].is_failure
+
+
+def test_a_spoke_cannot_forge_the_hubs_presence(
+    secured: Secured, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hub.control.presence import HubPresence, presence_of
+    from spanedge.wire.presence import encode
+
+    presence = topics.control("cloud", "presence")
+    watcher = Session(secured.login("cloud", monkeypatch), "hub-presence-watch")
+    truck7 = Session(secured.login("truck-7", monkeypatch), "truck-7-presence")
+    claim: HubPresence | None = None
+    try:
+        _, mid = watcher.client.subscribe(presence, 1)
+        wait_for(lambda: mid in watcher.subacks, what="the watcher's SUBACK")
+        forged = presence_of("cloud", "deadbeef", tmp_path / "elsewhere")
+        truck7.publish(presence, encode(forged), retain=True)  # a gateway posing as a live hub
+        me = presence_of("cloud", "3f9c2a1b", tmp_path / "hub")
+        claim = HubPresence(secured.login("cloud", monkeypatch), me, "hub-presence-claim")
+        claim.claim()  # the forged record never reached the broker's store: nothing holds the site
+        assert claim.claimed
+        claim.release()
+        wait_for(lambda: len(watcher.messages) == 2, what="the hub's presence record, live and then gone")
+    finally:
+        if claim is not None and claim.claimed:
+            claim.release()
+        truck7.close()
+        watcher.close()
+    assert [topic for topic, _ in watcher.messages] == [presence, presence]  # live, then gone
+    assert [m for _, m in watcher.messages] == [encode(me), encode(me.gone())]

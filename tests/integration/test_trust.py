@@ -276,4 +276,6 @@ def test_the_rest_api_scopes_tokens_bounds_bodies_and_refuses_hostile_names(flee
         "apps",
         "ca",
         "distribution.json",
+        "hub-id.json",
+        "hub.lock",
     ]  # the CA is made at start

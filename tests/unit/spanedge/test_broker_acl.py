@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 from cryptography import x509
 
+from spanedge import topics
 from spanedge.broker_acl import (
     MAX_INFLIGHT_MESSAGES,
     MAX_QUEUED_MESSAGES,
@@ -80,6 +81,28 @@ def test_a_spoke_owns_a_broker_it_has_to_itself() -> None:
     assert _rules(text, "monitor") == ["topic read #", "topic read $SYS/#"]
 
 
+def _matches(topic_filter: str, topic: str) -> bool:
+    """Whether an MQTT topic filter matches a topic (``+`` one level, ``#`` the rest)."""
+    want, got = topic_filter.split("/"), topic.split("/")
+    for i, level in enumerate(want):
+        if level == "#":
+            return True
+        if i >= len(got) or level not in ("+", got[i]):
+            return False
+    return len(want) == len(got)
+
+
+def test_only_hub_sites_may_write_a_hub_presence() -> None:
+    sites = parse_sites(SHARED)
+    presence = topics.control("cloud", "presence")
+    text = acl_text(sites, ["cloud", "truck-7"], local_topics=["cold-chain/alerts"])
+    for spoke in ("truck-7", "truck-9"):
+        granted = [line.split(" ", 2)[2] for line in _rules(text, spoke) if "write" in line.split(" ")[1]]
+        granted += [line.split(" ", 2)[2].replace("%u", spoke) for line in spoke_patterns() if "write" in line]
+        assert not [f for f in granted if _matches(f, presence)], f"{spoke} may write {presence}"
+    assert "topic readwrite #" in _rules(text, "cloud")
+
+
 def test_local_sink_topics_are_granted_on_a_shared_broker() -> None:
     text = acl_text(parse_sites(SHARED), ["cloud", "truck-7"], local_topics=["cold-chain/alerts"])
     assert _rules(text, "truck-7") == ["topic readwrite trucks/7/+/temp", "topic write cold-chain/alerts"]
@@ -92,7 +115,7 @@ def test_brokers_are_grouped_by_address() -> None:
     }
 
 
-@pytest.mark.parametrize("name", ["plan", "heartbeat", "probe"])
+@pytest.mark.parametrize("name", ["plan", "heartbeat", "probe", "presence"])
 def test_a_site_named_like_a_control_topic_is_refused_when_the_file_loads(name: str) -> None:
     with pytest.raises(InvalidSites, match=rf"sites\.{name}: site name '{name}' is reserved \(its data topics"):
         parse_sites(SHARED.replace("truck-9", name))

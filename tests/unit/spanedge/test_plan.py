@@ -53,7 +53,7 @@ def test_topics() -> None:
     assert topics.parse_data("spanedge/v1/cold-chain/stats/truck-7") == ("cold-chain", "stats", "truck-7")
     assert topics.parse_data(topics.dlq("cold-chain", "truck-7")) is None
     assert topics.parse_data(topics.control("truck-7", "plan")) is None
-    with pytest.raises(ValueError, match="plan, heartbeat or probe"):
+    with pytest.raises(ValueError, match="plan, heartbeat, probe, presence"):
         topics.control("x", "other")
 
 
