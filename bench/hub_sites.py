@@ -46,6 +46,7 @@ import argparse
 import os
 import re
 import secrets
+import ssl
 import statistics
 import subprocess
 import sys
@@ -99,12 +100,13 @@ def sites_yaml(url: str, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def timed_get(url: str, token: str) -> tuple[float, Any]:
+def timed_get(url: str, token: str, context: ssl.SSLContext) -> tuple[float, Any]:
+    """Seconds a GET of ``url`` over HTTPS took (a new TLS connection, as ``spanedge status`` makes), and its answer."""
     import orjson
 
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     start = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=30) as answer:
+    with urllib.request.urlopen(request, timeout=30, context=context) as answer:
         body = answer.read()
     return time.perf_counter() - start, orjson.loads(body)
 
@@ -245,7 +247,9 @@ class Sites:
             client.loop_stop()
 
 
-def ramp_stage(sim: Sites, pid: int, url: str, token: str, every: float, seconds: float) -> dict[str, Any]:
+def ramp_stage(
+    sim: Sites, pid: int, url: str, token: str, context: ssl.SSLContext, every: float, seconds: float
+) -> dict[str, Any]:
     """Send heartbeats every ``every`` s (data unchanged) for ``seconds``; how current ``GET /sites`` stays.
 
     Returns the heartbeats/s sent and acknowledged by the broker, the oldest heartbeat
@@ -260,7 +264,7 @@ def ramp_stage(sim: Sites, pid: int, url: str, token: str, every: float, seconds
     beats0, acked0, cpu0, t0 = sim.heartbeats, sim.acked_heartbeats, tree_cpu(pid), time.monotonic()
     oldest, fewest, took = 0.0, len(sim.names), []
     while time.monotonic() < t0 + seconds:
-        elapsed, body = timed_get(f"{url}/sites", token)
+        elapsed, body = timed_get(f"{url}/sites", token, context)
         took.append(elapsed)
         spokes = [s for s in body["sites"] if s["site"] in sim.seq]
         fewest = min(fewest, sum(1 for s in spokes if s.get("alive")))
@@ -357,14 +361,14 @@ def main() -> None:
         key.chmod(0o600)
         token = secrets.token_hex(24)
         port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        url = f"https://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
         env |= {"SPANEDGE_TOKEN": token, "SPANEDGE_PLAN_KEY_FILE": str(key), "PYTHONUNBUFFERED": "1"}
         command = [sys.executable, "-c", "from spanedge.cli import main; main()", "hub", "--sites", str(sites_file)]
         command += ["--port", str(port), "--state-dir", str(work / "state"), "--min-replan-interval", "5"]
         log_path = work / "hub.log"
         hub = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-        client = HubClient(url, token, timeout=300)
+        client = HubClient(url, token, timeout=300, ca_file=work / "state" / "ca" / "ca.pem")
         sim = Sites(broker.url, names, args)
         figures: dict[str, Any] = {}
         try:
@@ -397,12 +401,12 @@ def main() -> None:
             alive: list[int] = []
             end = time.monotonic() + args.seconds
             while time.monotonic() < end:
-                took, body = timed_get(f"{url}/sites", token)
+                took, body = timed_get(f"{url}/sites", token, client.context())
                 get_sites.append(took)
                 alive.append(sum(1 for s in body["sites"] if s.get("alive")))
-                took, _ = timed_get(f"{url}/apps/fleet/placement", token)
+                took, _ = timed_get(f"{url}/apps/fleet/placement", token, client.context())
                 get_placement.append(took)
-                took, _ = timed_get(f"{url}/healthz", token)
+                took, _ = timed_get(f"{url}/healthz", token, client.context())
                 get_health.append(took)
                 time.sleep(0.25)
             replans = []
@@ -421,7 +425,7 @@ def main() -> None:
             figures["hub cpu"] = (cpu1 - cpu0) / (t1 - t0)
             figures["ramp"] = []
             for every in args.ramp:  # until the status goes stale or the load generator falls behind
-                figures["ramp"].append(ramp_stage(sim, hub.pid, url, token, every, args.ramp_seconds))
+                figures["ramp"].append(ramp_stage(sim, hub.pid, url, token, client.context(), every, args.ramp_seconds))
                 if figures["ramp"][-1]["status"] != "current":
                     break
             sim.close()

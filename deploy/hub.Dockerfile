@@ -9,6 +9,11 @@
 #   docker run -d -p 8000:8000 -e SPANEDGE_TOKEN -e SPANEDGE_PLAN_KEY_FILE=/run/secrets/plan-key.pem \
 #     -v $PWD/keys/plan-key.pem:/run/secrets/plan-key.pem:ro \
 #     -v $PWD/sites.yaml:/etc/spanedge/sites.yaml:ro -v spanedge-hub-state:/var/lib/spanedge spanedge-hub
+# The REST API is HTTPS: the hub's CA (in the state volume) issues its certificate for localhost,
+# 127.0.0.1 and the container's host name, plus each --tls-name (SPANEDGE_HUB_TLS_NAMES) clients use.
+# Clients trust that CA:
+#   docker cp <container>:/var/lib/spanedge/hub/ca/ca.pem hub-ca.pem
+#   spanedge status --hub-url https://127.0.0.1:8000 --hub-ca hub-ca.pem
 
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
@@ -43,8 +48,10 @@ VOLUME ["/var/lib/spanedge"]
 WORKDIR /var/lib/spanedge
 USER 10001:10001
 EXPOSE 8000
+# The API is HTTPS, verified against the CA the hub makes in its state directory at the first start
+# (or against SPANEDGE_HUB_CA, the CA of a certificate given with SPANEDGE_HUB_TLS_CERT/_KEY).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=90s \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
+    CMD ["python", "-c", "import os, ssl, urllib.request; ca = os.environ.get('SPANEDGE_HUB_CA', '/var/lib/spanedge/hub/ca/ca.pem'); urllib.request.urlopen('https://127.0.0.1:8000/healthz', timeout=4, context=ssl.create_default_context(cafile=ca))"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["spanedge", "hub"]
 CMD ["--sites", "/etc/spanedge/sites.yaml", "--host", "0.0.0.0", "--port", "8000", "--state-dir", "/var/lib/spanedge/hub"]

@@ -5,11 +5,11 @@
     <state_dir>/apps/, distribution.json    deployed apps and plan versions (hub.control.state)
     <state_dir>/ingest/<app>/               the durable ingest logs (hub.ingest.consumer)
     <state_dir>/checkpoints/<app>/          Spark checkpoints and sink state (hub.engine.engine)
-    <state_dir>/ca/                         the certificate authority of the sites (spanedge.ca)
+    <state_dir>/ca/, tls/                   the hub's CA (spanedge.ca) and the REST API's certificate (hub.api.tls)
     <state_dir>/fleet.json, join-tokens.json  sites added and revoked, join tokens (hub.control.enrolment)
     <state_dir>/hub-id.json, hub.lock       the hub's instance id and its lock (hub.control.identity, state_lock)
 
-and :meth:`Hub.serve` runs uvicorn in the foreground until SIGINT/SIGTERM.
+and :meth:`Hub.serve` runs uvicorn (HTTPS unless ``plain_http``) in the foreground until SIGINT/SIGTERM.
 Before anything else, :meth:`Hub.claim` locks the state directory, claims the
 hub site on its broker (:mod:`hub.control.presence`) and binds the REST port;
 a hub that cannot gets an error naming what holds it, before it touches a
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hub.api.listener import bind_listener
+from hub.api.tls import ServerTls, check_plain_http, server_tls
 from hub.control.brokers import BrokerFiles
 from hub.control.coordinator import Coordinator
 from hub.control.distribution import PLAN_TTL_S, MqttControl, PlanDistributor
@@ -102,6 +103,13 @@ class HubConfig:
     broker_pid_files: tuple[Path, ...] = ()
     #: how long a join token is valid (hub.control.join_tokens)
     join_token_ttl_s: float = DEFAULT_TTL_S
+    #: the REST API's certificate and key (None: issued by the hub's CA in ``<state_dir>/ca``; hub.api.tls)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: more names of the certificate the hub's CA issues (``--tls-name``): those clients reach the hub by
+    tls_names: tuple[str, ...] = ()
+    #: serve the REST API over plain HTTP (only on a loopback ``host``)
+    plain_http: bool = False
 
 
 class Hub:
@@ -322,6 +330,31 @@ class Hub:
             enrolment=self.enrolment,
         )
 
+    def tls(self) -> ServerTls | None:
+        """The REST API's certificate (given, or issued by the hub's CA), or None with ``plain_http``; logs which.
+
+        Raises:
+            CertificateError: plain HTTP on an address other hosts reach, or no usable certificate.
+        """
+        config = self.config
+        if config.plain_http:
+            check_plain_http(config.host)
+            log.warning(
+                "the REST API serves plain HTTP on %s (--plain-http): its tokens travel unencrypted", config.host
+            )
+            return None
+        tls = server_tls(self.state_dir, config.host, config.tls_cert, config.tls_key, config.tls_names)
+        if tls.ca_file is None:
+            log.info("the REST API serves HTTPS with the certificate %s", tls.cert_file)
+        else:
+            log.info(
+                "the REST API serves HTTPS with a certificate of the hub's CA; clients trust %s "
+                "(--hub-ca or SPANEDGE_HUB_CA), SHA-256 fingerprint %s",
+                tls.ca_file.absolute(),
+                tls.ca_fingerprint,
+            )
+        return tls
+
     def serve(self) -> None:
         """Start everything, serve the API until SIGINT or SIGTERM, then stop everything."""
         try:
@@ -338,8 +371,9 @@ class Hub:
         try:
             self.claim()
             try:
+                tls = self.tls()
                 self.start()
-                server = uvicorn.Server(uvicorn.Config(self.api(), **uvicorn_options(self.config)))
+                server = uvicorn.Server(uvicorn.Config(self.api(), **uvicorn_options(self.config, tls)))
                 server.run(sockets=[self.listener] if self.listener is not None else None)
             finally:
                 self.stop()
@@ -351,19 +385,22 @@ class Hub:
                 signal.signal(signal.SIGTERM, previous)
 
 
-def uvicorn_options(config: HubConfig) -> dict[str, Any]:
-    """The options of the hub's uvicorn server: its address, and its logs at the hub's log level.
+def uvicorn_options(config: HubConfig, tls: ServerTls | None = None) -> dict[str, Any]:
+    """The options of the hub's uvicorn server: its address, its certificate, and its logs at the hub's log level.
 
-    The access log (one line per request) is on only at DEBUG.
+    The access log (one line per request) is on only at DEBUG; without ``tls`` it serves plain HTTP.
     """
     level = config.log_level.lower()
-    return {
+    options: dict[str, Any] = {
         "host": config.host,
         "port": config.port,
         "log_level": level,
         "access_log": level == "debug",
         "timeout_graceful_shutdown": 3,  # an open dashboard stream must not hold a stop
     }
+    if tls is not None:
+        options |= {"ssl_certfile": str(tls.cert_file), "ssl_keyfile": str(tls.key_file)}
+    return options
 
 
 class _Terminated(Exception):

@@ -1,7 +1,7 @@
 """The processes of a simulated topology: the hub and one agent per spoke, on the topology's brokers and WAN.
 
-Managed mode starts ``spanedge hub`` and deploys the app over its REST API
-with :class:`hub.api.client.HubClient`; standalone mode starts ``python -m
+Managed mode starts ``spanedge hub`` and deploys the app over its REST API (HTTPS, verified against the CA
+the hub makes in its state directory) with :class:`hub.api.client.HubClient`; standalone mode starts ``python -m
 hub.dataplane`` and the agents with a plan file. :class:`Cluster` is also
 the :class:`~simulate.fault_schedule.FaultTarget` of the run.
 """
@@ -112,6 +112,20 @@ class Cluster:
         self.client: HubClient | None = None
 
     @property
+    def hub_ca(self) -> Path:
+        """The CA certificate of the managed hub's REST API (in its state directory, ``<run>/hub/ca``)."""
+        return self.run_dir / "hub" / "ca" / "ca.pem"
+
+    @property
+    def hub_url(self) -> str:
+        """The managed hub's REST API URL.
+
+        Raises:
+            SimulationError: the hub runs in standalone mode, without the API.
+        """
+        return self._client().url
+
+    @property
     def logs(self) -> Path:
         """The directory of the processes' logs."""
         return self.run_dir / "logs"
@@ -145,7 +159,8 @@ class Cluster:
         if mode == "managed":
             if rest != "127.0.0.1":  # the hub has a host of its own: its REST API listens on its address there
                 argv += ["--host", rest]
-            self.client = HubClient(f"http://{rest}:{port}", self.token, timeout=120)
+            # the hub makes its CA at its first start: the client reads the CA certificate at its first request
+            self.client = HubClient(f"https://{rest}:{port}", self.token, timeout=120, ca_file=self.hub_ca)
         env = {**self.env, **self.topology.env(self.hub_site)}  # the hub logs in to the brokers as its site
         argv = self.topology.wrap(self.hub_site, argv)
         self.hub = Child("hub", argv, self.logs / "hub.log", env).start()

@@ -159,7 +159,9 @@ class Run:
         self._spawn(tasks, cluster.sample_cpu())
         if scenario.mode == "managed":
             await cluster.wait_hub(opts.ready_timeout)
-            self.events.note("hub up")
+            # host and port, not the URL: the HTML report, which shows these notes, holds no link
+            address = cluster.hub_url.removeprefix("https://")
+            self.events.note(f"hub up: REST API over HTTPS at {address} (its CA certificate: {cluster.hub_ca})")
         cluster.start_agents(opts.heartbeat_interval, plan_file)
         if scenario.mode == "managed":
             plan = await cluster.deploy(scenario.app_file)

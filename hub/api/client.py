@@ -3,13 +3,16 @@
 Edge machines install the light core without httpx, so this uses
 :mod:`urllib`. Errors the hub returns are raised again as the same SpanEdge
 exception classes, so ``spanedge deploy`` prints the same message whether it
-planned locally or the hub did.
+planned locally or the hub did. An ``https://`` hub's certificate is always
+verified: against ``ca_file`` (``--hub-ca``, the hub's ``<state-dir>/ca/ca.pem``)
+or the system's CAs; one that does not verify is a :class:`HubError` that says why.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -37,14 +40,40 @@ class HubError(SpanEdgeError):
         self.status = status
 
 
-class HubClient:
-    """Talks to a hub at ``url`` with a bearer ``token``."""
+#: The fix named when the hub's certificate does not verify against the CAs the client trusts.
+CA_HINT = (
+    "pass the hub's CA certificate with --hub-ca FILE or SPANEDGE_HUB_CA: the hub logs where it is "
+    "(<state-dir>/ca/ca.pem) and its SHA-256 fingerprint, to compare with the copy you pass"
+)
 
-    def __init__(self, url: str, token: str | None, timeout: float = 120.0) -> None:
-        """Prepare a client; nothing is sent until a method is called."""
+
+class HubClient:
+    """Talks to a hub at ``url`` with a bearer ``token``, trusting the CA certificate in ``ca_file`` (or the system's)."""
+
+    def __init__(self, url: str, token: str | None, timeout: float = 120.0, ca_file: str | Path | None = None) -> None:
+        """Prepare a client; nothing is read or sent until a method is called."""
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.ca_file = None if ca_file is None else Path(ca_file)
+        self._context: ssl.SSLContext | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """The TLS context every ``https://`` request verifies the hub with (made at the first call).
+
+        Raises:
+            HubError: ``ca_file`` cannot be read as PEM certificates.
+        """
+        if self._context is None:
+            try:
+                self._context = ssl.create_default_context(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                msg = (
+                    f"cannot read the hub's CA certificate {self.ca_file} (--hub-ca / SPANEDGE_HUB_CA): "
+                    f"{getattr(exc, 'strerror', None) or exc}; pass the hub's <state-dir>/ca/ca.pem"
+                )
+                raise HubError(msg) from None
+        return self._context
 
     def request(
         self, method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float | None = None
@@ -71,15 +100,33 @@ class HubClient:
             msg = f"hub URL must start with http:// or https://, got {self.url!r}"
             raise HubError(msg)
         req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)  # noqa: S310
+        context = self.context() if self.url.startswith("https://") else None
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout if timeout is None else timeout) as resp:  # noqa: S310 - scheme checked above
+            with urllib.request.urlopen(  # noqa: S310 - scheme checked above
+                req, timeout=self.timeout if timeout is None else timeout, context=context
+            ) as resp:
                 return _decode(resp.read(), resp.headers.get_content_type())
         except urllib.error.HTTPError as exc:
             raise self._error(exc) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            reason = getattr(exc, "reason", exc)
-            msg = f"cannot reach the hub at {self.url} ({reason}); start it with 'spanedge hub --sites sites.yaml' or set --hub-url / SPANEDGE_HUB_URL"
-            raise HubError(msg) from None
+            raise HubError(self._unreachable(getattr(exc, "reason", exc))) from None
+
+    def _unreachable(self, reason: object) -> str:
+        """Why the hub could not be reached over the connection, and the fix."""
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            return f"the certificate of the hub at {self.url} does not verify: {_verify_problem(reason)}"
+        if isinstance(reason, ssl.SSLError) and "WRONG_VERSION_NUMBER" in str(reason):
+            plain = "http://" + self.url.removeprefix("https://")
+            return (
+                f"the hub at {self.url} does not speak TLS ({reason}); it serves plain HTTP (--plain-http): use {plain}"
+            )
+        if isinstance(reason, http.client.RemoteDisconnected | ConnectionResetError) and self.url.startswith("http://"):
+            secure = "https://" + self.url.removeprefix("http://")
+            return f"the hub at {self.url} closed the connection ({reason}); it serves HTTPS by default: use {secure}"
+        return (
+            f"cannot reach the hub at {self.url} ({reason}); start it with 'spanedge hub --sites sites.yaml' "
+            "or set --hub-url / SPANEDGE_HUB_URL"
+        )
 
     def _error(self, exc: urllib.error.HTTPError) -> SpanEdgeError:
         raw = exc.read()
@@ -207,6 +254,21 @@ class HubClient:
     def metrics(self) -> str:
         """``GET /metrics`` (Prometheus text)."""
         return str(self.request("GET", "/metrics"))
+
+
+def _verify_problem(error: ssl.SSLCertVerificationError) -> str:
+    """What is wrong with the hub's certificate and how to fix it, from OpenSSL's verification error."""
+    problem = (error.verify_message or str(error)).rstrip(".")
+    if error.verify_code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+        return (
+            f"{problem}; use a host name the certificate names (the hub's --host, localhost, 127.0.0.1, its "
+            "host name or a --tls-name) in --hub-url, or restart the hub with this name as --tls-name"
+        )
+    if error.verify_code == 10:  # X509_V_ERR_CERT_HAS_EXPIRED
+        return (
+            f"{problem}; restart the hub to have its CA issue a new certificate, or renew the one given as --tls-cert"
+        )
+    return f"{problem}; {CA_HINT}"
 
 
 def _quote(name: str) -> str:

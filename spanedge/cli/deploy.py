@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from spanedge.cli.errors import check_hub_url, fail, write_output
-from spanedge.cli.params import PATH, Command, option
+from spanedge.cli.params import HUB_CA_HELP, PATH, Command, option
 from spanedge.errors import SpanEdgeError
 
 
@@ -21,7 +21,8 @@ from spanedge.errors import SpanEdgeError
 @option("--slo-ms", type=float, help="worst source-to-sink latency allowed")
 @option("--traffic-weight", default=1.0, help="objective weight of WAN traffic")
 @option("--latency-weight", default=1.0, help="objective weight of path latency")
-@option("--hub-url", envvar="SPANEDGE_HUB_URL", default="http://127.0.0.1:8000", help="hub REST API")
+@option("--hub-url", envvar="SPANEDGE_HUB_URL", default="https://127.0.0.1:8000", help="hub REST API")
+@option("--hub-ca", type=PATH, envvar="SPANEDGE_HUB_CA", help=HUB_CA_HELP)
 @option("--token", envvar="SPANEDGE_TOKEN", help="hub bearer token")
 @option("--app-name", help="which App in the file, if several")
 @option("--json", "as_json", is_flag=True, help="print the plan as JSON")
@@ -36,6 +37,7 @@ def deploy(
     traffic_weight: float,
     latency_weight: float,
     hub_url: str,
+    hub_ca: Path | None,
     token: str | None,
     app_name: str | None,
     as_json: bool,
@@ -65,7 +67,7 @@ def deploy(
 
             check_hub_url(hub_url)
             read_app_source(app_file)  # a file that cannot be read as an app is refused before the hub is asked
-            client = HubClient(hub_url, token)
+            client = HubClient(hub_url, token, ca_file=hub_ca)
             weights = {"traffic": traffic_weight, "latency": latency_weight}
             plan = client.deploy(app_file, sites, slo_ms=slo_ms, app_name=app_name, weights=weights)
     except SpanEdgeError as exc:

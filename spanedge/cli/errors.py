@@ -25,7 +25,7 @@ def write_output(path: Path, text: str) -> None:
 
 def check_hub_url(url: str) -> None:
     """Exit with why ``url`` (``--hub-url`` or ``SPANEDGE_HUB_URL``) is not a hub address, if it is not one."""
-    hint = "pass it as http://HOST:PORT (--hub-url or SPANEDGE_HUB_URL)"
+    hint = "pass it as https://HOST:PORT (--hub-url or SPANEDGE_HUB_URL)"
     if not url.startswith(("http://", "https://")):
         msg = f"hub URL must start with http:// or https://, got {url!r}; {hint}"
         raise fail(msg)

@@ -65,6 +65,29 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
 @option("--sites", type=PATH, required=True, help="sites.yaml")
 @option("--host", default="127.0.0.1", help="REST API address")
 @option("--port", default=8000, help="REST API port")
+@option(
+    "--tls-cert",
+    type=PATH,
+    envvar="SPANEDGE_HUB_TLS_CERT",
+    help="PEM certificate of the REST API (with --tls-key) [default: issued by the hub's CA in STATE_DIR/ca for "
+    "--host, localhost, 127.0.0.1 and this machine's host name, into STATE_DIR/tls]",
+)
+@option("--tls-key", type=PATH, envvar="SPANEDGE_HUB_TLS_KEY", help="PEM private key of --tls-cert")
+@option(
+    "--tls-name",
+    "tls_names",
+    multiple=True,
+    envvar="SPANEDGE_HUB_TLS_NAMES",
+    show_default=False,
+    help="another DNS name or address of the certificate the hub's CA issues, one clients on other machines reach "
+    "the hub by (repeat it; the variable takes names separated by spaces)",
+)
+@option(
+    "--plain-http",
+    is_flag=True,
+    help="serve the REST API over plain HTTP instead of HTTPS (tokens in clear): refused unless --host is a "
+    "loopback address",
+)
 @option("--state-dir", type=PATH, default=Path(".spanedge/hub"), help="deployed apps, ingest log, Spark checkpoints")
 @option(
     "--spark-master",
@@ -186,6 +209,10 @@ def hub(
     sites: Path,
     host: str,
     port: int,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_names: tuple[str, ...],
+    plain_http: bool,
     state_dir: Path,
     spark_master: str,
     token_file: Path | None,
@@ -261,6 +288,10 @@ def hub(
             broker_dir=broker_dir,
             broker_pid_files=broker_pid_file,
             join_token_ttl_s=join_token_ttl,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_names=tls_names,
+            plain_http=plain_http,
         )
         Hub(parsed, config).serve()
     except SpanEdgeError as exc:

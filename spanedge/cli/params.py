@@ -17,6 +17,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: A file or directory parameter, handed to the command as a :class:`pathlib.Path` (not checked here).
 PATH = click.Path(path_type=Path)
 
+#: The help of ``--hub-ca``, which every command that calls the hub's REST API takes.
+HUB_CA_HELP = (
+    "CA certificate that signed the hub's HTTPS certificate (the hub's STATE_DIR/ca/ca.pem) [default: the system's CAs]"
+)
+
 
 def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     """:func:`click.option` that shows its default and, if it has one, its environment variable in the help."""

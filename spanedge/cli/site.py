@@ -6,18 +6,20 @@ Both talk to the hub's REST API with an admin token, like ``spanedge deploy``.
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import click
 
 from spanedge.cli.errors import check_hub_url, fail
-from spanedge.cli.params import Group, option
+from spanedge.cli.params import HUB_CA_HELP, PATH, Group, option
 from spanedge.errors import SpanEdgeError
 
 site = Group(
     "site", help="Add sites to the hub's fleet with a one-time join token, and revoke them.", no_args_is_help=True
 )
 
-_HUB_URL = {"envvar": "SPANEDGE_HUB_URL", "default": "http://127.0.0.1:8000", "help": "hub REST API"}
+_HUB_URL = {"envvar": "SPANEDGE_HUB_URL", "default": "https://127.0.0.1:8000", "help": "hub REST API"}
+_HUB_CA = {"type": PATH, "envvar": "SPANEDGE_HUB_CA", "help": HUB_CA_HELP}
 _TOKEN = {"envvar": "SPANEDGE_TOKEN", "help": "hub admin token"}
 
 
@@ -52,6 +54,7 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 @option("--cpu", default=1.0, type=click.FloatRange(min=0, min_open=True), help="CPU cores available at the site")
 @option("--ttl", callback=_duration, help="how long the join token stays valid [default: the hub's --join-token-ttl]")
 @option("--hub-url", **_HUB_URL)
+@option("--hub-ca", **_HUB_CA)
 @option("--token", **_TOKEN)
 def add(
     name: str,
@@ -60,6 +63,7 @@ def add(
     cpu: float,
     ttl: float | None,
     hub_url: str,
+    hub_ca: Path | None,
     token: str | None,
 ) -> None:
     """Add a spoke to the hub's fleet and print its one-time join token, for 'spanedge agent join' on the gateway."""
@@ -67,7 +71,9 @@ def add(
 
     check_hub_url(hub_url)
     try:
-        answer = HubClient(hub_url, token).add_site(name, broker=broker, labels=labels, cpu=cpu, ttl_s=ttl)
+        answer = HubClient(hub_url, token, ca_file=hub_ca).add_site(
+            name, broker=broker, labels=labels, cpu=cpu, ttl_s=ttl
+        )
     except SpanEdgeError as exc:
         raise fail(exc) from None
     expires = datetime.datetime.fromtimestamp(answer["expires_at"], datetime.UTC).isoformat(timespec="seconds")
@@ -82,14 +88,15 @@ def add(
 @site.command("revoke")
 @click.argument("name", help="the site to revoke")
 @option("--hub-url", **_HUB_URL)
+@option("--hub-ca", **_HUB_CA)
 @option("--token", **_TOKEN)
-def revoke(name: str, hub_url: str, token: str | None) -> None:
+def revoke(name: str, hub_url: str, hub_ca: Path | None, token: str | None) -> None:
     """Revoke a site: its certificate at every broker, its broker rules, its messages and its replicas (moved away)."""
     from hub.api.client import HubClient
 
     check_hub_url(hub_url)
     try:
-        answer = HubClient(hub_url, token).revoke_site(name)
+        answer = HubClient(hub_url, token, ca_file=hub_ca).revoke_site(name)
     except SpanEdgeError as exc:
         raise fail(exc) from None
     click.echo(f"site {name} revoked: certificates {', '.join(answer['serials']) or 'none'}")

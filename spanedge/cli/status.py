@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
 from spanedge.cli.errors import check_hub_url, fail
 from spanedge.cli.output import show
-from spanedge.cli.params import Command, option
+from spanedge.cli.params import HUB_CA_HELP, PATH, Command, option
 from spanedge.report import Block, Table, to_text
 
 
@@ -17,10 +18,11 @@ def _age(value: Any) -> str:
 
 
 @click.command(cls=Command)
-@option("--hub-url", envvar="SPANEDGE_HUB_URL", default="http://127.0.0.1:8000", help="hub REST API")
+@option("--hub-url", envvar="SPANEDGE_HUB_URL", default="https://127.0.0.1:8000", help="hub REST API")
+@option("--hub-ca", type=PATH, envvar="SPANEDGE_HUB_CA", help=HUB_CA_HELP)
 @option("--token", envvar="SPANEDGE_TOKEN", help="hub bearer token")
 @option("--json", "as_json", is_flag=True, help="print the raw answers as JSON")
-def status(hub_url: str, token: str | None, as_json: bool) -> None:
+def status(hub_url: str, hub_ca: Path | None, token: str | None, as_json: bool) -> None:
     """Show sites, apps and placements from the hub."""
     import json
 
@@ -28,7 +30,7 @@ def status(hub_url: str, token: str | None, as_json: bool) -> None:
     from spanedge.errors import SpanEdgeError
 
     check_hub_url(hub_url)
-    client = HubClient(hub_url, token, timeout=30)
+    client = HubClient(hub_url, token, timeout=30, ca_file=hub_ca)
     try:
         sites = client.sites()
         apps = client.apps()

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -234,7 +235,8 @@ def page_run(base_dir: Path) -> Iterator[Run]:
                         poll=1.0,
                     )
             if block.text.startswith("kill $(cat run/truck-7.pid"):
-                answer = httpx.get(f"http://127.0.0.1:{run.ports[8000]}/", timeout=30)
+                ca = ssl.create_default_context(cafile=str(trial / "state/hub/ca/ca.pem"))
+                answer = httpx.get(f"https://127.0.0.1:{run.ports[8000]}/", timeout=30, verify=ca)
                 run.dashboard = (answer.status_code, answer.text)
             run.outputs.append((block.text, _run_foreground(run, block, env, env_file)))
         yield run
@@ -265,12 +267,12 @@ def test_deploy_status_and_rest_say_what_the_page_says(page_run: Run) -> None:
     assert re.search(r"truck-7\s+spoke\s+yes", status), status
     assert re.search(r"truck-9\s+spoke\s+yes", status), status
     assert "app 'cold-chain'" in status
-    placement = page_run.block_output('curl -s -H "Authorization')
+    placement = page_run.block_output('curl -s --cacert')
     assert '"app":"cold-chain"' in placement
 
 
 def test_the_dashboard_is_where_the_page_says(page_run: Run) -> None:
-    assert "The dashboard is at <http://127.0.0.1:8000/>" in PAGE.read_text()
+    assert "The dashboard is at <https://127.0.0.1:8000/>" in PAGE.read_text()
     status, html = page_run.dashboard
     assert status == 200
     assert "<html" in html.lower()

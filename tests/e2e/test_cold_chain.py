@@ -53,6 +53,18 @@ def _html_report(outcome: Any) -> str:
     return html
 
 
+def test_the_app_is_deployed_over_the_hubs_https_api(fault_run: Any) -> None:
+    from tests.e2e.conftest import MODE
+
+    if MODE != "managed":
+        pytest.skip("a standalone hub serves no REST API (SPANEDGE_E2E_MODE=standalone)")
+    ca = fault_run.run_dir / "hub" / "ca" / "ca.pem"
+    (up,) = [e for e in fault_run.events if "hub up: REST API" in e]
+    assert re.search(rf"REST API over HTTPS at 127\.0\.0\.1:\d+ \(its CA certificate: {re.escape(str(ca))}\)", up), up
+    assert ca.exists()
+    assert (fault_run.run_dir / "deploy.json").exists()  # the answer of POST /apps, over a verified connection
+
+
 def test_the_run_writes_an_html_report_with_its_charts(fault_run: Any) -> None:
     html = _html_report(fault_run)
     timeline = fault_run.timeline

@@ -1,10 +1,15 @@
-"""Helpers of the hub integration tests: plans built by hand, MQTT publishers, references."""
+"""Helpers of the hub integration tests: the hub process and its HTTPS API, plans built by hand, MQTT publishers, references."""
 
 from __future__ import annotations
 
+import ssl
+import subprocess
+import sys
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -16,6 +21,47 @@ from spanedge.wire.batch import Record, encode_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+CLI = [sys.executable, "-c", "from spanedge.cli import main; main()"]
+
+
+# -- the hub process, reached over HTTPS as a user would --------------------------------
+
+
+def hub_ca(state_dir: Path) -> Path:
+    """The CA certificate that ``spanedge hub --state-dir state_dir`` makes at its first start and clients trust."""
+    return state_dir / "ca" / "ca.pem"
+
+
+def start_hub(
+    sites_file: Path,
+    state_dir: Path,
+    port: int,
+    env: dict[str, str],
+    *options: str,
+    output: IO[bytes] | int | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``spanedge hub --no-spark`` on ``port`` (HTTPS, its CA in ``state_dir``), its output to ``output`` (a pipe)."""
+    command = [*CLI, "hub", "--sites", str(sites_file), "--no-spark", "--port", str(port)]
+    command += ["--state-dir", str(state_dir), *options]
+    out = subprocess.PIPE if output is None else output
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def api_status(url: str, ca_file: Path, token: str | None = None) -> int:
+    """The HTTP status of a GET of ``url``, verified against ``ca_file``; 0 if the hub (or its CA) is not there yet."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+        with urllib.request.urlopen(request, timeout=5, context=context) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ssl.SSLCertVerificationError):
+            raise  # a certificate that does not verify is a failure, not a hub still starting
+        return 0
+    except OSError:  # refused, or the CA certificate not written yet
+        return 0
 
 
 def sites_for(broker_url: str, path: Path | None = None) -> Sites:
@@ -232,7 +278,8 @@ class HubProcess:
         import sys
 
         self.state_dir = state_dir
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"https://127.0.0.1:{port}"
+        self.ca_file = state_dir / "ca" / "ca.pem"  # made by the hub at its first start
         self.token = env["SPANEDGE_TOKEN"]
         self.log = state_dir.parent / f"{state_dir.name}-{port}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -247,13 +294,18 @@ class HubProcess:
         return self.log.read_text(errors="replace")
 
     def get(self, path: str) -> tuple[int, bytes]:
-        """``GET path`` with the admin token: the status (0: no answer) and the body."""
+        """``GET path`` with the admin token, verified against the hub's CA: the status (0: no answer) and the body."""
+        import ssl
         import urllib.error
         import urllib.request
 
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
         try:
-            with urllib.request.urlopen(request, timeout=5) as answer:
+            context = ssl.create_default_context(cafile=self.ca_file)
+        except OSError:  # the hub has not made its CA yet
+            return 0, b""
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=context) as answer:
                 return int(answer.status), answer.read()
         except urllib.error.HTTPError as exc:
             return exc.code, b""

@@ -1,4 +1,4 @@
-"""The dashboard in a real browser: the hub's own REST app (``hub.api.app.create_app``) under uvicorn, headless Chromium.
+"""The dashboard in a real browser: the hub's own REST app (``hub.api.app.create_app``) under uvicorn over HTTPS, headless Chromium.
 
 The page reads a live control plane: a real coordinator and site registry behind the
 hub's API, the cold-chain example deployed through ``POST /apps`` and placed with the
@@ -12,6 +12,8 @@ import math
 import re
 import shutil
 import socket
+import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -164,25 +166,52 @@ class LiveControlPlane:
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free port in a thread; yield its base URL."""
+def serving(app: Any) -> Iterator[tuple[str, ssl.SSLContext]]:
+    """Serve ``app`` over HTTPS with uvicorn on a free port in a thread, as the hub does.
+
+    The certificate comes from a CA of its own, made and issued by the hub's code (:mod:`hub.api.tls`);
+    yields the base URL and a TLS context that trusts that CA.
+    """
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2, access_log=False)
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard-uvicorn", daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, timeout=15, what="uvicorn to start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    from hub.api.tls import issued_tls
+
+    with tempfile.TemporaryDirectory(prefix="dashboard-tls-") as state:
+        tls = issued_tls(Path(state), "127.0.0.1")
+        assert tls.ca_file is not None
+        verify = ssl.create_default_context(cafile=tls.ca_file)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            access_log=False,
+            ssl_certfile=str(tls.cert_file),
+            ssl_keyfile=str(tls.key_file),
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard-uvicorn", daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: server.started, timeout=15, what="uvicorn to start")
+            yield f"https://127.0.0.1:{port}", verify
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+            sock.close()
+
+
+def page_context(browser: Any, **options: Any) -> Any:
+    """A browser context for the HTTPS dashboard.
+
+    It ignores certificate errors, in this context only: Chromium on Linux takes a CA to trust only from the
+    user's NSS database (written with NSS's certutil, which this machine lacks) or from machine-wide policy,
+    and Playwright offers no option to give it one. The test's own HTTP clients verify the certificate.
+    """
+    return browser.new_context(ignore_https_errors=True, **options)
 
 
 @contextmanager
@@ -194,7 +223,7 @@ def stopping(hub: LiveControlPlane) -> Iterator[LiveControlPlane]:
         hub.stop()
 
 
-def deploy(base: str, **options: Any) -> dict[str, Any]:
+def deploy(base: str, verify: ssl.SSLContext, **options: Any) -> dict[str, Any]:
     """Deploy the cold-chain example through the hub's REST API with the admin token."""
     import httpx
 
@@ -204,6 +233,7 @@ def deploy(base: str, **options: Any) -> dict[str, Any]:
         json={"source": source, "filename": "app.py", **options},
         headers={"Authorization": f"Bearer {ADMIN}"},
         timeout=60,
+        verify=verify,
     )
     assert answer.status_code == 201, answer.text
     return dict(answer.json())
@@ -240,11 +270,11 @@ def test_dashboard_shows_the_live_system(browser: Any, tmp_path: Path) -> None:
     expect.set_options(timeout=20_000)  # deadlines, not timings: a busy machine renders slowly
 
     hub = LiveControlPlane()
-    with serving(hub.api()) as base, stopping(hub):
-        deployed = deploy(base)
+    with serving(hub.api()) as (base, verify), stopping(hub):
+        deployed = deploy(base, verify)
         assert deployed["version"] == 1
         hub.start_heartbeats()
-        context = browser.new_context(viewport={"width": 1440, "height": 1000})
+        context = page_context(browser, viewport={"width": 1440, "height": 1000})
         page = context.new_page()
         requests: list[Any] = []
         page.on("request", lambda request: requests.append(request))
@@ -325,7 +355,7 @@ def test_dashboard_shows_the_live_system(browser: Any, tmp_path: Path) -> None:
         assert all(r.url.startswith(base) or r.url.startswith("data:") for r in requests), [r.url for r in requests]
 
         # a redeploy through the API appears in the plan history without a reload, newest first
-        deploy(base, weights={"traffic": 1.0, "latency": 2.0})
+        deploy(base, verify, weights={"traffic": 1.0, "latency": 2.0})
         expect(history).to_have_count(2)
         expect(history.first).to_have_attribute("data-version", "2")
         expect(history.first).to_contain_text("redeployed")
@@ -386,18 +416,19 @@ def test_dashboard_shows_a_move_away_from_a_site_gone_for_good(browser: Any) -> 
                 coordinator.heartbeat(site, orjson.dumps(beat))
             coordinator.check()
 
-    with serving(api) as base:
+    with serving(api) as (base, verify):
         answer = httpx.post(
             f"{base}/apps",
             json={"source": (EXAMPLES / "smart_farm" / "app.py").read_text(), "filename": "app.py"},
             headers={"Authorization": f"Bearer {ADMIN}"},
             timeout=60,
+            verify=verify,
         )
         assert answer.status_code == 201, answer.text
         assert coordinator.record("smart-farm").plan.site_of("probe_means@field-east") == "barn"
         thread = threading.Thread(target=beats, name="farm-heartbeats", daemon=True)
         thread.start()
-        context = browser.new_context(viewport={"width": 1440, "height": 1000})
+        context = page_context(browser, viewport={"width": 1440, "height": 1000})
         try:
             page = context.new_page()
             errors: list[str] = []
@@ -445,7 +476,10 @@ def test_dashboard_shows_a_move_away_from_a_site_gone_for_good(browser: Any) -> 
 def test_docs_work_without_network(hub_parts: None) -> None:
     import httpx
 
-    with serving(LiveControlPlane().api()) as base, httpx.Client(base_url=base, timeout=10) as client:
+    with (
+        serving(LiveControlPlane().api()) as (base, verify),
+        httpx.Client(base_url=base, timeout=10, verify=verify) as client,
+    ):
         page = client.get("/docs")
         assert page.status_code == 200
         urls = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text) + re.findall(r"url: '([^']+)'", page.text)
@@ -461,8 +495,8 @@ def test_docs_work_without_network(hub_parts: None) -> None:
 def test_docs_render_in_a_browser_offline(browser: Any) -> None:
     from playwright.sync_api import expect
 
-    with serving(LiveControlPlane().api()) as base:
-        context = browser.new_context()
+    with serving(LiveControlPlane().api()) as (base, _):
+        context = page_context(browser)
         elsewhere: list[str] = []
 
         def local_only(route: Any) -> None:

@@ -5,7 +5,7 @@ the hub's CA (``require_certificate``, ``use_identity_as_username``), with the
 ACL and CRL files the hub writes into ``--broker-dir``, and its pid file given
 to the hub as ``--broker-pid-file``. ``spanedge site add`` prints a join token;
 ``spanedge agent join --no-run`` enrols a gateway with it, over the hub's REST API
-(plain HTTP here; the pinned CA is still checked). The gateway's certificate
+(HTTPS, verified against the CA the token pins). The gateway's certificate
 then logs it in as its site; a replayed and an expired token are refused with
 the reason; without ``--no-run`` the joined agent runs and the hub hears its
 heartbeats. After ``spanedge site revoke`` the broker, reloaded by SIGHUP and not
@@ -86,6 +86,7 @@ class Fleet:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.state = tmp / "hub-state"
+        self.hub_ca = self.state / "ca" / "ca.pem"
         self.ca = CertificateAuthority.open(self.state / "ca")  # the hub finds and keeps it
         self.broker_dir = tmp / "broker-files"
         self.hub_tls = _identity(self.ca, "cloud", tmp)
@@ -106,7 +107,7 @@ class Fleet:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
         env |= {"SPANEDGE_TOKEN": ADMIN, **key_env(self.tmp)}
         port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"https://127.0.0.1:{port}"
         command = [*self.cli(), "hub", "--sites", str(self.sites_file), "--no-spark", "--port", str(port)]
         command += ["--state-dir", str(self.state), "--broker-dir", str(self.broker_dir)]
         command += ["--broker-pid-file", str(self.broker.pid_file), "--down-after", "3600"]
@@ -115,7 +116,7 @@ class Fleet:
 
     def _healthy(self) -> bool:
         try:
-            return bool(HubClient(self.url, ADMIN).health(timeout=5))
+            return bool(HubClient(self.url, ADMIN, ca_file=self.hub_ca).health(timeout=5))
         except SpanEdgeError:
             return False
 
@@ -125,7 +126,7 @@ class Fleet:
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
-        env |= {"SPANEDGE_TOKEN": ADMIN, "SPANEDGE_HUB_URL": self.url}
+        env |= {"SPANEDGE_TOKEN": ADMIN, "SPANEDGE_HUB_URL": self.url, "SPANEDGE_HUB_CA": str(self.hub_ca)}
         return subprocess.run([*self.cli(), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
     def hub_login(self) -> Broker:
@@ -196,7 +197,7 @@ def _tls_refused(broker: Broker) -> str:
 
 
 def test_a_site_added_and_joined_logs_in_with_its_certificate_until_revoked(fleet: Fleet, tmp_path: Path) -> None:
-    client = HubClient(fleet.url, ADMIN)
+    client = HubClient(fleet.url, ADMIN, ca_file=fleet.hub_ca)
     token = _add(fleet, "truck-12", "--labels", "fleet=north,kind=truck")
     joined = fleet.run("agent", "join", fleet.url, token, "--state-dir", str(tmp_path / "gw"), "--no-run")
     assert joined.returncode == 0, joined.stderr
@@ -284,7 +285,7 @@ def test_a_replayed_or_expired_token_is_refused_with_the_reason(fleet: Fleet, tm
 
 def test_a_joined_gateway_runs_its_agent_which_the_hub_hears_until_revoked(fleet: Fleet, tmp_path: Path) -> None:
     """``agent join`` without ``--no-run`` starts the agent: its heartbeats reach the hub over its certificate."""
-    client = HubClient(fleet.url, ADMIN)
+    client = HubClient(fleet.url, ADMIN, ca_file=fleet.hub_ca)
     token = _add(fleet, "truck-14", "--labels", "kind=truck")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
     command = [*fleet.cli(), "agent", "join", fleet.url, token, "--state-dir", str(tmp_path / "gw")]

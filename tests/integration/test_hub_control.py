@@ -6,10 +6,7 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from spanedge.errors import InvalidDataflow, InvalidPlan
 from spanedge.loader import load_app
 from spanedge.signing import sign_plan
 from spanedge.sites import Sites, parse_sites
+from tests.integration.hubkit import CLI, api_status, hub_ca, start_hub
 from tests.keys import KEY, ROGUE, TRUSTED, key_env
 from tests.polling import wait_for
 
@@ -162,23 +160,6 @@ def test_heartbeats_over_mqtt_feed_the_registry(mosquitto: Any, control_plane: t
 # -- the hub process -------------------------------------------------------------------------
 
 
-def start_hub(sites_file: Path, state_dir: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-c", "from spanedge.cli import main; main()", "hub", "--sites", str(sites_file)]
-    command += ["--no-spark", "--port", str(port), "--state-dir", str(state_dir)]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def http_status(url: str, token: str | None = None) -> int:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(request, timeout=5) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
 @pytest.fixture
 def hub_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
@@ -201,17 +182,18 @@ def test_the_hub_process_serves_authenticates_deploys_and_resumes_after_sigkill(
     sites_file = tmp_path / "sites.yaml"
     sites_file.write_text(sites_text(mosquitto.url))
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
+    ca = hub_ca(tmp_path / "state")
     proc = start_hub(sites_file, tmp_path / "state", port, hub_env)
     try:
-        wait_for(lambda: http_status(f"{url}/healthz") == 200, 60, "the hub to answer /healthz")
-        assert http_status(f"{url}/apps") == 401
-        assert http_status(f"{url}/apps", "wrong") == 401
-        assert http_status(f"{url}/apps", TOKEN) == 200
+        wait_for(lambda: api_status(f"{url}/healthz", ca) == 200, 60, "the hub to answer /healthz")
+        assert api_status(f"{url}/apps", ca) == 401
+        assert api_status(f"{url}/apps", ca, "wrong") == 401
+        assert api_status(f"{url}/apps", ca, TOKEN) == 200
         with pytest.raises(HubError, match="rejected the token"):
-            HubClient(url, "wrong").apps()
+            HubClient(url, "wrong", ca_file=ca).apps()
 
-        plan = HubClient(url, TOKEN).deploy(COLD_CHAIN / "app.py", sites_file)
+        plan = HubClient(url, TOKEN, ca_file=ca).deploy(COLD_CHAIN / "app.py", sites_file)
         assert plan.app == "cold-chain"
         assert plan.site_of("anomaly") == "cloud"
         assert set(plan.baselines) == {"central", "local-first"}
@@ -219,13 +201,13 @@ def test_the_hub_process_serves_authenticates_deploys_and_resumes_after_sigkill(
         bad = tmp_path / "bad_app.py"
         bad.write_text("from spanedge import App\napp = App('broken'\n")
         with pytest.raises(InvalidDataflow) as remote:
-            HubClient(url, TOKEN).deploy(bad, sites_file)
+            HubClient(url, TOKEN, ca_file=ca).deploy(bad, sites_file)
         with pytest.raises(InvalidDataflow) as local:
             load_app(bad.resolve())
         assert str(remote.value) == str(local.value)
 
         status = subprocess.run(
-            [sys.executable, "-c", "from spanedge.cli import main; main()", "status", "--hub-url", url],
+            [*CLI, "status", "--hub-url", url, "--hub-ca", str(ca)],
             cwd=ROOT,
             env=hub_env,
             capture_output=True,
@@ -240,8 +222,8 @@ def test_the_hub_process_serves_authenticates_deploys_and_resumes_after_sigkill(
 
     proc = start_hub(sites_file, tmp_path / "state", port, hub_env)
     try:
-        wait_for(lambda: http_status(f"{url}/healthz") == 200, 60, "the restarted hub to answer /healthz")
-        client = HubClient(url, TOKEN)
+        wait_for(lambda: api_status(f"{url}/healthz", ca) == 200, 60, "the restarted hub to answer /healthz")
+        client = HubClient(url, TOKEN, ca_file=ca)
         assert [(a["app"], a["version"]) for a in client.apps()] == [("cold-chain", 1)]
         assert client.placement("cold-chain")["history"][0]["reason"] == "deployed"
         message = fresh_message(mosquitto.port, topics.control("truck-7", "plan"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import urllib.parse
@@ -16,6 +17,7 @@ import pytest
 
 from tests.conftest import missing_part
 from tests.integration.agentkit import AgentProcess, write_setup
+from tests.integration.hubkit import api_status, hub_ca
 from tests.integration.sparkcluster import free_port
 from tests.keys import key_env
 from tests.polling import wait_for
@@ -35,13 +37,16 @@ def prometheus_path() -> str:
     return found
 
 
-def lint(url: str, headers: dict[str, str]) -> None:
-    """Fetch the exposition at ``url`` and check it with ``promtool check metrics`` (Debian's prometheus ships it)."""
+def lint(url: str, headers: dict[str, str], context: ssl.SSLContext | None = None) -> None:
+    """Fetch the exposition at ``url`` (verified with ``context``) and check it with ``promtool check metrics``.
+
+    Debian's prometheus package ships promtool.
+    """
     promtool = shutil.which("promtool") or ("/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None)
     if promtool is None:
         missing_part("promtool is not installed: apt-get install prometheus")
     assert promtool is not None
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10, context=context) as answer:
         text = answer.read()
     assert b"spanedge_" in text, text[:500]
     checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, check=False, timeout=30)
@@ -85,12 +90,22 @@ def test_prometheus_scrapes_the_hub_and_an_agent(mosquitto_factory: Any, tmp_pat
         stderr=subprocess.STDOUT,
     )
     agent = AgentProcess(tmp_path, sites, plan, "--metrics-port", str(agent_port))
+    ca = hub_ca(tmp_path / "hub")  # made by the hub at its first start, before it answers /healthz
+    try:
+        wait_for(lambda: api_status(f"https://127.0.0.1:{hub_port}/healthz", ca) == 200, 60, "the hub over HTTPS")
+    except BaseException:
+        hub.kill()
+        hub.wait()
+        hub_log.close()
+        raise
     config = tmp_path / "prometheus.yml"
     config.write_text(
         f"""
 global: {{scrape_interval: 1s, scrape_timeout: 1s}}
 scrape_configs:
   - job_name: hub
+    scheme: https
+    tls_config: {{ca_file: {ca}}}
     authorization: {{credentials: {TOKEN}}}
     static_configs: [{{targets: ["127.0.0.1:{hub_port}"]}}]
   - job_name: agent
@@ -120,11 +135,12 @@ scrape_configs:
         assert {r["metric"]["replica"] for r in counters} >= {"readings@truck-7", "to_celsius@truck-7"}
         assert query(prom_port, 'process_cpu_seconds_total{job="agent"}')
         # both expositions pass Prometheus's own linter (counters end in _total, base units, ...)
-        for url, headers in (
-            (f"http://127.0.0.1:{hub_port}/metrics", {"Authorization": f"Bearer {TOKEN}"}),
-            (f"http://127.0.0.1:{agent_port}/metrics", {}),
-        ):
-            lint(url, headers)
+        lint(
+            f"https://127.0.0.1:{hub_port}/metrics",
+            {"Authorization": f"Bearer {TOKEN}"},
+            ssl.create_default_context(cafile=ca),
+        )
+        lint(f"http://127.0.0.1:{agent_port}/metrics", {})
     finally:
         prom.terminate()
         agent.terminate()

@@ -6,8 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +16,10 @@ from tests.integration.hubkit import (
     ROOT,
     Collector,
     Publisher,
+    api_status,
     canon,
     cold_chain_readings,
+    hub_ca,
     is_anomaly,
     stats_records,
     unit_stats,
@@ -32,14 +32,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 COLD_CHAIN = ROOT / "examples" / "cold_chain"
 TOKEN = "cluster-test-token-0123456789abcdef0123456789"
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return int(answer.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @pytest.fixture
@@ -58,7 +50,7 @@ def test_the_hub_runs_the_cold_chain_on_a_standalone_cluster(mosquitto: Any, clu
     # the ingest log and the checkpoints: a directory every executor can read (shared storage on a real cluster)
     shared = tmp_path / "shared"
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
     env |= {"SPANEDGE_TOKEN": TOKEN, **key_env(tmp_path), "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-c", "from spanedge.cli import main; main()", "hub", "--sites", str(sites_file)]
@@ -73,8 +65,9 @@ def test_the_hub_runs_the_cold_chain_on_a_standalone_cluster(mosquitto: Any, clu
     collector = Collector(mosquitto.url, "cold-chain/alerts")
     publisher = Publisher(mosquitto.url, "cold-chain")
     try:
-        wait_for(lambda: http_ok(f"{url}/healthz"), 240, "the hub to answer /healthz (see hub.log)")
-        plan = HubClient(url, TOKEN, timeout=300).deploy(COLD_CHAIN / "app.py", sites_file)
+        ca = hub_ca(shared)
+        wait_for(lambda: api_status(f"{url}/healthz", ca) == 200, 240, "the hub to answer /healthz (see hub.log)")
+        plan = HubClient(url, TOKEN, timeout=300, ca_file=ca).deploy(COLD_CHAIN / "app.py", sites_file)
         assert plan.site_of("anomaly") == "cloud"
         # the driver registered with the master and got executors on the workers
         wait_for(lambda: len(cluster.state().get("activeapps", [])) == 1, 120, "the hub's Spark application")

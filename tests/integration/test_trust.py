@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from spanedge.loader import source_hash
 from spanedge.signing import PlanPublicKey, TrustedKeys, load_signing_key, parse_trusted_keys
 from spanedge.sites import Sites, parse_sites
 from tests.conftest import missing_part
+from tests.integration.hubkit import api_status, hub_ca
 from tests.keys import ROGUE
 from tests.polling import poll, wait_for
 
@@ -78,6 +80,7 @@ class Fleet:
         self.broker = broker
         self.tls = tls
         self.url = ""
+        self.hub_ca = hub_ca(tmp / "hub-state")
         self.hub: subprocess.Popen[bytes] | None = None
         self.keys = tmp / "keys"
 
@@ -105,12 +108,12 @@ class Fleet:
             _env_of("cloud"): PASSWORDS["cloud"],
         }
         port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"https://127.0.0.1:{port}"
         command = [sys.executable, "-c", "from spanedge.cli import main; main()", "hub", "--sites", str(sites_file)]
         command += ["--no-spark", "--port", str(port), "--state-dir", str(self.tmp / "hub-state")]
         command += ["--min-replan-interval", "3600", "--down-after", "3600"]  # the plans stay as deployed
         self.hub = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        wait_for(lambda: _status(f"{self.url}/healthz") == 200, 60, "the hub to answer /healthz")
+        wait_for(lambda: api_status(f"{self.url}/healthz", self.hub_ca) == 200, 60, "the hub to answer /healthz")
 
     def stop_hub(self) -> str:
         """Stop the hub process and return what it logged."""
@@ -122,13 +125,6 @@ class Fleet:
             self.hub.kill()
             output, _ = self.hub.communicate(timeout=30)
         return output.decode()
-
-
-def _status(url: str) -> int:
-    try:
-        return httpx.get(url, timeout=5).status_code
-    except httpx.HTTPError:
-        return 0
 
 
 @pytest.fixture
@@ -203,7 +199,7 @@ async def test_only_plans_the_hub_signs_for_a_site_run_there(fleet: Fleet, caplo
     new = load_signing_key(fleet.keys / "plan-key.next.pem").public_key
     assert old.ids != [new.key_id]
     await asyncio.to_thread(fleet.start_hub)
-    plan = await asyncio.to_thread(HubClient(fleet.url, ADMIN).deploy, APP_FILE)
+    plan = await asyncio.to_thread(HubClient(fleet.url, ADMIN, ca_file=fleet.hub_ca).deploy, APP_FILE)
     assert plan.app == "cold-chain"
     truck7, truck9 = _retained(fleet, "truck-7"), _retained(fleet, "truck-9")
 
@@ -243,7 +239,8 @@ def test_the_rest_api_scopes_tokens_bounds_bodies_and_refuses_hostile_names(flee
     read = {"Authorization": f"Bearer {READ}"}
     source = APP_FILE.read_text()
     assert 'App("cold-chain"' in source
-    with httpx.Client(base_url=fleet.url, timeout=60) as api:
+    verify = ssl.create_default_context(cafile=fleet.hub_ca)
+    with httpx.Client(base_url=fleet.url, timeout=60, verify=verify) as api:
         assert api.post("/apps", json={"source": source}, headers=read).status_code == 403
         assert api.post("/apps", json={"source": source}, headers=admin).status_code == 201
         assert api.get("/apps", headers=read).status_code == 200
@@ -272,10 +269,12 @@ def test_the_rest_api_scopes_tokens_bounds_bodies_and_refuses_hostile_names(flee
     assert "DELETE /apps/cold-chain by the admin token of SPANEDGE_TOKEN" in output
     assert ADMIN not in output
     assert READ not in output
+    # no hostile name made a file: only the apps, the plans, the CA, the API's certificate and the hub's identity
     assert sorted(p.name for p in (fleet.tmp / "hub-state").iterdir()) == [
         "apps",
         "ca",
         "distribution.json",
         "hub-id.json",
         "hub.lock",
-    ]  # the CA is made at start
+        "tls",
+    ]

@@ -146,6 +146,21 @@ def test_the_hub_image_has_spark_java_and_the_hub_extra() -> None:
     assert entrypoints[-1] == ["spanedge", "hub"]
 
 
+def test_the_hub_image_checks_its_health_over_verified_https() -> None:
+    image = final_stage(instructions(HUB_DOCKERFILE))
+    (command,) = [exec_form(args) for name, args in image if name == "CMD"]
+    state_dir = command[command.index("--state-dir") + 1]
+    assert "--plain-http" not in command
+    (check,) = [args for name, args in image if name == "HEALTHCHECK"]
+    probe = exec_form(check.split(" CMD ", 1)[1])
+    assert probe[:2] == ["python", "-c"]
+    port = command[command.index("--port") + 1]
+    assert f"'https://127.0.0.1:{port}/healthz'" in probe[2]
+    assert f"'{state_dir}/ca/ca.pem'" in probe[2]  # the CA the hub makes in its state directory
+    assert "create_default_context(cafile=ca)" in probe[2]
+    compile(probe[2], "HEALTHCHECK", "exec")
+
+
 # -- docker-compose.yml --------------------------------------------------------------
 
 

@@ -18,12 +18,17 @@ from tests.conftest import EXAMPLES, missing_part
 
 pytestmark = pytest.mark.timeout(60)
 
-#: A hub that answers the routes the simulator uses, with the token of its environment.
+#: A hub that answers the routes the simulator uses over HTTPS, with the token of its environment and a certificate
+#: of the CA it makes in its state directory, as ``spanedge hub`` does.
 STUB_HUB = """
-import json, os, sys
+import json, os, ssl, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+from hub.api.tls import issued_tls
 
 port = int(sys.argv[sys.argv.index("--port") + 1])
+tls = issued_tls(Path(sys.argv[sys.argv.index("--state-dir") + 1]), "127.0.0.1")
 
 class Hub(BaseHTTPRequestHandler):
     def _answer(self, code, body):
@@ -58,7 +63,11 @@ class Hub(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-HTTPServer(("127.0.0.1", port), Hub).serve_forever()
+server = HTTPServer(("127.0.0.1", port), Hub)
+context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+context.load_cert_chain(tls.cert_file, tls.key_file)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
 """
 
 
@@ -111,6 +120,9 @@ async def test_a_hub_is_awaited_deployed_to_and_asked_for_its_placement(cluster:
     stub.write_text(STUB_HUB)
     cluster.start_hub("managed", "local[1]", tmp_path / "app.py", hub_command=[sys.executable, str(stub)])
     await cluster.wait_hub(timeout=30)
+    assert cluster.client is not None
+    assert cluster.client.url.startswith("https://127.0.0.1:")
+    assert cluster.hub_ca == tmp_path / "hub" / "ca" / "ca.pem"
     app = tmp_path / "app.py"
     app.write_text("app = 1\n")
     answer = await cluster.deploy(app)

@@ -241,7 +241,32 @@ def test_a_sites_file_that_is_a_directory(tmp_path: Path) -> None:
 def test_a_hub_url_that_is_not_one(url: str, expected: str, command: list[str]) -> None:
     code, out = run(*command, "--hub-url", url, "--token", "t")
     assert code == 2
-    assert out == f"error: {expected}; pass it as http://HOST:PORT (--hub-url or SPANEDGE_HUB_URL)\n"
+    assert out == f"error: {expected}; pass it as https://HOST:PORT (--hub-url or SPANEDGE_HUB_URL)\n"
+
+
+@pytest.mark.parametrize("command", [["status"], ["deploy", APP, "--sites", SITES]])
+@pytest.mark.parametrize("by_env", [False, True], ids=["option", "env"])
+def test_a_hub_ca_that_cannot_be_read_is_named(tmp_path: Path, command: list[str], by_env: bool) -> None:
+    missing = tmp_path / "hub-ca.pem"
+    args = [*command, "--hub-url", "https://127.0.0.1:1", "--token", "t"]
+    env = {"SPANEDGE_HUB_CA": str(missing)} if by_env else {}
+    result = CliRunner().invoke(cli, args if by_env else [*args, "--hub-ca", str(missing)], env=env)
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: cannot read the hub's CA certificate {missing} (--hub-ca / SPANEDGE_HUB_CA): "
+        "No such file or directory; pass the hub's <state-dir>/ca/ca.pem\n"
+    )
+
+
+def test_the_commands_reach_the_hub_over_https_by_default() -> None:
+    from spanedge.cli.deploy import deploy
+    from spanedge.cli.status import status
+
+    for command in (deploy, status):
+        params = {p.name: p for p in command.params}
+        assert params["hub_url"].default == "https://127.0.0.1:8000"
+        assert params["hub_ca"].envvar == "SPANEDGE_HUB_CA"
+        assert not params["hub_ca"].required  # without it, the system's CAs
 
 
 def test_dry_run_does_not_check_the_hub_url() -> None:
