@@ -93,15 +93,7 @@ def _owner_alive(path: Path) -> bool:
         return False
     except (OSError, ValueError):
         return True
-    if pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid <= 0 or psutil.pid_exists(pid)
 
 
 def _bindable(port: int) -> bool:

@@ -99,6 +99,37 @@ def new_request(common_name: str) -> tuple[bytes, bytes]:
     return csr.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
+def _request(csr_pem: bytes) -> Any:
+    """The certificate signing request in ``csr_pem``, its signature checked.
+
+    Raises:
+        CertificateError: not a valid PEM request, or signed by another key than its own.
+    """
+    from cryptography import x509
+
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem)
+    except ValueError as exc:
+        msg = f"the certificate signing request is not valid PEM: {exc}; make one with 'spanedge agent join'"
+        raise CertificateError(msg) from None
+    if not csr.is_signature_valid:
+        msg = "the certificate signing request's signature does not match its key; make a new one with 'spanedge agent join'"
+        raise CertificateError(msg)
+    return csr
+
+
+def requested_name(csr_pem: bytes) -> str:
+    """The common name a certificate signing request asks for ("" if none).
+
+    Raises:
+        CertificateError: not a valid PEM request, or signed by another key than its own.
+    """
+    from cryptography.x509.oid import NameOID
+
+    names = _request(csr_pem).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else ""
+
+
 def fingerprint(cert_pem: bytes) -> str:
     """The SHA-256 fingerprint of a PEM certificate, as lowercase hex (what a join token pins)."""
     from cryptography import x509
@@ -271,14 +302,7 @@ class CertificateAuthority:
         from cryptography import x509
         from cryptography.x509.oid import ExtendedKeyUsageOID
 
-        try:
-            csr = x509.load_pem_x509_csr(csr_pem)
-        except ValueError as exc:
-            msg = f"the certificate signing request is not valid PEM: {exc}; make one with 'spanedge agent join'"
-            raise CertificateError(msg) from None
-        if not csr.is_signature_valid:
-            msg = "the certificate signing request's signature does not match its key"
-            raise CertificateError(msg)
+        csr = _request(csr_pem)
         builder = self._builder(name, csr.public_key(), days).add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
         )

@@ -22,7 +22,7 @@ from hub.control.brokers import BrokerFiles
 from hub.control.coordinator import Coordinator
 from hub.control.fleet import Fleet, gateway_view, site_entry
 from hub.control.join_tokens import JoinRefused, JoinTokens
-from spanedge.ca import CertificateAuthority, CertificateError, fingerprint
+from spanedge.ca import CertificateAuthority, CertificateError, fingerprint, requested_name
 from spanedge.errors import InvalidSites
 from spanedge.names import check_site_name
 from spanedge.signing import PlanPublicKey
@@ -113,7 +113,7 @@ class Enrolment:
             JoinRefused: the token or the request is refused (the message says why).
         """
         try:
-            requested = common_name_of_request(csr_pem) or None
+            requested = requested_name(csr_pem.encode()) or None
         except CertificateError as exc:
             raise JoinRefused(str(exc), 400) from None
         token = self.tokens.redeem(token_text, requested)
@@ -168,24 +168,3 @@ class Enrolment:
             "brokers_reloaded": reloaded,
             "replanned": replanned,
         }
-
-
-def common_name_of_request(csr_pem: str) -> str:
-    """The common name a certificate signing request asks for.
-
-    Raises:
-        CertificateError: not a PEM request.
-    """
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-
-    try:
-        csr = x509.load_pem_x509_csr(csr_pem.encode())
-    except ValueError as exc:
-        msg = f"the certificate signing request is not valid PEM: {exc}; make one with 'spanedge agent join'"
-        raise CertificateError(msg) from None
-    if not csr.is_signature_valid:
-        msg = "the certificate signing request's signature does not match its key; make a new one with 'spanedge agent join'"
-        raise CertificateError(msg)
-    names = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    return str(names[0].value) if names else ""

@@ -17,6 +17,8 @@ import signal
 import subprocess
 from collections.abc import Callable, Sequence
 
+import psutil
+
 from simulate.errors import SimulationError
 from simulate.netns.layout import Layout, lab_dev_prefix, netem_probe_commands, parse_run, teardown_commands
 
@@ -83,17 +85,6 @@ def lab_devs(tag: str, runner: Runner = run_command) -> list[str]:
     return [n for n in names if n.startswith(lab_dev_prefix(tag))]
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def kill_inside(namespace: str, runner: Runner = run_command) -> int:
     """SIGKILL every process in ``namespace``; return how many."""
     pids = [int(p) for p in runner(["ip", "netns", "pids", namespace]).stdout.split() if p.isdigit()]
@@ -115,7 +106,7 @@ def remove(namespaces_: Sequence[str], tag: str, runner: Runner = run_command) -
             log.warning("%s failed: %s", " ".join(argv), done.stderr.strip())
 
 
-def sweep(alive: Callable[[int], bool] = pid_alive, runner: Runner = run_command) -> list[str]:
+def sweep(alive: Callable[[int], bool] = psutil.pid_exists, runner: Runner = run_command) -> list[str]:
     """Remove the namespaces (and lab links) of runs whose process is gone; return the namespaces removed."""
     dead: dict[str, list[str]] = {}
     for ns in namespaces(runner):

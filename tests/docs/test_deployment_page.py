@@ -267,7 +267,7 @@ def test_deploy_status_and_rest_say_what_the_page_says(page_run: Run) -> None:
     assert re.search(r"truck-7\s+spoke\s+yes", status), status
     assert re.search(r"truck-9\s+spoke\s+yes", status), status
     assert "app 'cold-chain'" in status
-    placement = page_run.block_output('curl -s --cacert')
+    placement = page_run.block_output("curl -s --cacert")
     assert '"app":"cold-chain"' in placement
 
 
