@@ -202,6 +202,7 @@ class CertificateAuthority:
                 raise CertificateError(msg) from None
             return cls(directory, key, cert)  # type: ignore[arg-type]
         try:
+            directory.parent.mkdir(parents=True, exist_ok=True)  # as the umask says: a broker's account reaches crl.pem
             private_dir(directory)
         except OSError as exc:
             msg = f"cannot create the certificate authority directory {directory}: {exc.strerror}"

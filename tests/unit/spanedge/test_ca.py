@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import stat
@@ -25,6 +26,16 @@ def test_a_new_authority_keeps_its_key_private_and_loads_again(tmp_path: Path) -
     assert ca.crl_file.exists()
     again = CertificateAuthority.open(tmp_path / "ca")
     assert fingerprint(again.cert_pem) == fingerprint(ca.cert_pem)
+
+
+def test_the_directories_above_a_new_authority_stay_reachable_for_a_brokers_account(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        ca = CertificateAuthority.open(tmp_path / "state" / "hub" / "ca")
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "state") == mode(tmp_path / "state" / "hub") == 0o755
+    assert mode(ca.crl_file) == 0o644
 
 
 def test_an_unreadable_authority_is_an_error_naming_its_directory(tmp_path: Path) -> None:
