@@ -49,7 +49,7 @@ REPORT_FIELD = "complete"
 """The heartbeat and batch field with the sending site's frontier."""
 DELIVERED_FIELD = "delivered"
 """The heartbeat field with the event time below which the site delivered every result of an app, sinks included."""
-BEHIND_LOG_S = 10.0
+BEHIND_LOG_S = 5.0
 """A site whose frontier trails another's of the same app by more than this is logged as holding the app back."""
 
 
