@@ -101,6 +101,9 @@ class HubConfig:
     broker_dir: Path | None = None
     #: the pid files of the brokers the hub reloads (SIGHUP) after writing them
     broker_pid_files: tuple[Path, ...] = ()
+    #: read-only identities and local sink topics the brokers' ACLs keep (``broker-config --observer/--local-topic``)
+    broker_observers: tuple[str, ...] = ()
+    broker_local_topics: tuple[str, ...] = ()
     #: how long a join token is valid (hub.control.join_tokens)
     join_token_ttl_s: float = DEFAULT_TTL_S
     #: the REST API's certificate and key (None: issued by the hub's CA in ``<state_dir>/ca``; hub.api.tls)
@@ -197,7 +200,13 @@ class Hub:
             self.fleet,
             JoinTokens(self.state_dir / "join-tokens.json", self.config.join_token_ttl_s),
             ca,
-            BrokerFiles(self.config.broker_dir, self.config.broker_pid_files, ca.crl_file),
+            BrokerFiles(
+                self.config.broker_dir,
+                self.config.broker_pid_files,
+                ca.crl_file,
+                observers=self.config.broker_observers,
+                local_topics=self.config.broker_local_topics,
+            ),
             self.coordinator,
             self.config.plan_key.public_key,
             default_broker=default_broker,

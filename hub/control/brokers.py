@@ -36,11 +36,25 @@ log = logging.getLogger(__name__)
 class BrokerFiles:
     """Writes the brokers' ACL and CRL files into ``directory`` and reloads the brokers of ``pid_files``."""
 
-    def __init__(self, directory: Path | None, pid_files: Sequence[Path] = (), crl_file: Path | None = None) -> None:
-        """Write into ``directory`` (None: write nothing), copy ``crl_file`` there, reload ``pid_files``."""
+    def __init__(
+        self,
+        directory: Path | None,
+        pid_files: Sequence[Path] = (),
+        crl_file: Path | None = None,
+        *,
+        observers: Sequence[str] = (),
+        local_topics: Sequence[str] = (),
+    ) -> None:
+        """Write into ``directory`` (None: write nothing), copy ``crl_file`` there, reload ``pid_files``.
+
+        ``observers`` and ``local_topics`` are those ``spanedge broker-config`` was given
+        (``--observer``, ``--local-topic``): the ACLs the hub rewrites keep them.
+        """
         self.directory = directory
         self.pid_files = tuple(pid_files)
         self.crl_file = crl_file
+        self.observers = tuple(observers)
+        self.local_topics = tuple(local_topics)
 
     def write(self, sites: Sites, revoked: Collection[str]) -> list[Path]:
         """Write every broker's ACL (``revoked`` sites without rules) and the CRL; the files written."""
@@ -55,7 +69,15 @@ class BrokerFiles:
             directory = self.directory if top else self.directory / local[0]
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / "acl"
-            _replace(path, acl_text(sites, local, per_site=True, revoked=revoked).encode(), 0o644)
+            text = acl_text(
+                sites,
+                local,
+                observers=self.observers,
+                local_topics=self.local_topics,
+                per_site=True,
+                revoked=revoked,
+            )
+            _replace(path, text.encode(), 0o644)
             written.append(path)
         if self.crl_file is not None:
             path = self.directory / "crl.pem"

@@ -199,6 +199,16 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     help="pid file of a broker to reload (SIGHUP) after writing those files; repeat for several",
 )
 @option(
+    "--broker-observer",
+    multiple=True,
+    help="a read-only identity the ACLs keep, as given to 'spanedge broker-config --observer'; repeat for several",
+)
+@option(
+    "--broker-local-topic",
+    multiple=True,
+    help="a local sink topic the ACLs keep, as given to 'spanedge broker-config --local-topic'; repeat for several",
+)
+@option(
     "--join-token-ttl",
     default="1h",
     callback=_plan_ttl,
@@ -233,6 +243,8 @@ def hub(
     plan_ttl: float,
     broker_dir: Path | None,
     broker_pid_file: tuple[Path, ...],
+    broker_observer: tuple[str, ...],
+    broker_local_topic: tuple[str, ...],
     join_token_ttl: float,
 ) -> None:
     """Run the hub: REST API, plan distribution, ingest and Spark.
@@ -287,6 +299,8 @@ def hub(
             plan_ttl_s=plan_ttl,
             broker_dir=broker_dir,
             broker_pid_files=broker_pid_file,
+            broker_observers=broker_observer,
+            broker_local_topics=broker_local_topic,
             join_token_ttl_s=join_token_ttl,
             tls_cert=tls_cert,
             tls_key=tls_key,

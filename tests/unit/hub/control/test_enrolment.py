@@ -118,3 +118,14 @@ def test_revoking_a_site_reaches_the_crl_the_acl_the_registry_and_survives_a_res
 def test_a_hub_cannot_be_revoked(tmp_path: Path) -> None:
     with pytest.raises(InvalidSites, match="only spokes can be revoked"):
         enrolment(tmp_path).revoke("cloud")
+
+
+def test_the_acls_the_hub_rewrites_keep_the_observers_and_local_topics_of_broker_config(tmp_path: Path) -> None:
+    brokers = BrokerFiles(tmp_path / "brokers", observers=["monitor"], local_topics=["plant/alerts"])
+    brokers.write(parse_sites(SITES), revoked=["truck-7"])
+    acl = (tmp_path / "brokers" / "acl").read_text()
+    assert "user monitor\ntopic read #\ntopic read $SYS/#" in acl
+    assert "user truck-7" not in acl
+    brokers.write(parse_sites(SITES), revoked=[])  # truck-7 shares the hub's broker: its local sinks publish there
+    assert "user truck-7\n" in (tmp_path / "brokers" / "acl").read_text()
+    assert "topic write plant/alerts" in (tmp_path / "brokers" / "acl").read_text()
