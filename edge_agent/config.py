@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_agent.mqtt.select import TRANSPORTS
+from spanedge.client_certs import check_client_certificates
 from spanedge.errors import SpanEdgeError
 from spanedge.names import check_site_name
 from spanedge.plan import Plan
@@ -153,6 +154,7 @@ class AgentLaunch:
         """
         sites = load_sites(self.sites)
         sites.site(self.site)  # an unknown site is refused with the names sites.yaml defines
+        check_client_certificates(sites, self.site)
         plans = None
         trusted = None
         if self.plan is not None:

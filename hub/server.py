@@ -50,6 +50,7 @@ from hub.handover.holds import DEFAULT_LIMIT_S
 from hub.handover.recovered import Recovered
 from hub.ingest.publishers import from_plans
 from spanedge.ca import CertificateAuthority
+from spanedge.client_certs import check_client_certificates
 from spanedge.signing import PlanSigningKey
 from spanedge.sites import Sites
 from spanedge.tokens import Tokens
@@ -127,6 +128,7 @@ class Hub:
         sites = self.sites = self.fleet.sites
         site = sites.site(config.hub_site) if config.hub_site is not None else sites.hubs[0]
         self.site = site
+        check_client_certificates(sites, site.name)
         self.broker = site.mqtt()
         self.identity = HubIdentity.of(self.state_dir)
         self.registry = SiteRegistry(sites, down_after_s=config.down_after_s, alpha=config.rate_alpha)

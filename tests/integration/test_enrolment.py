@@ -309,3 +309,25 @@ def test_a_joined_gateway_runs_its_agent_which_the_hub_hears_until_revoked(fleet
             output = agent.communicate(timeout=30)[0].decode()
     assert "site truck-14 enrolled" in output
     assert "running its agent" in output
+
+
+def test_a_wrong_site_or_forged_certificate_is_refused_with_a_clear_line(fleet: Fleet, tmp_path: Path) -> None:
+    """The agent refuses another site's certificate before it connects; the broker refuses another CA's."""
+    _add(fleet, "truck-13")
+    joined = fleet.run(
+        "agent", "join", fleet.url, _add(fleet, "truck-12"), "--state-dir", str(tmp_path / "gw"), "--no-run"
+    )
+    assert joined.returncode == 0, joined.stderr
+    command = ["agent", "--site", "truck-13", "--sites", str(tmp_path / "gw" / "sites.yaml")]
+    posing = fleet.run(*command, "--state-dir", str(tmp_path / "posing"))
+    assert posing.returncode == 2, posing.stderr
+    assert "names site 'truck-12', but this process runs site 'truck-13'" in posing.stderr
+    assert "use the certificate 'spanedge agent join' made for 'truck-13'" in posing.stderr
+    forger = CertificateAuthority.open(tmp_path / "forger-ca", name="a forger's CA")
+    forged = _identity(forger, "truck-12", tmp_path)
+    assert fleet.broker is not None
+    tls = TLS(str(fleet.ca.cert_file), forged.cert_file, forged.key_file)
+    refused = _tls_refused(Broker(scheme="mqtts", host="127.0.0.1", port=fleet.broker.port, tls=tls))
+    assert refused, "the broker accepted a certificate another CA issued"
+    broker_log = tmp_path / "broker" / "mosquitto.log"
+    wait_for(lambda: "certificate verify failed" in broker_log.read_text(), what="the broker to log the refusal")
