@@ -128,7 +128,7 @@ def enrolment_router(enrolment: Enrolment, admin: Sequence[Any]) -> APIRouter:
     def join(body: JoinRequest, request: Request) -> Any:
         """Enrol a gateway: redeem its join token and sign its certificate signing request."""
         try:
-            answer = enrolment.join(body.token, body.csr)
+            answer = enrolment.join(body.token, body.csr, _client(request))
         except JoinRefused as exc:
             audit.warning("join from %s refused (%d): %s", _client(request), exc.status, exc)
             return error(exc.status, exc, http_error_name(exc.status))

@@ -106,8 +106,8 @@ class Enrolment:
         token, expires = self.tokens.issue(name, fingerprint(self.ca.cert_pem), ttl_s)
         return Invitation(name, token.text, expires, url, dict(site.labels))
 
-    def join(self, token_text: object, csr_pem: str) -> dict[str, Any]:
-        """Redeem a join token for the gateway's request; the answer of ``POST /join``.
+    def join(self, token_text: object, csr_pem: str, client: str = "") -> dict[str, Any]:
+        """Redeem a join token for the gateway's request from address ``client``; the answer of ``POST /join``.
 
         Raises:
             JoinRefused: the token or the request is refused (the message says why).
@@ -116,7 +116,7 @@ class Enrolment:
             requested = requested_name(csr_pem.encode()) or None
         except CertificateError as exc:
             raise JoinRefused(str(exc), 400) from None
-        token = self.tokens.redeem(token_text, requested)
+        token = self.tokens.redeem(token_text, requested, client)
         if self.fleet.is_revoked(token.site):
             msg = f"site {token.site!r} was revoked; it cannot join again"
             raise JoinRefused(msg, 403)

@@ -7,8 +7,9 @@ never the token itself; the file survives a restart. A token is refused when it
 is malformed, matches nothing issued (an altered token among them), expired,
 already used, or names another site than the request; each refusal says why.
 After :data:`MAX_FAILURES` refusals within :data:`FAILURE_WINDOW_S` seconds
-every join is refused with 429 until the window passes, so a burst of guesses
-gets nowhere (a secret has 256 bits anyway).
+every join from that address is refused with 429 until the window passes, so
+a burst of guesses gets nowhere (a secret has 256 bits anyway), and a gateway
+joining from elsewhere meanwhile is not held up by it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from spanedge.join_token import JoinToken, digest_matches, new_join_token, parse
 
 #: How long a join token is valid, by default (``spanedge hub --join-token-ttl``).
 DEFAULT_TTL_S = 3600.0
-#: Refused joins allowed within :data:`FAILURE_WINDOW_S` before every join is refused for a while.
+#: Refused joins from one address allowed within :data:`FAILURE_WINDOW_S` before its joins are refused for a while.
 MAX_FAILURES = 20
 FAILURE_WINDOW_S = 60.0
 #: Used and expired tokens are kept this long (to say why a late replay is refused), then forgotten.
@@ -64,7 +65,7 @@ class JoinTokens:
         self.ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._failures: deque[float] = deque()
+        self._failures: dict[str, deque[float]] = {}  # by client address
         self._tokens = self._load()
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -107,26 +108,31 @@ class JoinTokens:
             self._save()
         return token, expires
 
-    def redeem(self, text: object, site: str | None = None) -> JoinToken:
-        """Use the token ``text`` up, for ``site`` if given; return it parsed.
+    def redeem(self, text: object, site: str | None = None, client: str = "") -> JoinToken:
+        """Use the token ``text`` up, for ``site`` if given, asked from address ``client``; return it parsed.
 
         Raises:
-            JoinRefused: the token is refused (the message says why; 429 while refusals are too many).
+            JoinRefused: the token is refused (the message says why; 429 while that address's refusals are too many).
         """
         now = self._clock()
         with self._lock:
-            while self._failures and now - self._failures[0] > FAILURE_WINDOW_S:
-                self._failures.popleft()
-            if len(self._failures) >= MAX_FAILURES:
+            for address in list(self._failures):
+                times = self._failures[address]
+                while times and now - times[0] > FAILURE_WINDOW_S:
+                    times.popleft()
+                if not times:
+                    del self._failures[address]
+            refused = len(self._failures.get(client, ()))
+            if refused >= MAX_FAILURES:
                 msg = (
-                    f"too many refused joins ({len(self._failures)} in {FAILURE_WINDOW_S:.0f} s); "
+                    f"too many refused joins from this address ({refused} in {FAILURE_WINDOW_S:.0f} s); "
                     "wait a minute and try again with a valid token"
                 )
                 raise JoinRefused(msg, 429)
             try:
                 return self._redeem(text, site, now)
             except JoinRefused:
-                self._failures.append(now)
+                self._failures.setdefault(client, deque()).append(now)
                 raise
 
     def _redeem(self, text: object, site: str | None, now: float) -> JoinToken:

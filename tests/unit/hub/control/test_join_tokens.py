@@ -109,12 +109,14 @@ def test_a_burst_of_bad_tokens_is_cut_off_then_the_window_passes(tokens: JoinTok
     guess = token.text[:-5] + "00000"
     for _ in range(MAX_FAILURES):
         with pytest.raises(JoinRefused, match="not issued by this hub, or was altered"):
-            tokens.redeem(guess)
-    with pytest.raises(JoinRefused, match="too many refused joins") as caught:
-        tokens.redeem(token.text)  # even the right token waits
+            tokens.redeem(guess, client="203.0.113.9")
+    with pytest.raises(JoinRefused, match="too many refused joins from this address") as caught:
+        tokens.redeem(token.text, client="203.0.113.9")  # even the right token waits, from that address
     assert caught.value.status == 429
+    other, _ = tokens.issue("truck-13", FINGERPRINT)
+    assert tokens.redeem(other.text, client="198.51.100.7").site == "truck-13"  # a gateway elsewhere is not held up
     clock.now += FAILURE_WINDOW_S + 1
-    assert tokens.redeem(token.text).site == "truck-12"
+    assert tokens.redeem(token.text, client="203.0.113.9").site == "truck-12"
 
 
 def test_an_unreadable_token_file_says_what_to_do(tmp_path: Path) -> None:
