@@ -285,10 +285,11 @@ def test_a_replayed_or_expired_token_is_refused_with_the_reason(fleet: Fleet, tm
 
 
 def test_a_joined_gateway_runs_its_agent_which_the_hub_hears_until_revoked(fleet: Fleet, tmp_path: Path) -> None:
-    """``agent join`` without ``--no-run`` starts the agent: its heartbeats reach the hub over its certificate."""
+    """``agent join`` without ``--no-run`` starts the agent, with its options: its heartbeats reach the hub."""
     client = HubClient(fleet.url, ADMIN, ca_file=fleet.hub_ca)
     token = _add(fleet, "truck-14", "--labels", "kind=truck")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
+    env |= {"SPANEDGE_AGENT_LOG_LEVEL": "DEBUG", "SPANEDGE_AGENT_HEARTBEAT_INTERVAL": "1"}  # the agent's own options
     command = [*fleet.cli(), "agent", "join", fleet.url, token, "--state-dir", str(tmp_path / "gw")]
     agent = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -309,6 +310,7 @@ def test_a_joined_gateway_runs_its_agent_which_the_hub_hears_until_revoked(fleet
             output = agent.communicate(timeout=30)[0].decode()
     assert "site truck-14 enrolled" in output
     assert "running its agent" in output
+    assert " DEBUG " in output, output[-2000:]  # SPANEDGE_AGENT_LOG_LEVEL reached the agent
 
 
 def test_a_wrong_site_or_forged_certificate_is_refused_with_a_clear_line(fleet: Fleet, tmp_path: Path) -> None:

@@ -468,3 +468,23 @@ def test_spanedge_hub_waits_for_an_old_owner_as_long_as_asked(tmp_path: Path, mo
     wrong = CliRunner().invoke(cli, [*args, "--handover-wait", "-1"], env=env)
     assert wrong.exit_code != 0
     assert "-1" in wrong.output
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--plan", "plan.json"], "--plan does not go with 'agent join'"),
+        (["--sites", SITES], "--sites does not go with 'agent join'"),
+        (
+            ["--site", "truck-9"],
+            "--site truck-9 (or SPANEDGE_AGENT_SITE) was given, but the token enrols site truck-12",
+        ),
+    ],
+)
+def test_agent_join_refuses_options_the_join_decides(options: list[str], expected: str) -> None:
+    from spanedge.join_token import new_join_token
+
+    token = new_join_token("truck-12", "0" * 64).text
+    code, out = run("agent", *options, "join", "https://hub.example:8443", token)
+    assert code == 2
+    assert expected in " ".join(out.split())
