@@ -243,6 +243,7 @@ class Mosquitto(BrokerProcess):
         self.config.write_text(
             listener + "persistence true\n"
             f"persistence_location {self.workdir}/\n"
+            f"pid_file {self.pid_file}\n"
             "autosave_interval 1\n"
             "log_dest stderr\n"
             "log_type error\n"
@@ -252,6 +253,11 @@ class Mosquitto(BrokerProcess):
         )
 
     log_name = "mosquitto.log"
+
+    @property
+    def pid_file(self) -> Path:
+        """Where the broker writes its pid: the hub reloads it (SIGHUP) after rewriting the ACL."""
+        return self.workdir / "mosquitto.pid"
 
     def listening(self) -> bool:
         """Whether it listens; a broker in a namespace of its own is the only server there, so a connection tells."""

@@ -18,11 +18,11 @@ from typing import Any
 
 from edge_agent.heartbeat import CPU_BUDGET_FILE
 from hub.api.client import HubClient
-from simulate.broker import free_port
+from simulate.broker import Mosquitto, free_port
 from simulate.errors import SimulationError
 from simulate.processes import Child, spanedge_command
 from simulate.readiness import wait_healthy
-from simulate.topology import Topology
+from simulate.topology import OBSERVER, Topology
 from spanedge.errors import SpanEdgeError
 from spanedge.signing import PlanSigningKey
 
@@ -157,6 +157,7 @@ class Cluster:
         )
         rest = self.topology.host(self.hub_site)
         if mode == "managed":
+            argv += self._broker_files()
             if rest != "127.0.0.1":  # the hub has a host of its own: its REST API listens on its address there
                 argv += ["--host", rest]
             # the hub makes its CA at its first start: the client reads the CA certificate at its first request
@@ -165,6 +166,16 @@ class Cluster:
         argv = self.topology.wrap(self.hub_site, argv)
         self.hub = Child("hub", argv, self.logs / "hub.log", env).start()
         return self.hub
+
+    def _broker_files(self) -> list[str]:
+        """The hub's options that make it keep the secured brokers' ACLs and reload them (``site revoke``)."""
+        if not self.topology.secure:
+            return []
+        argv = ["--broker-dir", str(self.topology.acl_dir), "--broker-observer", OBSERVER]
+        for broker in self.topology.brokers.values():
+            if isinstance(broker, Mosquitto):
+                argv += ["--broker-pid-file", str(broker.pid_file)]
+        return argv
 
     def start_agents(self, heartbeat_interval: float, plan_file: Path | None = None) -> None:
         """Start one agent per spoke."""
@@ -294,6 +305,25 @@ class Cluster:
         """SIGKILL the agent of ``site`` for good (blocks until reaped)."""
         self.dead.add(site)
         self.agents[site].kill()
+
+    def revoke_site(self, site: str) -> list[str]:
+        """Revoke ``site`` at the managed hub (blocks); its agent keeps running, refused by the brokers.
+
+        Raises:
+            SimulationError: standalone mode, or the hub refused.
+        """
+        try:
+            answer = self._client().revoke_site(site)
+        except SpanEdgeError as exc:
+            msg = f"the hub did not revoke {site}: {exc}"
+            raise SimulationError(msg) from None
+        record = self.run_dir / "revocations" / f"{site}.json"
+        record.parent.mkdir(exist_ok=True)
+        record.write_text(json.dumps(answer, indent=2))
+        return [
+            *answer.get("brokers_reloaded", []),
+            f"apps re-planned: {', '.join(answer.get('replanned', [])) or 'none'}",
+        ]
 
     def agent_cpu_seconds(self, site: str) -> float:
         """CPU seconds the agent of ``site`` used so far."""

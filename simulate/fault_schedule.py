@@ -50,6 +50,9 @@ class FaultTarget(Protocol):
     def kill_site(self, site: str) -> None:
         """SIGKILL the agent of ``site`` for good: it is not started again."""
 
+    def revoke_site(self, site: str) -> list[str]:
+        """Revoke ``site`` at the hub (``spanedge site revoke``); what the hub did, one line each."""
+
     def agent_cpu_seconds(self, site: str) -> float:
         """CPU seconds the agent of ``site`` used so far."""
 
@@ -116,8 +119,9 @@ class FaultSchedule:
 
     ``down`` holds the sites partitioned right now; ``applied`` every fault
     begun so far, with when it began and, once healed, when it ended;
-    ``killed`` the sites killed for good, with when; ``stopped`` the sites
-    whose agent was killed, for good or to come back; ``move`` the first move
+    ``killed`` the sites killed for good or revoked, with when; ``stopped`` the sites
+    whose agent was killed, for good or to come back, or revoked; ``revoked`` the sites
+    revoked at the hub (their agents and sensors go on, refused); ``move`` the first move
     once seen (faults with a relative time only); ``skipped`` a line for each
     fault with a relative time that could not be applied, and why.
     """
@@ -163,6 +167,7 @@ class FaultSchedule:
         self.down: set[str] = set()
         self.killed: dict[str, float] = {}
         self.stopped: set[str] = set()
+        self.revoked: set[str] = set()
         self.applied: list[AppliedFault] = []
         self.move: Move | None = None
         self.skipped: list[str] = []
@@ -281,6 +286,12 @@ class FaultSchedule:
             self.stopped.add(site)
             await loop.run_in_executor(None, self.target.kill_site, site)
             self.note(f"killed site {site} for good: its agent (SIGKILL) and its sensors")
+        elif fault.kind is FaultKind.REVOKE:
+            self.killed[site] = self.clock()  # the fleet loses what it was handling, as for a site killed
+            self.stopped.add(site)
+            self.revoked.add(site)
+            done = await loop.run_in_executor(None, self.target.revoke_site, site)
+            self.note(f"revoked site {site}; its agent and sensors keep running: {'; '.join(done)}")
         elif fault.kind is FaultKind.OVERLOAD:
             await self._overload(site, fault, record)
 

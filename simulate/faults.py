@@ -26,6 +26,7 @@ FORMS = (
     "latency:<site>:<ms>@<t>",
     "overload:<spoke>[:<factor>][:<duration>]@<t>",
     "kill-site:<spoke>@<t>",
+    "revoke:<spoke>@<t>",
 )
 
 #: Site names that stand for the source or target of the first handover (with a relative time only).
@@ -56,6 +57,7 @@ class FaultKind(enum.StrEnum):
     LATENCY = "latency"
     OVERLOAD = "overload"
     KILL_SITE = "kill-site"
+    REVOKE = "revoke"
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         FaultKind.LATENCY: 3,
         FaultKind.OVERLOAD: 2,
         FaultKind.KILL_SITE: 2,
+        FaultKind.REVOKE: 2,
     }[kind]
     fits = (
         len(parts) == expected
@@ -165,7 +168,7 @@ def _when(spec: str, when: str) -> tuple[float, Anchor | None]:
     return (-offset if relative["sign"] == "-" else offset), Anchor(relative["anchor"])
 
 
-_AGENT_FAULTS = (FaultKind.KILL_AGENT, FaultKind.KILL_SITE, FaultKind.OVERLOAD)
+_AGENT_FAULTS = (FaultKind.KILL_AGENT, FaultKind.KILL_SITE, FaultKind.OVERLOAD, FaultKind.REVOKE)
 
 
 def _overload(spec: str, args: list[str]) -> tuple[float, float | None]:

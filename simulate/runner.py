@@ -29,8 +29,9 @@ from simulate import charts
 from simulate.checking import Reference, check_sinks, site_counts
 from simulate.cluster import Cluster
 from simulate.drain import drain_problems, wait_drained
-from simulate.errors import SimulationError
+from simulate.errors import InvalidOption, SimulationError
 from simulate.fault_schedule import FaultSchedule
+from simulate.faults import FaultKind
 from simulate.netns.topology import NetnsTopology
 from simulate.progress import EventLog, SiteStatus, Status
 from simulate.readiness import plan_sites, subscription_baseline, wait_heartbeats, wait_subscribed
@@ -92,6 +93,13 @@ class Run:
         charts.require()
         self.opts = opts
         self.scenario = scenario = Scenario.load(opts)
+        revokes = [f.describe() for f in scenario.faults if f.kind is FaultKind.REVOKE]
+        if revokes and insecure_brokers:
+            msg = (
+                f"{', '.join(revokes)} shows the brokers refusing a revoked site, "
+                "which plain anonymous brokers cannot: drop --insecure-brokers"
+            )
+            raise InvalidOption(msg)
         kind = NetnsTopology if opts.hosts == "netns" else Topology
         self.topology = kind(scenario.sites, scenario.sim, scenario.run_dir, opts.broker, secure=not insecure_brokers)
         self.cluster = Cluster(self.topology, scenario.run_dir, scenario.hub, scenario.spokes)
@@ -300,7 +308,8 @@ class Run:
         """The source records the sites killed for good took with them (see :mod:`simulate.site_losses`)."""
         app = self.scenario.app
         windows = {n: op.window.size or op.window.gap or 0.0 for n, op in app.operators.items() if op.window}
-        return destroyed_by(self.faults.killed, self.placement, self.scenario.source_sites, windows)
+        faults = self.faults
+        return destroyed_by(faults.killed, self.placement, self.scenario.source_sites, windows, faults.revoked)
 
     def _outcome(self) -> Outcome:
         scenario, collector = self.scenario, self.collector

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from simulate.config import Simulation, parse_simulation
 from simulate.errors import InvalidOption, SimulationError
-from simulate.faults import Fault, parse_faults
+from simulate.faults import Fault, FaultKind, parse_faults
 from simulate.progress import Status
 from spanedge.app import App
 from spanedge.loader import load_app
@@ -35,7 +35,7 @@ HOSTS = ("loopback", "netns")
 #: What a simulation writes to its run directory (:func:`clear_run_dir` removes these, nothing else).
 RUN_OUTPUT = frozenset(
     {
-        *("agents", "brokers", "hub", "logs", "sites"),
+        *("agents", "brokers", "hub", "logs", "revocations", "sites"),
         *("deploy.json", "events.log", "netns.json", "placement.json", "plan.json", "plan-key.pem"),
         *("report.html", "report.json", "timeline.json"),
     }
@@ -150,6 +150,10 @@ class Scenario:
         sites.check_app_streams(app.source_streams(), app.name)
         faults = tuple(parse_faults(opts.faults, sites))
         mode = opts.resolved_mode()
+        revokes = [f.describe() for f in faults if f.kind is FaultKind.REVOKE]
+        if revokes and mode != "managed":
+            msg = f"{', '.join(revokes)} revokes a site at the hub's REST API: it needs --mode managed"
+            raise InvalidOption(msg)
         label = opts.label or opts.placement
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = (opts.run_dir or Path(".spanedge") / "sim" / f"{stamp}-{label}").resolve()

@@ -9,6 +9,8 @@ replicas it ran (``S = D`` included), the records of ``S`` with an event time
 from ``t - lookback`` (windows still open, results not yet delivered) to the
 switch of the last of those replicas away from ``D`` (for ever if none
 moved). :mod:`simulate.checking` excuses the results that depend on them.
+A spoke revoked at the hub (``revoke``) counts alike: its agent runs on, but
+the brokers refuse what it sends from then on.
 
 An agent behind its input (a busy machine) may still hold older results: so
 the records lost start no later than the longest window before what the
@@ -19,7 +21,7 @@ hub's plan history says the dead site had delivered (a move's
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,7 @@ class Destroyed:
     start: float
     end: float
     dead: str
+    revoked: bool = False  # ``dead`` was revoked (its agent ran on, refused), not killed
 
     def covers(self, site: str, event_time: float) -> bool:
         """True if a record of ``site`` at ``event_time`` is among these."""
@@ -40,7 +43,8 @@ class Destroyed:
     def describe(self, t0: float) -> str:
         """One line for the report, times relative to ``t0``."""
         end = "the end" if math.isinf(self.end) else f"{self.end - t0:.0f} s"
-        return f"records of {self.source} from {self.start - t0:.0f} s to {end}: lost with {self.dead}"
+        why = f"refused with revoked {self.dead}" if self.revoked else f"lost with {self.dead}"
+        return f"records of {self.source} from {self.start - t0:.0f} s to {end}: {why}"
 
 
 def destroyed_by(
@@ -48,8 +52,9 @@ def destroyed_by(
     placement: Mapping[str, Any] | None,
     sources: Iterable[str],
     windows: Mapping[str, float],
+    revoked: Collection[str] = (),
 ) -> list[Destroyed]:
-    """The records that the spokes in ``kills`` (site: wall-clock time killed) destroyed.
+    """The records that the spokes in ``kills`` (site: wall-clock time killed or ``revoked``) destroyed.
 
     ``placement`` is the hub's ``GET /apps/<name>/placement`` answer at the end
     of the run (its replicas, handovers and history); ``sources`` are the sites
@@ -69,7 +74,7 @@ def destroyed_by(
             _, _, home = replica.partition("@")
             for source in [home] if home else everyone:
                 ends[source] = max(ends.get(source, killed), leaves)
-        out += [Destroyed(source, start, end, dead) for source, end in sorted(ends.items())]
+        out += [Destroyed(source, start, end, dead, dead in revoked) for source, end in sorted(ends.items())]
     return out
 
 

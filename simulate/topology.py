@@ -147,10 +147,21 @@ class Topology:
         passwords.write_text(password_file(self.passwords))
         security = {}
         for name in self.sites.sites:
-            acl = directory / f"{name}.acl"
-            acl.write_text(acl_text(self.sites, [name], observers=[OBSERVER]))
+            acl = self.acl_file(name)
+            acl.parent.mkdir(parents=True, exist_ok=True)
+            acl.write_text(acl_text(self.sites, [name], observers=[OBSERVER], per_site=True))
             security[name] = BrokerSecurity(tls, passwords, acl)
         return security
+
+    @property
+    def acl_dir(self) -> Path:
+        """The brokers' ACL files, laid out as the hub's ``--broker-dir`` writes them (:mod:`hub.control.brokers`)."""
+        return self.run_dir / "brokers" / "acl"
+
+    def acl_file(self, site: str) -> Path:
+        """The ACL of ``site``'s broker: ``acl`` for the first hub's, ``<site>/acl`` for the others (one broker each)."""
+        first_hub = self.sites.hubs[0].name if self.sites.hubs else None
+        return self.acl_dir / "acl" if site == first_hub else self.acl_dir / site / "acl"
 
     def tls_hosts(self) -> tuple[str, ...]:
         """The addresses the brokers' certificate names: every address a process reaches a broker at."""

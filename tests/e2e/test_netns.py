@@ -1,9 +1,11 @@
-"""The smart farm with every site in its own network namespace: a link taken down, an agent killed, a move.
+"""The smart farm with every site in its own network namespace: a link down, an agent killed, a site revoked.
 
 One run (``--hosts netns``) shares its outcome with every test here: field-west's
 WAN link is taken down from 4 s to 15 s, the barn's agent is SIGKILLed in its
-namespace at 12 s and started there again, and the barn's links slow to 300 ms
-at 20 s, which moves field-east's windows away from it. Mosquitto, the agents,
+namespace at 12 s and started there again, and at 25 s the barn, which runs
+field-east's windows, is revoked at the hub (``spanedge site revoke``): its
+agent and sensors run on, every broker refuses it, and its windows move to
+the shed, field-east recomputing what the barn held. Mosquitto, the agents,
 the hub and its Spark run inside the namespaces; the simulator reaches them
 over each site's lab link.
 """
@@ -24,7 +26,7 @@ from tests.e2e.test_cold_chain import _assert_exact
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 KILL_BARN = "kill-agent:barn@12s"
-SLOW_BARN = "latency:barn:300@20s"
+REVOKE_BARN = "revoke:barn@25s"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def netns_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return simulate_smart_farm(
         directory,
         duration=80,
-        faults=[CUT_WEST, KILL_BARN, SLOW_BARN],
+        faults=[CUT_WEST, KILL_BARN, REVOKE_BARN],
         tweak={"settle": "15s"},
         app=short_farm_window(directory),
         hosts="netns",
@@ -96,15 +98,28 @@ def test_an_agent_killed_in_its_namespace_restarts_there_and_loses_nothing(netns
     _assert_exact(netns_run)
 
 
-def test_a_latency_change_moves_the_windows_once_with_every_record(netns_run: Any) -> None:
+def test_a_site_revoked_mid_run_is_refused_by_every_broker_and_its_windows_move_on(netns_run: Any) -> None:
+    assert any("revoked site barn; its agent and sensors keep running" in e for e in netns_run.events)
+    answer = json.loads((netns_run.run_dir / "revocations" / "barn.json").read_text())
+    assert answer["replanned"] == ["smart-farm"], answer
+    assert len(answer["brokers_reloaded"]) == 5, answer  # one Mosquitto per site, each in its namespace
+    assert all(line.endswith("reloaded (SIGHUP)") for line in answer["brokers_reloaded"]), answer
+    acls = sorted((netns_run.run_dir / "brokers" / "acl").rglob("acl"))
+    assert len(acls) == 5
+    assert all("user barn\n" not in path.read_text() for path in acls)
+    # its windows moved to the shed, where field-east recomputed what the barn held, and nothing was lost or wrong
     placement = json.loads((netns_run.run_dir / "placement.json").read_text())
-    moves = [h for h in placement["history"][1:] if h.get("changed")]
-    assert moves, (placement["history"], netns_run.run_dir)
-    moved = {m["replica"]: (m["from"], m["to"]) for m in moves[0]["moved"]}
-    source, target = moved["probe_means@field-east"]
-    assert source == "barn", moved
-    assert target not in ("barn", "cloud"), moved
+    (entry,) = [h for h in placement["history"][1:] if h.get("changed")]
+    assert entry["reason"] == "site barn revoked: re-planned without it", entry
+    (move,) = [m for m in entry["moved"] if m["replica"] == "probe_means@field-east"]
+    assert (move["from"], move["to"], move.get("recovered_by")) == ("barn", "shed", "field-east"), move
     switch = next(h["switch_at"] for h in placement["handovers"] if h["replica"] == "probe_means@field-east")
     after = [r for r in netns_run.collector.results if r.sink == "valve_bus" and r.value["at"] > switch]
     assert after, "no valve command of a window after the switch"
+    assert netns_run.report.destroyed == 0, netns_run.report.sinks
     _assert_exact(netns_run)
+    # its agent ran to the end, but the brokers refused its heartbeats from their reload on: the hub,
+    # which ignores a revoked site's heartbeats, saw at most one sent before the reload
+    hub_log = (netns_run.run_dir / "logs" / "hub.log").read_text()
+    assert "site barn revoked:" in hub_log
+    assert hub_log.count("ignoring a heartbeat on site 'barn''s topic") <= 1

@@ -52,7 +52,6 @@ class CertBroker(Mosquitto):
     def __init__(self, workdir: Path, ca: CertificateAuthority, broker_dir: Path) -> None:
         self.ca, self.broker_dir = ca, broker_dir
         self.tls = ca.write_server_files(workdir / "tls", ("127.0.0.1",))
-        self.pid_file = workdir / "mosquitto.pid"
         super().__init__(workdir=workdir, name="hub")
 
     def configure(self) -> None:
@@ -62,7 +61,7 @@ class CertBroker(Mosquitto):
             f"listener {self.port} 127.0.0.1\ncafile {self.tls.ca_file}\ncertfile {self.tls.cert_file}\n"
             f"keyfile {self.tls.key_file}\nrequire_certificate true\nuse_identity_as_username true\n"
             f"crlfile {self.broker_dir / 'crl.pem'}\nacl_file {self.broker_dir / 'acl'}\n"
-            f"pid_file {self.pid_file}\nallow_anonymous false\n"
+            "allow_anonymous false\n"
         )
         body = self.config.read_text().split("\n", 2)[2]  # the plain listener's first two lines replaced
         self.config.write_text(listener + body)

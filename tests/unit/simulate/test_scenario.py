@@ -35,6 +35,8 @@ def test_baselines_need_standalone_mode_and_bad_faults_are_refused(tmp_path: Pat
     with pytest.raises(InvalidFault, match="unknown site 'truck-8'"):
         Scenario.load(Options(SITES, APP, faults=["kill-agent:truck-8@1s"], run_dir=tmp_path / "b"))
     assert not (tmp_path / "b").exists()
+    with pytest.raises(SimulationError, match="revoke:truck-7@5s revokes a site at the hub's REST API: it needs"):
+        Scenario.load(Options(SITES, APP, faults=["revoke:truck-7@5s"], mode="standalone", run_dir=tmp_path / "c"))
 
 
 def test_the_fleet_has_the_devices_and_qos_of_the_simulation_section(tmp_path: Path) -> None:

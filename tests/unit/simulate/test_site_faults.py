@@ -1,4 +1,4 @@
-"""The overload and kill-site faults: their grammar and what the schedule does with them."""
+"""The overload, kill-site and revoke faults: their grammar and what the schedule does with them."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def test_overload_takes_an_optional_factor_then_an_optional_duration() -> None:
         ("kill-site:barn:3@2s", "kill-site takes the form kill-site:<spoke>@<t>"),
         ("kill-site:cloud@2s", "is a hub and runs no agent"),
         ("overload:cloud@2s", "is a hub and runs no agent"),
+        ("revoke:cloud@2s", "is a hub and runs no agent"),
+        ("revoke:barn:3@2s", "revoke takes the form revoke:<spoke>@<t>"),
     ],
 )
 def test_bad_site_faults_say_why(spec: str, why: str) -> None:
@@ -57,6 +59,10 @@ class Target:
 
     def kill_site(self, site: str) -> None:
         self.calls.append(("kill-site", site))
+
+    def revoke_site(self, site: str) -> list[str]:
+        self.calls.append(("revoke", site))
+        return ["broker.pid: pid 7 reloaded (SIGHUP)", "apps re-planned: smart-farm"]
 
 
 async def test_overload_shrinks_the_budget_to_a_share_of_the_use_then_restores_it() -> None:
@@ -84,3 +90,21 @@ async def test_kill_site_stops_the_sensors_kills_the_agent_for_good_and_says_whe
     assert target.calls == [("kill-site", "barn")]
     assert schedule.killed == {"barn": 42.0}
     assert schedule.stopped == {"barn"}
+
+
+async def test_revoke_counts_the_site_lost_from_then_on_but_keeps_its_sensors_and_agent() -> None:
+    target, stopped, notes = Target(), list[str](), list[str]()
+    schedule = FaultSchedule(
+        parse_faults(["revoke:barn@0s"]),
+        target,  # type: ignore[arg-type]
+        "cloud",
+        notes.append,
+        stop_sensors=stopped.append,
+        clock=lambda: 42.0,
+    )
+    await schedule.run(asyncio.get_running_loop().time())
+    assert stopped == []  # a revoked gateway goes on sending: the brokers refuse it
+    assert target.calls == [("revoke", "barn")]
+    assert schedule.killed == {"barn": 42.0}
+    assert schedule.revoked == {"barn"}
+    assert any(n.startswith("revoked site barn; its agent and sensors keep running: broker.pid") for n in notes)

@@ -84,6 +84,8 @@ def test_a_dead_spoke_destroys_its_own_records_and_its_guests_until_their_switch
         Destroyed("field-east", 197.0, math.inf, "field-east")
     ]
     assert lookback_of([10.0, 30.0]) == 33.0
+    (refused,) = destroyed_by({"barn": 100.0}, _placement(switch_at=150.0), ["field-east"], windows, ["barn"])
+    assert refused.describe(0.0) == "records of field-east from 87 s to 150 s: refused with revoked barn"
 
 
 def test_a_dead_spoke_behind_its_input_destroys_from_what_it_last_said_it_delivered() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hub.control.brokers import BrokerFiles
 from simulate.config import parse_simulation
 from simulate.topology import OBSERVER, PASSWORD_ENV, Topology, broker_kind
 from simulate.wan import LinkProxy
@@ -44,8 +45,18 @@ def test_each_site_sees_remote_brokers_through_the_wan(tmp_path: Path) -> None:
         assert broker.tls.ca_file == str(topology.ca_file)
     assert topology.env("truck-7") == {PASSWORD_ENV: topology.passwords["truck-7"]}
     assert set(topology.passwords) == {*sites.sites, OBSERVER}
-    assert "user truck-7\ntopic readwrite #" in (tmp_path / "brokers" / "truck-7.acl").read_text()
-    assert "pattern read spanedge/v1/control/%u/plan" in (tmp_path / "brokers" / "cloud.acl").read_text()
+    own = topology.acl_file("truck-7").read_text()
+    assert "user truck-7\ntopic write spanedge/v1/+/+/truck-7" in own
+    assert "topic readwrite #" in own.split("user truck-7\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert "user truck-9\ntopic write spanedge/v1/+/+/truck-9\ntopic write spanedge/v1/control/truck-9/heartbeat" in (
+        topology.acl_file("cloud").read_text()
+    )
+    # the hub, given the ACL directory, writes the same files from its own view of the sites
+    hub_files = tmp_path / "hub-acl"
+    BrokerFiles(hub_files, observers=[OBSERVER]).write(load_sites(topology.write_sites_file("cloud")), ())
+    for site in sites.sites:
+        written = hub_files / topology.acl_file(site).relative_to(topology.acl_dir)
+        assert written.read_text() == topology.acl_file(site).read_text(), site
     assert (tmp_path / "brokers" / "passwords").read_text().count("$7$") == len(topology.passwords)
     assert seen.links == sites.links
     assert len(topology.links) == 6
