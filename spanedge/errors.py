@@ -38,6 +38,10 @@ class InvalidPlan(SpanEdgeError, ValueError):
     """A plan is malformed, forged, stale or does not match its app."""
 
 
+class InvalidRollout(SpanEdgeError, ValueError):
+    """A staged rollout's stages or gates are malformed or select no site, or a rollout step does not apply."""
+
+
 class InfeasiblePlacement(SpanEdgeError, ValueError):
     """No placement satisfies the scope and capacity constraints."""
 

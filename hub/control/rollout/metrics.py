@@ -1,0 +1,238 @@
+"""What a gate measures: one value per site from the heartbeats it sent in a stage's hold window.
+
+* ``dead_letter_rate``: dead letters (``dlq``) per record the app's sources took
+  in; the limit a fraction (``0.01``) or a percentage (``1%``).
+* ``late_rate``: late records (``late``) per record taken in; the same limits.
+* ``cpu``: the agent's mean CPU use (``cpu_percent``) as a share of the site's
+  CPU budget; ``0.8`` or ``80%``.
+* ``rss``: the agent's largest resident memory (``rss_bytes``); ``200MB``,
+  ``1.5GiB`` or a number of bytes (kB, MB, GB are powers of 1000, KiB, MiB, GiB of 1024).
+* ``outbox_backlog``: the most records waiting in the outbox (``outbox.records``).
+* ``watermark_lag``: the largest watermark lag (``watermark_lag_s``); ``5s``,
+  ``500ms`` or a number of seconds (:func:`spanedge.durations.parse_duration`).
+
+A rate divides counter increases between the first and the last heartbeat of
+the window (a counter that went down, its agent restarted, counts from zero
+again), never one heartbeat's numbers; it needs two heartbeats, and is 0 when
+the site took no record in and dead-lettered none. The records taken in are
+the ``in`` counts of the app's source replicas at the site (``<stream>@<site>``,
+``<app>/<stream>@<site>`` when the site runs several apps). The CPU budget is
+the one the site reports (``cpu_budget``), else its declared ``cpu``. A gauge
+no heartbeat of the window reports (no watermark yet) has no value and passes.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from spanedge.durations import parse_duration
+from spanedge.wire.heartbeat import Heartbeat
+
+
+@dataclass(frozen=True)
+class Beat:
+    """A heartbeat as the hub received it: its site, the hub's clock then, and the heartbeat."""
+
+    site: str
+    at: float
+    heartbeat: Heartbeat
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the gates of an app need besides heartbeats.
+
+    Attributes:
+        app: the app's name.
+        sources: the app's source streams (their replicas' ``in`` counts are the records taken in).
+        cpu: each site's declared CPU cores (``sites.yaml``), for a site that reports no budget.
+    """
+
+    app: str
+    sources: frozenset[str] = frozenset()
+    cpu: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One site's value of a metric over a window.
+
+    Attributes:
+        value: the value (None: none could be measured).
+        note: why there is no value, or what qualifies it, for people.
+        fails: no value, and the gate fails for it whatever its limit.
+    """
+
+    value: float | None
+    note: str = ""
+    fails: bool = False
+
+
+class Kind(enum.StrEnum):
+    """How a metric's limit is written and its values are shown."""
+
+    RATIO = "ratio"  # 0.01 or 1%
+    SHARE = "share"  # of the CPU budget: 0.8 or 80%
+    BYTES = "bytes"
+    RECORDS = "records"
+    SECONDS = "seconds"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A gate's metric: its name, how its limit is written and how a site's value is measured."""
+
+    name: str
+    kind: Kind
+    measure: Callable[[Sequence[Beat], str, Context], Reading]
+    doc: str
+
+    def limit(self, text: str) -> float:
+        """The limit ``text`` means for this metric; raise ``ValueError`` saying how to write one."""
+        return _LIMITS[self.kind](text)
+
+    def show(self, value: float | None, *, short: bool = False) -> str:
+        """A value of this metric for people (``short``: a share without what it is a share of)."""
+        if value is None:
+            return "none"
+        if self.kind is Kind.RATIO or (self.kind is Kind.SHARE and short):
+            return f"{100 * value:.3g}%"
+        if self.kind is Kind.SHARE:
+            return f"{100 * value:.3g}% of the CPU budget"
+        if self.kind is Kind.BYTES:
+            return _show_bytes(value)
+        if self.kind is Kind.RECORDS:
+            return f"{value:g} records"
+        return f"{value:.3g} s"
+
+
+def increase(values: Sequence[float]) -> float:
+    """How much a counter grew over ``values``, in order; a drop (a restart) counts from zero again."""
+    return sum(b - a if b >= a else b for a, b in itertools.pairwise(values))
+
+
+def records_in(beat: Heartbeat, site: str, context: Context) -> int:
+    """The records the app's sources at ``site`` took in, as ``beat`` counts them."""
+    total = 0
+    for stream in context.sources:
+        for replica in (f"{stream}@{site}", f"{context.app}/{stream}@{site}"):
+            total += int(beat.operators.get(replica, {}).get("in", 0))
+    return total
+
+
+def _rate(counter: str, what: str) -> Callable[[Sequence[Beat], str, Context], Reading]:
+    def measure(beats: Sequence[Beat], site: str, context: Context) -> Reading:
+        counted = [b.heartbeat for b in beats if getattr(b.heartbeat, counter) is not None]
+        if len(counted) < 2:
+            why = "one heartbeat" if counted else f"no heartbeat reporting {counter!r}"
+            return Reading(None, f"{why} in the window: no counter increase to divide", fails=True)
+        bad = increase([float(getattr(h, counter)) for h in counted])
+        taken = increase([float(records_in(h, site, context)) for h in counted])
+        if taken > 0:
+            return Reading(bad / taken)
+        if bad > 0:
+            return Reading(None, f"{bad:g} {what} but no record taken in", fails=True)
+        return Reading(0.0, "no record taken in")
+
+    return measure
+
+
+def _cpu(beats: Sequence[Beat], site: str, context: Context) -> Reading:
+    shares = []
+    for b in beats:
+        h = b.heartbeat
+        if h.cpu_percent is None:
+            continue
+        budget = h.cpu_budget if h.cpu_budget else context.cpu.get(site, 1.0)
+        shares.append(h.cpu_percent / 100 / budget)
+    return Reading(sum(shares) / len(shares)) if shares else Reading(None, "not reported")
+
+
+def _largest(read: Callable[[Heartbeat], float | None]) -> Callable[[Sequence[Beat], str, Context], Reading]:
+    def measure(beats: Sequence[Beat], site: str, context: Context) -> Reading:
+        values = [v for b in beats if (v := read(b.heartbeat)) is not None]
+        return Reading(float(max(values))) if values else Reading(None, "not reported")
+
+    return measure
+
+
+def _backlog(h: Heartbeat) -> float | None:
+    records = h.outbox.get("records")
+    return None if records is None else float(records)
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("dead_letter_rate", Kind.RATIO, _rate("dlq", "dead letters"), "dead letters per record taken in"),
+        Metric("late_rate", Kind.RATIO, _rate("late", "late records"), "late records per record taken in"),
+        Metric("cpu", Kind.SHARE, _cpu, "the agent's mean CPU use as a share of the site's CPU budget"),
+        Metric("rss", Kind.BYTES, _largest(lambda h: h.rss_bytes), "the agent's largest resident memory"),
+        Metric("outbox_backlog", Kind.RECORDS, _largest(_backlog), "the most records waiting in the outbox"),
+        Metric("watermark_lag", Kind.SECONDS, _largest(lambda h: h.watermark_lag_s), "the largest watermark lag"),
+    )
+}
+"""The metrics a gate can name."""
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        msg = f"expected a number at least 0, got {text!r}"
+        raise ValueError(msg)
+    return value
+
+
+def _fraction(text: str) -> float:
+    percent = text.endswith("%")
+    try:
+        value = _number(text[:-1].strip() if percent else text)
+    except ValueError:
+        msg = f"expected a fraction such as 0.01 or a percentage such as 1%, got {text!r}"
+        raise ValueError(msg) from None
+    return value / 100 if percent else value
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+_BYTES = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)")
+
+
+def _bytes(text: str) -> float:
+    match = _BYTES.fullmatch(text)
+    unit = match.group(2).lower() if match is not None else None
+    if match is None or unit not in _BYTE_UNITS:
+        msg = f"expected a size such as 200MB, 1.5GiB or a number of bytes, got {text!r}"
+        raise ValueError(msg)
+    return float(match.group(1)) * _BYTE_UNITS[unit]
+
+
+def _records(text: str) -> float:
+    try:
+        return _number(text)
+    except ValueError:
+        msg = f"expected a number of records such as 1000, got {text!r}"
+        raise ValueError(msg) from None
+
+
+_LIMITS: dict[Kind, Callable[[str], float]] = {
+    Kind.RATIO: _fraction,
+    Kind.SHARE: _fraction,
+    Kind.BYTES: _bytes,
+    Kind.RECORDS: _records,
+    Kind.SECONDS: parse_duration,
+}
+
+
+def _show_bytes(value: float) -> str:
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:g} B"
