@@ -9,21 +9,22 @@ records is the runtime's :class:`~spanedge.runtime.windows.Aggregations`
 (built-in and the app's custom ones), and a record whose key or aggregated
 fields the runtime cannot read is an expected dead letter, as at the edge.
 Hub ``transform`` functions are not evaluated: sinks behind them are reported
-as unchecked.
+as unchecked. Given the outputs of the operators that ran elsewhere (the edge
+part of ``spanedge preview``), it evaluates only the operators after them.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from spanedge.app import App
 from spanedge.dag import OperatorGraph
 from spanedge.operators import Kind, Operator, WindowKind, WindowSpec
-from spanedge.runtime import WINDOW_TIME_OFFSET, apply
+from spanedge.runtime import WINDOW_TIME_OFFSET, apply, failure
 from spanedge.runtime.windows import AggregationError, Aggregations, FieldError, WindowState
 from spanedge.scope import Scope
 
@@ -46,9 +47,23 @@ class Member:
     values: list[Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A record (or a window's results) an operator failed on: where the record came from, why, and its value."""
+
+    operator: str
+    site: str
+    reason: str
+    value: Any
+
+
 @dataclass
 class Expected:
-    """Expected results per sink; ``unchecked`` names sinks the reference cannot evaluate."""
+    """Expected results per sink; ``unchecked`` names sinks the reference cannot evaluate.
+
+    ``errors`` counts the expected dead letters per source site and ``failures``
+    lists them; ``counts`` holds the records into and out of each evaluated operator.
+    """
 
     sinks: dict[str, list[Item]] = field(default_factory=dict)
     windowed: dict[str, WindowSpec] = field(default_factory=dict)
@@ -56,6 +71,13 @@ class Expected:
     """Sinks fed by a window through maps that reshape its results: records, checked up to the cutoff."""
     unchecked: dict[str, str] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    failures: list[Failure] = field(default_factory=list)
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def fail(self, op: Operator, site: str, reason: str, value: Any) -> None:
+        """Count an expected dead letter of ``op`` for a record of ``site``."""
+        self.errors[site] += 1
+        self.failures.append(Failure(op.name, site, reason, value))
 
 
 def window_starts(spec: WindowSpec, t: float) -> list[float]:
@@ -82,8 +104,8 @@ def _window(op: Operator, items: list[Item], expected: Expected) -> list[Item]:
     for item in items:
         try:
             members.append(Member(item, state.key_of(item.value), state.aggs.values(item.value)))
-        except FieldError:  # the runtime dead-letters a record its window cannot read
-            expected.errors[item.site] += 1
+        except FieldError as exc:  # the runtime dead-letters a record its window cannot read
+            expected.fail(op, item.site, f"window {op.name}: {exc}", item.value)
     if spec.kind is WindowKind.SESSION:
         for (site, key), mine in _by_key(members, per_site).items():
             start = last = None
@@ -104,12 +126,13 @@ def _window(op: Operator, items: list[Item], expected: Expected) -> list[Item]:
         else:
             end = round(start + (spec.size or 0.0), 6)
         where = site or mine[0].item.site
+        value: dict[str, Any] = {spec.key: key, "window_start": start, "window_end": end}
         try:
             results = _aggregate(state.aggs, mine)
-        except AggregationError:  # the runtime emits no result for the window and dead-letters the failure
-            expected.errors[where] += 1
+        except AggregationError as exc:  # the runtime emits no result for the window and dead-letters the failure
+            expected.fail(op, where, str(exc), value)
             continue
-        value: dict[str, Any] = {spec.key: key, "window_start": start, "window_end": end, **results}
+        value.update(results)
         out.append(Item(where, end - WINDOW_TIME_OFFSET, value))
     return out
 
@@ -129,13 +152,20 @@ def _by_key(members: list[Member], per_site: bool) -> dict[tuple[str, Any], list
     return out
 
 
-def evaluate(app: App, sources: dict[str, list[Item]]) -> Expected:
-    """Run the app over ``sources`` (records per source stream) and return the expected sink results."""
+def evaluate(app: App, sources: dict[str, list[Item]], given: Mapping[str, list[Item]] | None = None) -> Expected:
+    """Run the app over ``sources`` (records per source stream) and return the expected sink results.
+
+    With ``given`` (the outputs of operators that ran elsewhere, by operator
+    name), only the operators downstream of them run, from those outputs.
+    """
     graph = app.graph()
-    outputs: dict[str, list[Item]] = {}
+    outputs: dict[str, list[Item]] = dict(given or {})
+    run = set(graph.order) if given is None else {d for g in given for d in graph.descendants(g)} - set(given)
     expected = Expected()
     broken: dict[str, str] = {}
     for name in graph.order:
+        if name not in run:
+            continue
         op = graph.op(name)
         inputs = [item for up in op.inputs for item in outputs.get(up, [])]
         why = next((broken[up] for up in op.inputs if up in broken), None)
@@ -150,9 +180,10 @@ def evaluate(app: App, sources: dict[str, list[Item]]) -> Expected:
         elif op.kind is Kind.WINDOW and op.window is not None:
             outputs[name] = [] if name in broken else _window(op, inputs, expected)
         elif op.kind is Kind.TRANSFORM:
-            broken[name] = f"transform '{name}' runs PySpark code the reference does not evaluate"
+            broken[name] = f"transform '{name}' is PySpark code, which only the hub's Spark runs"
             outputs[name] = []
         elif op.kind is Kind.SINK:
+            outputs[name] = inputs
             if name in broken:
                 expected.unchecked[name] = broken[name]
             else:
@@ -163,6 +194,8 @@ def evaluate(app: App, sources: dict[str, list[Item]]) -> Expected:
                     expected.windowed[name] = spec
                 elif spec is not None:
                     expected.reshaped.add(name)
+        if name not in broken:
+            expected.counts[name] = (len(inputs) if op.inputs else len(outputs[name]), len(outputs[name]))
     return expected
 
 
@@ -171,8 +204,8 @@ def _apply(op: Operator, items: Iterable[Item], expected: Expected) -> Iterable[
         results: list[Any] | None = None
         try:
             results = list(apply(op, item.value))
-        except Exception:  # a user function failing on a record makes a dead letter, not a crash
-            expected.errors[item.site] += 1
+        except Exception as exc:  # a user function failing on a record makes a dead letter, not a crash
+            expected.fail(op, item.site, failure(op, exc), item.value)
         for value in results or ():
             yield Item(item.site, item.event_time, value)
 

@@ -50,6 +50,10 @@ class InvalidSnapshot(SpanEdgeError, ValueError):
     """Operator state that cannot be restored: another version, or not a snapshot at all."""
 
 
+class InvalidRecords(SpanEdgeError, ValueError):
+    """A file of records for ``spanedge preview`` that is malformed, does not fit the app, or is over a limit."""
+
+
 class MissingExtra(SpanEdgeError, ImportError):
     """An optional dependency group is not installed."""
 

@@ -13,7 +13,7 @@ agent clock (arrival time and the far-future bound).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,16 +136,33 @@ def local_plan(app: App, sites: Sites, hub: str | None = None) -> Plan:
     the others are singletons at ``hub`` (the first hub of ``sites`` by default).
     """
     from spanedge.operators import Kind
+
+    streams = {op.stream_name for op in app.operators.values() if op.kind is Kind.SOURCE}
+    sources = {stream: [s.name for s in sites.sources_of(stream)] for stream in streams}
+    return site_plan(app, sources, hub or sites.hubs[0].name)
+
+
+def site_plan(app: App, sources: Mapping[str, Sequence[str]], hub: str, edge: Collection[str] | None = None) -> Plan:
+    """A plan that runs the edge operators at each site sourcing their streams and the rest at ``hub``.
+
+    Args:
+        app: the app.
+        sources: per source stream, the sites that source it.
+        hub: the site the other operators run at, as singletons.
+        edge: the operators that get one replica per source site (each fed only by sources and
+            such operators); by default every operator that is not hub-only and reads only from them.
+    """
+    from spanedge.operators import Kind
     from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals
 
-    hub = hub or sites.hubs[0].name
     graph = app.graph()
     groups: dict[str, list[str]] = {}  # edge operator -> source sites it has replicas at
     for name in graph.order:
         op = graph.op(name)
+        at_edge = name in edge if edge is not None else not op.hub_only
         if op.kind is Kind.SOURCE:
-            groups[name] = [s.name for s in sites.sources_of(op.stream_name)]
-        elif not op.hub_only and op.inputs and all(u in groups for u in op.inputs):
+            groups[name] = list(sources.get(op.stream_name, ()))
+        elif at_edge and op.inputs and all(u in groups for u in op.inputs):
             groups[name] = sorted({g for u in op.inputs for g in groups[u]})
     assignments: list[Assignment] = []
     for name in graph.order:
@@ -173,4 +190,4 @@ def local_plan(app: App, sites: Sites, hub: str | None = None) -> Plan:
     )
 
 
-__all__ = ["DeadLetter", "EdgeResult", "local_plan", "run_edge"]
+__all__ = ["DeadLetter", "EdgeResult", "local_plan", "run_edge", "site_plan"]

@@ -19,6 +19,7 @@ from spanedge.cli.deploy import deploy
 from spanedge.cli.hub import hub
 from spanedge.cli.keys import keys
 from spanedge.cli.params import Group
+from spanedge.cli.preview import preview
 from spanedge.cli.simulate import simulate
 from spanedge.cli.site import site
 from spanedge.cli.status import status
@@ -44,7 +45,7 @@ def cli() -> None:
     """SpanEdge: one Python dataflow across edge sites and a Spark hub."""
 
 
-for _command in (deploy, agent, hub, site, status, simulate, broker_config, keys):
+for _command in (deploy, preview, agent, hub, site, status, simulate, broker_config, keys):
     cli.add_command(_command)
 
 

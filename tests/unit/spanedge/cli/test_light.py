@@ -275,3 +275,14 @@ def test_simulate_without_rich_names_the_sim_extra(tmp_path: Path) -> None:
         "asked for: rich",
     ]
     assert not run_dir.exists()
+
+
+def test_preview_runs_on_the_light_core_alone() -> None:
+    """No rich, solver, numpy or Spark: the hub part of a preview is plain Python."""
+    heavy = (*HIDDEN, "networkx", "numpy", "pulp", "highspy", "pyspark", "pyarrow", "pandas", "fastapi")
+    records = EXAMPLES / "cold_chain" / "records.jsonl"
+    command = [sys.executable, "-c", LAUNCH, ",".join(heavy), "preview", str(APP), "--input", str(records)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=_env(), check=False)
+    assert done.returncode == 0, done.stderr
+    assert _asked_for(done.stderr) == []
+    assert "sink fleet_alerts (hub): 1 result" in done.stdout
