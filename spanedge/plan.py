@@ -90,6 +90,22 @@ class Handover:
 
 
 @dataclass(frozen=True)
+class Join:
+    """A source site new to the app in this plan version, and the event time from which its data counts at the hub.
+
+    The hub cannot add a site's records to the windows it holds open: from
+    ``switch_at`` on, its windows (and record-level results) take the site's
+    records; before it, the hub's query of the placement without the site
+    writes them, so the other sites' results come out as they would have.
+    ``switch_at`` is chosen as for a handover to the hub
+    (:mod:`hub.handover.switches`).
+    """
+
+    site: str
+    switch_at: float
+
+
+@dataclass(frozen=True)
 class KeyPart:
     """A share of a keyed replica's keys that runs at another site than its assignment.
 
@@ -183,6 +199,7 @@ class Plan:
     app_source: str = ""
     handovers: tuple[Handover, ...] = ()
     parts: tuple[KeyPart, ...] = ()
+    joins: tuple[Join, ...] = ()
 
     def site_of(self, replica: str) -> str:
         """Return the site where ``replica`` runs."""
@@ -297,6 +314,10 @@ class Plan:
         order = [b.replica for b in self.assignments]
         return [r for r in order if r in ups], [r for r in order if r in downs]
 
+    def source_sites(self) -> set[str]:
+        """The sites whose streams the plan reads: the source sites of its per-site replicas."""
+        return {a.group for a in self.assignments if a.group is not None}
+
     def at(self, site: str) -> list[Assignment]:
         """Replicas that run at ``site``, in plan (topological) order."""
         return [a for a in self.assignments if a.site == site]
@@ -315,10 +336,12 @@ class Plan:
         return [f for f in self.flows if site[f.src] != site[f.dst]]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary; a plan without key parts has no ``parts`` and its handovers no key range."""
+        """A JSON-ready dictionary; a plan without key parts or joins has no ``parts`` or ``joins``, its handovers no key range."""
         data = dataclasses.asdict(self)
         if not self.parts:
             del data["parts"]
+        if not self.joins:
+            del data["joins"]
         for p in data.get("parts", ()):
             if p["share"] is None:
                 del p["share"]
@@ -352,6 +375,7 @@ class Plan:
                 app_source=str(data.get("app_source", "")),
                 handovers=tuple(Handover(**h) for h in data.get("handovers", ())),
                 parts=tuple(KeyPart(**p) for p in data.get("parts", ())),
+                joins=tuple(Join(**j) for j in data.get("joins", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             msg = f"malformed plan: {exc!r}; regenerate it with spanedge deploy --dry-run --output plan.json"

@@ -310,3 +310,35 @@ def parse_sites(text: str, where: str = "<sites.yaml>") -> Sites:
         msg = f"{where}: expected a mapping with a 'sites:' key, got {type(data).__name__}"
         raise InvalidSites(msg)
     return convert(data, Sites, where, title="sites file", lines=yaml_lines(node))
+
+
+DEFAULT_STREAM_RATE = 1.0
+"""The records/s a stream given as ``NAME=TOPIC`` is declared with; its site's agent measures the real rate."""
+
+
+def parse_stream(text: str, where: str = "--stream") -> tuple[str, StreamBinding]:
+    """A site's stream from ``NAME=TOPIC``, or ``NAME={topic: TOPIC, rate: R, ...}`` as ``streams:`` writes it.
+
+    ``NAME=TOPIC`` declares :data:`DEFAULT_STREAM_RATE` records/s; the mapping
+    form takes every field of :class:`StreamBinding` and is checked as
+    ``sites.yaml`` is (the topic filter included).
+
+    Raises:
+        InvalidSites: no ``NAME=``, an invalid stream name, or an invalid entry; the message says which, from ``where``.
+    """
+    name, sep, value = (part.strip() for part in text.partition("="))
+    if not sep or not name or not value:
+        msg = f"{where}: {text!r} is not NAME=TOPIC"
+        raise InvalidSites(msg)
+    problem = stream_name_problem(name)
+    if problem is not None:
+        msg = f"{where}: {problem}"
+        raise InvalidSites(msg)
+    data: Any = {"topic": value, "rate": DEFAULT_STREAM_RATE}
+    if value.startswith("{"):
+        try:
+            data = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            msg = f"{where}: stream {name!r}: {value!r} is not a YAML mapping: {getattr(exc, 'problem', exc)}"
+            raise InvalidSites(msg) from None
+    return name, convert(data, StreamBinding, where, title=f"stream {name!r}", prefix=("streams", name))

@@ -90,6 +90,7 @@ def placement_view(record: AppRecord) -> dict[str, Any]:
         "warnings": list(plan.warnings),
         "handovers": [dataclasses.asdict(h) for h in plan.handovers],
         "parts": [dataclasses.asdict(p) for p in plan.parts],
+        "joins": [dataclasses.asdict(j) for j in plan.joins],
         "history": [dataclasses.asdict(h) for h in record.history],
     }
 

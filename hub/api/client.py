@@ -229,10 +229,11 @@ class HubClient:
         broker: str | None = None,
         labels: dict[str, str] | None = None,
         cpu: float = 1.0,
+        streams: dict[str, Any] | None = None,
         ttl_s: float | None = None,
     ) -> dict[str, Any]:
-        """``POST /sites``: add a spoke; the answer holds its one-time join ``token``."""
-        body: dict[str, Any] = {"site": site, "labels": labels or {}, "cpu": cpu}
+        """``POST /sites``: add a spoke sourcing ``streams`` (as ``sites.yaml`` writes them); the answer holds its join ``token``."""
+        body: dict[str, Any] = {"site": site, "labels": labels or {}, "cpu": cpu, "streams": streams or {}}
         if broker is not None:
             body["broker"] = broker
         if ttl_s is not None:

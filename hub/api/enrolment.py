@@ -1,6 +1,7 @@
 """The REST API's enrolment routes: add a site and get its join token, join with it, revoke a site.
 
-* ``POST /sites`` (admin): add a spoke to the fleet; the answer holds its one-time join token.
+* ``POST /sites`` (admin): add a spoke to the fleet; the answer holds its one-time join token. The
+  spoke is planned nowhere until its agent's first heartbeat, which re-plans the apps that read its streams.
 * ``GET /join/ca`` (no bearer token): the hub CA's certificate, which the gateway checks against the
   SHA-256 its join token pins before it sends anything.
 * ``POST /join`` (no bearer token: the join token is the credential): a gateway sends its token and
@@ -37,7 +38,10 @@ class SiteAddRequest(BaseModel):
     broker: str | None = Field(default=None, description="its broker URL (default: the hub's broker)")
     labels: dict[str, str] = Field(default_factory=dict)
     cpu: float = Field(default=1.0, gt=0, description="CPU cores available to SpanEdge at the site")
-    streams: dict[str, Any] = Field(default_factory=dict, description="the streams it sources, as in sites.yaml")
+    streams: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the streams it sources, as sites.yaml writes them: {name: {topic, rate, record_bytes, qos}}",
+    )
     ttl_s: float | None = Field(default=None, gt=0, description="seconds the token is valid (default: the hub's)")
 
 
@@ -49,6 +53,9 @@ class SiteAddResponse(BaseModel):
     expires_at: float = Field(description="when the token expires (epoch seconds)")
     broker: str
     labels: dict[str, str]
+    streams: dict[str, Any] = Field(
+        default_factory=dict, description="the streams it sources; the apps that read them take it in once it joins"
+    )
 
 
 class JoinRequest(BaseModel):

@@ -85,6 +85,15 @@ class AssignmentModel(BaseModel):
     since: int = Field(default=0, description="the plan version at which this site took the replica over")
 
 
+class JoinModel(BaseModel):
+    """A source site new to the app in this plan version (:class:`spanedge.plan.Join`)."""
+
+    site: str
+    switch_at: float = Field(
+        description="event time (epoch seconds): the hub's windows starting here on take the site's records"
+    )
+
+
 class HandoverModel(BaseModel):
     """A replica moved between two sites, split at an event time (:class:`spanedge.plan.Handover`).
 
@@ -156,6 +165,7 @@ class PlanModel(BaseModel):
     app_source: str = ""
     handovers: list[HandoverModel] = Field(default_factory=list)
     parts: list[KeyPartModel] = Field(default_factory=list, description="replicas split by key (absent if none)")
+    joins: list[JoinModel] = Field(default_factory=list, description="source sites new to the app (absent if none)")
 
 
 class MoveModel(BaseModel):
@@ -266,6 +276,9 @@ class PlacementView(BaseModel):
         default_factory=list, description="moves between sites (spokes or the hub) still listed"
     )
     parts: list[KeyPartModel] = Field(default_factory=list, description="replicas split by key across sites")
+    joins: list[JoinModel] = Field(
+        default_factory=list, description="source sites new to the app still listed, and where the hub takes them in"
+    )
     history: list[HistoryModel] = Field(description="oldest first")
 
 
@@ -306,6 +319,10 @@ class SiteStatus(BaseModel):
     broker: str
     labels: dict[str, str] = Field(default_factory=dict, description="the site's labels (sites.yaml or site add)")
     revoked: bool = Field(default=False, description="the site was revoked: its certificate and messages are refused")
+    joining: bool = Field(
+        default=False,
+        description="added with 'spanedge site add' and not heard from yet: planned nowhere until its first heartbeat",
+    )
     streams: dict[str, float] = Field(description="declared records/s per stream it sources")
     alive: bool
     last_heartbeat_age_s: float | None

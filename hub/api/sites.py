@@ -22,7 +22,7 @@ class SitesAnswer:
     shows a heartbeat field of the wrong type as ``null``) only when its
     registry revision changed; the fields that follow the clock (``alive``,
     ``last_heartbeat_age_s``, ``latency``) are filled in per request, and the
-    whole answer is serialised with orjson; so is ``revoked``, which changes without a heartbeat.
+    whole answer is serialised with orjson; so are ``revoked`` and ``joining``, which change without a heartbeat.
     """
 
     def __init__(self) -> None:
@@ -47,6 +47,7 @@ class SitesAnswer:
             shown = dict(checked[1])
             shown["alive"] = bool(row["alive"])
             shown["revoked"] = bool(row["revoked"])
+            shown["joining"] = bool(row["joining"])
             age = row["last_heartbeat_age_s"]
             shown["last_heartbeat_age_s"] = None if age is None else float(age)
             shown["latency"] = {peer: _link(link) for peer, link in row["latency"].items()}

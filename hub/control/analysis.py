@@ -1,6 +1,6 @@
 """The analyse step of the coordinator's MAPE loop: which apps to re-plan, and why.
 
-A spoke over its CPU budget, gone, back or within budget again
+A spoke over its CPU budget, gone, back, within budget again or joined
 (:mod:`hub.control.site_health`) queues a re-plan of the apps it concerns; a
 latency or rate that drifted beyond the threshold (:mod:`hub.control.drift`)
 calls one once the app's last plan is old enough. Either waits while another
@@ -65,6 +65,13 @@ class Analysis:
         with self._health_lock:
             self.health.add_spoke(site)
 
+    def join(self, site: str) -> None:
+        """Note the first heartbeat of ``site``, added since: the next review re-plans the apps that read its streams."""
+        known = self.registry.sites.sites.get(site)
+        streams = known.streams if known is not None else {}
+        with self._health_lock:
+            self.health.join(site, streams)
+
     def revoke(self, site: str) -> None:
         """Count ``site`` gone for good: the next check re-plans the apps it runs replicas of, forced."""
         with self._health_lock:
@@ -88,8 +95,9 @@ class Analysis:
         with self._health_lock:
             changes = self.health.review(self._clock(), planned_load([(r.plan, app) for r, app in running]))
         for change in changes:
-            for record, _ in running:
-                if change.everywhere or with_capacity(record.plan, change.site):
+            for record, app in running:
+                reads = not change.streams.isdisjoint(app.source_streams())
+                if change.everywhere or reads or with_capacity(record.plan, change.site):
                     self._pending.setdefault(record.name, []).append(change.reason)
                     if not change.everywhere and self.gone(change.site):
                         self._forced.add(record.name)

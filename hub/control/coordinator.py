@@ -7,7 +7,8 @@ replanner places an app on deploy and again when a check calls for it
 (:mod:`hub.control.replanning`); the deployed apps install each plan version on
 the engine, the store and the sites (:mod:`hub.control.deployments`); the
 handovers of what moves are stamped and followed until they are over
-(:mod:`hub.control.handovers`).
+(:mod:`hub.control.handovers`). A site added with ``spanedge site add`` is
+planned nowhere until its agent's first heartbeat (:meth:`Coordinator.await_join`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Coordinator:
         handovers: the handovers of the deployed apps (switches, holds, frontiers, settling).
         deployments: the deployed apps, with the engine, store and distributor their plans go to.
         replanner: places an app on deploy and again when a check calls for it.
+        on_join: called with a site and the time of its first heartbeat when a site
+            :meth:`await_join` named joins (the enrolment keeps it in the fleet file).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Coordinator:
         )
         self.deployments = Deployments(self.handovers, distributor=distributor, engine=engine, store=store)
         self.replanner = Replanner(registry, planner, self.analysis, self.handovers, self.deployments, clock)
+        self.on_join: Callable[[str, float], None] | None = None
         self._lock = self.deployments.lock
 
     # -- the parts' state, by its usual names ---------------------------------------------------
@@ -239,12 +243,35 @@ class Coordinator:
                 data = orjson.loads(payload)
             except orjson.JSONDecodeError:
                 data = payload  # the registry rejects it with the reason
+        joins = site in self.registry.joining
         if not self.registry.heartbeat(site, data):
             return False
         now = self._clock()
+        if joins:
+            self._join(site, now)
         self.analysis.observe(site, data, now)
         self.handovers.observe(site, data, now)
         return True
+
+    def await_join(self, site: str) -> None:
+        """Plan ``site`` (added with ``spanedge site add``) nowhere until its agent is heard.
+
+        Its first heartbeat makes it a site like the others: the next check
+        re-plans the apps that read its streams, with the reason ``site <site>
+        joined``; the hub's windows take its data from the switch of that plan
+        (:class:`spanedge.plan.Join`).
+        """
+        self.registry.joining.add(site)
+
+    def _join(self, site: str, now: float) -> None:
+        self.registry.joining.discard(site)
+        self.analysis.join(site)
+        log.info("site %s joined: its agent's first heartbeat; the apps that read its streams are re-planned", site)
+        if self.on_join is not None:
+            try:
+                self.on_join(site, now)
+            except Exception:
+                log.exception("recording that site %s joined failed; it joins again after a hub restart", site)
 
     def window_holds(self, mark_of: Callable[[str], Mark]) -> dict[str, float | None]:
         """Per app, the event time from which its hub windows wait, or None.

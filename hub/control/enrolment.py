@@ -1,7 +1,9 @@
 """Enrolling gateways with a one-time token, and revoking sites.
 
 ``add`` puts a spoke in the fleet (:mod:`hub.control.fleet`) and issues its join token
-(:mod:`hub.control.join_tokens`); ``join`` redeems the token, signs the gateway's
+(:mod:`hub.control.join_tokens`); the spoke is planned nowhere until its agent's first
+heartbeat, which re-plans the apps that read its streams
+(:meth:`hub.control.coordinator.Coordinator.await_join`); ``join`` redeems the token, signs the gateway's
 certificate signing request with the hub's CA (:mod:`spanedge.ca`, in
 ``<state-dir>/ca``) and answers with what the gateway needs; ``revoke`` revokes
 the site's certificates, rewrites the brokers' ACL and CRL files and reloads the
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from hub.control.brokers import BrokerFiles
 from hub.control.coordinator import Coordinator
@@ -40,6 +44,7 @@ class Invitation:
     expires_at: float
     broker: str
     labels: dict[str, str]
+    streams: dict[str, Any]
 
 
 class Enrolment:
@@ -70,6 +75,9 @@ class Enrolment:
     def start(self) -> None:
         """Bring the registry and the brokers' files in line with the fleet (at the hub's start)."""
         registry = self.coordinator.registry
+        self.coordinator.on_join = self.fleet.join
+        for name in self.fleet.joining():
+            self.coordinator.await_join(name)
         registry.grow(self.fleet.sites)
         for site in self.fleet.sites.spokes:
             self.coordinator.analysis.add_spoke(site)
@@ -91,20 +99,37 @@ class Enrolment:
         """Add spoke ``name`` to the fleet (or make a new token for one added before) and issue its join token.
 
         Raises:
-            InvalidSites: the name is taken by ``sites.yaml`` or a revoked site, or the entry is invalid.
+            InvalidSites: the name is taken by ``sites.yaml`` or a revoked site, the entry is invalid, or a
+                deployed app has no source of one of its ``streams`` (it could not be placed any more).
         """
         check_site_name(name, "site add")
+        self._check_sources(name, streams or {})
         url = broker or self.default_broker
         entry = site_entry(url, cpu, dict(labels or {}), dict(streams or {}))
         if url.startswith("mqtts://"):
             entry["tls"] = {"ca_file": str(self.ca.cert_file)}
         site = self.fleet.add(name, entry)
+        if not self.fleet.joined(name):
+            self.coordinator.await_join(name)
         self.coordinator.registry.grow(self.fleet.sites)
         self.coordinator.analysis.add_spoke(site)
         self.brokers.write(self.fleet.sites, self.fleet.revoked())
         self.brokers.reload()
         token, expires = self.tokens.issue(name, fingerprint(self.ca.cert_pem), ttl_s)
-        return Invitation(name, token.text, expires, url, dict(site.labels))
+        streams = {stream: msgspec.to_builtins(binding) for stream, binding in site.streams.items()}
+        return Invitation(name, token.text, expires, url, dict(site.labels), streams)
+
+    def _check_sources(self, name: str, streams: Mapping[str, Any]) -> None:
+        """Refuse a stream a deployed app does not read: the placement of every app checks each site's streams."""
+        for _, app in self.coordinator.deployments.running():
+            sources = app.source_streams()
+            for stream in streams:
+                if stream not in sources:
+                    msg = (
+                        f"site {name}: stream {stream!r}: deployed app {app.name!r} has no source by that name "
+                        f"(its sources: {', '.join(sorted(sources))}); name the stream after the source it feeds"
+                    )
+                    raise InvalidSites(msg)
 
     def join(self, token_text: object, csr_pem: str, client: str = "") -> dict[str, Any]:
         """Redeem a join token for the gateway's request from address ``client``; the answer of ``POST /join``.

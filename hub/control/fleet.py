@@ -1,11 +1,18 @@
 """The hub's fleet: the sites of its ``sites.yaml``, the sites enrolled since, and the sites revoked.
 
 ``spanedge site add`` adds a spoke without touching ``sites.yaml`` (which stays
-read-only): the hub keeps the sites it added, and the names it revoked, in
-``<state-dir>/fleet.json``, and merges them over ``sites.yaml`` when it starts::
+read-only): the hub keeps the sites it added, when each was first heard from,
+and the names it revoked, in ``<state-dir>/fleet.json``, and merges them over
+``sites.yaml`` when it starts::
 
     {"added": {"truck-12": {<the site as sites.yaml writes it>}},
+     "joined": {"truck-12": 1767225500.0},
      "revoked": {"truck-12": {"at": 1767225600.0, "serials": [...]}}}
+
+An added site is planned nowhere until it *joins*: the hub's first heartbeat
+from its agent (:meth:`hub.control.coordinator.Coordinator.await_join`). A file
+of an older hub, without ``joined``, counts every site it added as joined (that
+hub planned them from their addition on).
 
 A revoked site stays in the fleet (the plans and their history name it) but
 is refused everywhere: its certificate, its broker rules, its messages at the
@@ -38,6 +45,7 @@ class Fleet:
         self._lock = threading.Lock()
         data = self._load()
         self._added: dict[str, Any] = dict(data.get("added", {}))
+        self._joined: dict[str, float | None] = dict(data.get("joined", dict.fromkeys(self._added)))
         self._revoked: dict[str, Any] = dict(data.get("revoked", {}))
         try:
             self.sites = self._merged(self._added)
@@ -54,7 +62,7 @@ class Fleet:
             msg = f"cannot read the hub's fleet file {self.path}: {exc}; fix or delete it (added sites are lost)"
             raise SpanEdgeError(msg) from None
         if not isinstance(data, dict):
-            msg = f"{self.path}: expected a mapping with 'added' and 'revoked', got {type(data).__name__}"
+            msg = f"{self.path}: expected a mapping with 'added', 'joined' and 'revoked', got {type(data).__name__}"
             raise SpanEdgeError(msg)
         return data
 
@@ -65,7 +73,7 @@ class Fleet:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path, {"added": self._added, "revoked": self._revoked})
+        write_json_atomic(self.path, {"added": self._added, "joined": self._joined, "revoked": self._revoked})
         self.path.chmod(0o600)
 
     def add(self, name: str, site: dict[str, Any]) -> Site:
@@ -100,6 +108,22 @@ class Fleet:
                 raise InvalidSites(msg)
             self._revoked[name] = {"at": at, "serials": serials}
             self._save()
+
+    def join(self, name: str, at: float) -> None:
+        """Record that site ``name``, added with ``spanedge site add``, was first heard from at ``at``."""
+        with self._lock:
+            if name in self._added and name not in self._joined:
+                self._joined[name] = at
+                self._save()
+
+    def joined(self, name: str) -> bool:
+        """Whether site ``name`` was added and has been heard from since (or is declared in ``sites.yaml``)."""
+        return name not in self._added or name in self._joined
+
+    def joining(self) -> list[str]:
+        """The sites added with ``spanedge site add`` and not heard from yet (a revoked one never will be)."""
+        with self._lock:
+            return [name for name in self._added if name not in self._joined]
 
     def revoked(self) -> dict[str, float]:
         """When each revoked site was revoked."""

@@ -92,8 +92,7 @@ class HandoverControl:
         plan = postpone(record.plan, replaced, app, self._clock(), delay=self.delay_s)
         if plan is record.plan or replaced is None:
             return record
-        was = min(h.switch_at for h in record.plan.handovers if h not in plan.handovers)
-        now = min(h.switch_at for h in plan.handovers if h not in record.plan.handovers)
+        was, now = min(_switches(record.plan, plan)), min(_switches(plan, record.plan))
         log.warning(
             "app %r: deploying plan v%d on the engine took until %.1f s before its switch; the switch moves %.0f s "
             "later, so the sites get the plan in time",
@@ -145,3 +144,10 @@ class HandoverControl:
     def take_delivered(self) -> list[tuple[str, str, str, float]]:
         """The moves whose old owner delivered its part since the last call: ``(app, replica, site, at)``."""
         return self.holds.take_delivered()
+
+
+def _switches(plan: Plan, other: Plan) -> list[float]:
+    """The switch times of the handovers and joins of ``plan`` that ``other`` does not list."""
+    return [h.switch_at for h in plan.handovers if h not in other.handovers] + [
+        j.switch_at for j in plan.joins if j not in other.joins
+    ]

@@ -127,10 +127,27 @@ def load_app(source: str, filename: str, app_name: str | None = None) -> App:
         raise InvalidDataflow(msg) from None
 
 
+def planned_sites(registry: SiteRegistry, app: App) -> Sites:
+    """The sites ``app`` is placed on: measured rates where known, and none that is ``joining``.
+
+    A site added with ``spanedge site add`` and not heard yet (:attr:`SiteRegistry.joining`) is left
+    out, and so are the latency rows that name it: nothing runs there, and nothing waits for its data.
+    """
+    sites = registry.effective_sites(app.source_streams())
+    joining = registry.joining & sites.sites.keys()
+    return sites.replace(sites={n: s for n, s in sites.sites.items() if n not in joining}) if joining else sites
+
+
+def planned_latency_rows(registry: SiteRegistry) -> list[dict[str, Any]]:
+    """The fresh latency measurements (:meth:`SiteRegistry.latency_rows`) between sites that are not ``joining``."""
+    joining = set(registry.joining)
+    return [r for r in registry.latency_rows() if r["src"] not in joining and r["dst"] not in joining]
+
+
 def basis(registry: SiteRegistry, app: App) -> dict[str, Any]:
     """The latencies and stream rates an app is planned with, kept to detect drift."""
     latency = registry.pair_latencies()
-    sites = registry.effective_sites(app.source_streams())
+    sites = planned_sites(registry, app)
     rates = {f"{s}@{site.name}": b.rate for site in sites.sites.values() for s, b in site.streams.items()}
     return {"latency": latency, "rates": rates}
 
@@ -158,7 +175,7 @@ def plan_app(
     ``key_spread`` (:meth:`SiteRegistry.key_spread`), so planners
     without those parameters still plan first versions.
     """
-    sites = registry.effective_sites(app.source_streams())
+    sites = planned_sites(registry, app)
     # the checks the planner makes, in its order, whatever planner is plugged in
     sites.check_app_streams(app.source_streams(), app.name)
     app.graph()
@@ -168,7 +185,7 @@ def plan_app(
     plan = planner(
         app,
         sites,
-        latency_rows=registry.latency_rows(),
+        latency_rows=planned_latency_rows(registry),
         weights=weights,
         slo_ms=slo_ms,
         version=version,

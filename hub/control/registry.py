@@ -5,7 +5,9 @@ the one-way latency to their peers (a trimmed mean over a window of
 reports, :mod:`hub.control.links`) and the smoothed rate of every stream they
 source. The coordinator places apps with those measurements (declared
 ``sites.yaml`` values where nothing fresh was measured); ``GET /sites`` and
-``GET /latency`` show them.
+``GET /latency`` show them. A site added with ``spanedge site add`` whose agent
+has not been heard yet is ``joining``: the placement leaves it out
+(:func:`hub.control.planning.planned_sites`).
 """
 
 from __future__ import annotations
@@ -63,12 +65,7 @@ class SiteRegistry:
                 (:class:`hub.control.links.LinkWindow`).
             clock: the time source (seconds).
         """
-        if not 0 < alpha <= 1:
-            msg = f"rate smoothing alpha must be in (0, 1], got {alpha}"
-            raise ValueError(msg)
-        if not latency_window_s > 0:
-            msg = f"latency window must be a positive number of seconds, got {latency_window_s!r}"
-            raise ValueError(msg)
+        _check_options(alpha, latency_window_s)
         self.sites = sites
         self.down_after_s = down_after_s
         self.alpha = alpha
@@ -81,6 +78,7 @@ class SiteRegistry:
         self._rates: dict[tuple[str, str], float] = {}
         self._unknown: set[str] = set()
         self.revoked: set[str] = set()  # sites revoked (spanedge site revoke): the coordinator refuses their heartbeats
+        self.joining: set[str] = set()  # sites added (spanedge site add) and not heard yet: planned nowhere
         self._rows: dict[str, tuple[int, dict[str, Any]]] = {}  # per site: revision, status row without live fields
         self._declared_links: dict[tuple[str, str], tuple[float, float, float, str]] = {}
         self._declared_pairs = _declared_pairs(sites)
@@ -332,10 +330,21 @@ class SiteRegistry:
             row = dict(cached[1])
             row["alive"] = seen is not None and now - seen <= self.down_after_s
             row["revoked"] = name in self.revoked
+            row["joining"] = name in self.joining and name not in self.revoked
             row["last_heartbeat_age_s"] = None if seen is None else round(now - seen, 3)
             row["latency"] = self._own_links(name, now)
             out.append((revision, row))
         return out
+
+
+def _check_options(alpha: float, latency_window_s: float) -> None:
+    """Refuse a rate smoothing ``alpha`` outside (0, 1] and a latency window that is not a positive duration."""
+    if not 0 < alpha <= 1:
+        msg = f"rate smoothing alpha must be in (0, 1], got {alpha}"
+        raise ValueError(msg)
+    if not latency_window_s > 0:
+        msg = f"latency window must be a positive number of seconds, got {latency_window_s!r}"
+        raise ValueError(msg)
 
 
 def _declared_pairs(sites: Sites) -> dict[str, float]:
@@ -366,6 +375,7 @@ def _row(site: Site, state: _SiteState) -> dict[str, Any]:
         "broker": site.mqtt().url,
         "labels": dict(site.labels),
         "revoked": None,
+        "joining": None,
         "streams": {s: b.rate for s, b in site.streams.items()},
         "alive": None,
         "last_heartbeat_age_s": None,

@@ -22,6 +22,9 @@ it has now (``cpu_budget``, cores). :class:`SiteHealth` turns them into
   ``site_grace_s`` is capped at zero cores: nothing but its own sources is
   placed there, so what it ran moves elsewhere. When it is heard from again
   it rejoins with its capacity back.
+* **Joined.** A spoke added with ``spanedge site add`` is planned nowhere until
+  its agent's first heartbeat (:meth:`hub.control.coordinator.Coordinator.await_join`);
+  then the apps that read its streams are re-planned, to take its data in.
 """
 
 from __future__ import annotations
@@ -91,11 +94,13 @@ class SiteChange:
         site: the site.
         reason: the re-plan's reason, for the plan history and the log.
         everywhere: re-plan every app (capacity came back), not only those running at ``site``.
+        streams: re-plan the apps that read one of these streams too (the site joined and sources them).
     """
 
     site: str
     reason: str
     everywhere: bool = False
+    streams: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -135,6 +140,7 @@ class _Site:
     settle_until: float = 0.0  # over-budget heartbeats before this (the moves of a new cap settling) do not count
     idle_logged: bool = False
     revoked: str | None = None  # the re-plan reason of a revocation, until a review takes it; "" after
+    joined: SiteChange | None = None  # the re-plan of its first heartbeat after it was added, until a review takes it
 
 
 @dataclass
@@ -172,6 +178,13 @@ class SiteHealth:
         state.back_since, state.over, state.cap, state.fits_since = None, None, None, None
         state.revoked = f"site {name} revoked: re-planned without it"
 
+    def join(self, name: str, streams: Iterable[str]) -> None:
+        """Note the first heartbeat of spoke ``name``, added since: the next review re-plans the apps reading ``streams``."""
+        state = self._state.get(name)
+        if state is None or state.revoked is not None:
+            return
+        state.joined = SiteChange(name, f"site {name} joined", streams=frozenset(streams))
+
     # -- monitor -------------------------------------------------------------------------------
 
     def observe(self, site: str, beat: Heartbeat | Mapping[str, Any], now: float) -> None:
@@ -201,7 +214,11 @@ class SiteHealth:
         """The sites whose capacity changes now; ``planned`` is the load (cores) the plans in force put at each site."""
         changes = []
         for name, state in self._state.items():
-            change = self._absence(name, state, now) or self._load(name, state, now, planned.get(name, 0.0))
+            change = (
+                _joined(state)
+                or self._absence(name, state, now)
+                or self._load(name, state, now, planned.get(name, 0.0))
+            )
             if change is not None:
                 log.info("%s", change.reason)
                 changes.append(change)
@@ -284,6 +301,12 @@ class SiteHealth:
             elif state.cap is not None:
                 caps[name] = min(state.cap.cores, state.declared)
         return caps
+
+
+def _joined(state: _Site) -> SiteChange | None:
+    """The change of a spoke's first heartbeat after it was added, once."""
+    change, state.joined = state.joined, None
+    return change
 
 
 def capped_sites(sites: Sites, caps: Mapping[str, float]) -> Sites:

@@ -18,8 +18,12 @@ would drop a handover of the plan in force that is not over yet:
   longest window it computes (:meth:`hub.engine.lifecycle.Lifecycle.unsettled`); a
   query the new plan keeps goes on with its share.
 
+A site that joined (:class:`spanedge.plan.Join`) has no old side at the
+spokes; at the hub, the query of the placement without it writes the results
+before its switch, and holds a re-plan back the same way.
+
 A site that is gone for good is re-planned around at once: its handovers
-could never settle. A handover older than a plan keeps listing one
+could never settle. A handover (or join) older than a plan keeps listing one
 (:data:`hub.handover.switches.DEFAULT_KEEP_S`) holds nothing back.
 """
 
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 
 from hub.handover.switches import DEFAULT_KEEP_S, concerned_windows
 from spanedge.app import App
-from spanedge.plan import Handover, Plan, split_replica
+from spanedge.plan import Handover, Join, Plan, split_replica
 from spanedge.runtime.windows import SESSION_CUT_S
 
 log = logging.getLogger(__name__)
@@ -68,6 +72,11 @@ def live(plan: Plan, now: float, keep: float = DEFAULT_KEEP_S) -> list[Handover]
     return [h for h in plan.handovers if now < h.switch_at + keep]
 
 
+def live_joins(plan: Plan, now: float, keep: float = DEFAULT_KEEP_S) -> list[Join]:
+    """The joins of ``plan`` a re-plan at ``now`` would still list."""
+    return [j for j in plan.joins if now < j.switch_at + keep]
+
+
 def unsettled(plan: Plan, app: App, now: float, margin: float) -> list[Handover]:
     """The live handovers of ``plan`` not yet over by event time at ``now`` (empty: all over)."""
     return [h for h in live(plan, now) if now < settles_at(plan, app, h, margin)]
@@ -102,7 +111,7 @@ class SettleWatch:
             for h in unsettled(current, app, now, self.margin)
             if h not in proposed.handovers
         )
-        if not pending and live(current, now):
+        if not pending and (live(current, now) or live_joins(current, now)):
             pending = tuple(self.hub_unsettled(name, proposed))
         if pending != self._waiting.get(name, ()):
             self._waiting[name] = pending

@@ -16,8 +16,11 @@ or merged back, hands over only the keys that change site, at the same
 switch time and with the same rule: each window belongs to the owner of
 its key and its start.
 
-At the hub a move changes the Spark query of the sinks downstream of the
-moved replica; :func:`before_placement` gives the placement the query of the
+A source site new to the app (a site that joined: :class:`spanedge.plan.Join`)
+switches at the same time: the hub's windows take its records from T on.
+
+At the hub a move or a join changes the Spark query of the sinks downstream of the
+moved replica or of the new site's replicas; :func:`before_placement` gives the placement the query of the
 old side is compiled from while both run (see :mod:`hub.handover.cutoffs`).
 """
 
@@ -30,7 +33,7 @@ from collections.abc import Collection, Iterable
 
 from spanedge.app import App
 from spanedge.operators import WindowKind, WindowSpec
-from spanedge.plan import Handover, Plan, split_replica
+from spanedge.plan import Handover, Join, Plan, split_replica
 
 #: Event-time seconds between a re-plan and the switch: at least the time to distribute a plan.
 DEFAULT_DELAY_S = 5.0
@@ -62,10 +65,12 @@ def stamp_handovers(
     """Add to ``plan`` a handover for each replica it moves from one site to another (the hub included).
 
     All the replicas of one plan version switch at the same time (a chain of
-    record-level operators and windows stays consistent). Handovers of
+    record-level operators and windows stays consistent), and so do the
+    source sites new to the app (a join each). Handovers of
     ``previous`` whose replica did not move again and whose switch is less
     than ``keep`` seconds ago stay listed, so an old owner that is still
-    finishing (or restarting) keeps its part.
+    finishing (or restarting) keeps its part; so do its joins of sites the
+    plan still reads.
     """
     if previous is None:
         return plan
@@ -89,17 +94,29 @@ def stamp_handovers(
         for h in previous.handovers
         if h.replica not in moved_now and _owner(plan, h.replica, h.keys_from) == h.target and h.switch_at > now - keep
     )
-    if not moved and not keyed:
-        return plan if kept == plan.handovers else dataclasses.replace(plan, handovers=kept)
-    via_hub = any(plan.hub in (a.site, old.site) for a, old in moved)
-    at = _switch_at(app, {split_replica(r)[0] for r in moved_now}, now, delay, via_hub=via_hub)
+    sources = plan.source_sites()
+    joined = sources - previous.source_sites()
+    kept_joins = tuple(j for j in previous.joins if j.site in sources and j.switch_at > now - keep)
+    if not moved and not keyed and not joined:
+        if kept == plan.handovers and kept_joins == plan.joins:
+            return plan
+        return dataclasses.replace(plan, handovers=kept, joins=kept_joins)
+    via_hub = bool(joined) or any(plan.hub in (a.site, old.site) for a, old in moved)
+    operators = {split_replica(r)[0] for r in moved_now} | joined_operators(plan, joined)
+    at = _switch_at(app, operators, now, delay, via_hub=via_hub)
     fresh = tuple(Handover(a.replica, old.site, a.site, at, old.since) for a, old in moved)
     fresh += tuple(Handover(r, source, target, at, epoch, lo, hi) for r, source, target, epoch, lo, hi in keyed)
-    return dataclasses.replace(plan, handovers=kept + fresh)
+    joins = kept_joins + tuple(Join(site, at) for site in sorted(joined))
+    return dataclasses.replace(plan, handovers=kept + fresh, joins=joins)
+
+
+def joined_operators(plan: Plan, sites: Collection[str]) -> set[str]:
+    """The operators of ``plan``'s replicas that read the streams of ``sites`` (their source sites)."""
+    return {a.operator for a in plan.assignments if a.group in sites}
 
 
 def postpone(plan: Plan, previous: Plan | None, app: App, now: float, *, delay: float = DEFAULT_DELAY_S) -> Plan:
-    """``plan`` with the switch of the handovers it adds moved later if that switch is now less than ``delay`` away.
+    """``plan`` with the switch of the handovers (and joins) it adds moved later if that switch is now less than ``delay`` away.
 
     A plan is stamped before the hub deploys it on Spark, and the sites get it
     only after that; on a loaded hub, starting the queries of a move to or
@@ -113,12 +130,16 @@ def postpone(plan: Plan, previous: Plan | None, app: App, now: float, *, delay: 
         return plan
     earlier = {_plain(h) for h in previous.handovers}
     fresh = [h for h in plan.handovers if _plain(h) not in earlier]  # a recovery added later is no new move
-    if not fresh or min(h.switch_at for h in fresh) >= now + delay:
+    joins = [j for j in plan.joins if j not in previous.joins]
+    switches = [h.switch_at for h in fresh] + [j.switch_at for j in joins]
+    if not switches or min(switches) >= now + delay:
         return plan
-    via_hub = any(plan.hub in (h.source, h.target) for h in fresh)
-    at = _switch_at(app, {split_replica(h.replica)[0] for h in fresh}, now, delay, via_hub=via_hub)
+    via_hub = bool(joins) or any(plan.hub in (h.source, h.target) for h in fresh)
+    operators = {split_replica(h.replica)[0] for h in fresh} | joined_operators(plan, {j.site for j in joins})
+    at = _switch_at(app, operators, now, delay, via_hub=via_hub)
     later = tuple(dataclasses.replace(h, switch_at=at) if h in fresh else h for h in plan.handovers)
-    return dataclasses.replace(plan, handovers=later)
+    joined = tuple(dataclasses.replace(j, switch_at=at) if j in joins else j for j in plan.joins)
+    return dataclasses.replace(plan, handovers=later, joins=joined)
 
 
 def _plain(h: Handover) -> Handover:
@@ -219,19 +240,28 @@ def hub_moves(plan: Plan) -> tuple[Handover, ...]:
 
 
 def before_placement(plan: Plan) -> tuple[Plan, float] | None:
-    """The placement the hub ran before the latest switch of ``plan``'s moves to or from the hub, and that switch.
+    """The placement the hub ran before the latest switch of ``plan``'s moves to or from the hub and joins, and that switch.
 
-    The replicas that move at that switch sit at their old owners; the rest
-    is ``plan``'s (without handovers). ``None`` if nothing moves to or from
-    the hub. A plan that lists moves of several switch times (a replica moved
-    again before an earlier handover was dropped) splits at the latest.
+    The replicas that move at that switch sit at their old owners, and the
+    replicas of the sites that join at it are left out (with their flows and
+    key parts); the rest is ``plan``'s (without handovers and joins). ``None``
+    if nothing moves to or from the hub and no site joins. A plan that lists
+    moves or joins of several switch times (a replica moved again before an
+    earlier handover was dropped) splits at the latest.
     """
     moves = hub_moves(plan)
-    if not moves:
+    switches = [h.switch_at for h in moves] + [j.switch_at for j in plan.joins]
+    if not switches:
         return None
-    at = max(h.switch_at for h in moves)
+    at = max(switches)
     back = {h.replica: h.source for h in moves if h.switch_at == at}
+    joined = {j.site for j in plan.joins if j.switch_at == at}
+    gone = {a.replica for a in plan.assignments if a.group in joined}
     assignments = tuple(
-        dataclasses.replace(a, site=back[a.replica]) if a.replica in back else a for a in plan.assignments
+        dataclasses.replace(a, site=back[a.replica]) if a.replica in back else a
+        for a in plan.assignments
+        if a.replica not in gone
     )
-    return dataclasses.replace(plan, assignments=assignments, handovers=()), at
+    flows = tuple(f for f in plan.flows if f.src not in gone and f.dst not in gone)
+    parts = tuple(p for p in plan.parts if p.replica not in gone)
+    return dataclasses.replace(plan, assignments=assignments, flows=flows, parts=parts, handovers=(), joins=()), at

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -38,6 +39,32 @@ def _labels(_ctx: click.Context, _param: click.Parameter, value: str) -> dict[st
     return labels
 
 
+_STREAM_EXAMPLE = (
+    "give each stream as NAME=TOPIC, e.g. --stream readings=trucks/13/+/temp, or as sites.yaml writes it, e.g. "
+    "--stream 'readings={topic: trucks/13/+/temp, rate: 50}'"
+)
+
+
+def _streams(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any]:
+    """Each ``--stream`` as its ``sites.yaml`` entry, checked as ``sites.yaml`` is, or a usage error with an example."""
+    import msgspec
+
+    from spanedge.sites import parse_stream
+
+    streams: dict[str, Any] = {}
+    for text in values:
+        try:
+            name, binding = parse_stream(text)
+        except SpanEdgeError as exc:
+            msg = f"{exc}\n{_STREAM_EXAMPLE}"
+            raise click.BadParameter(msg) from None
+        if name in streams:
+            msg = f"stream {name!r} is given twice; {_STREAM_EXAMPLE}"
+            raise click.BadParameter(msg)
+        streams[name] = msgspec.to_builtins(binding)
+    return streams
+
+
 def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
     from spanedge.durations import parse_duration
 
@@ -52,6 +79,16 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 @option("--labels", default="", callback=_labels, help="labels as KEY=VALUE,KEY=VALUE (fleet=north,kind=truck)")
 @option("--broker", help="the broker URL the site uses [default: the hub's broker]")
 @option("--cpu", default=1.0, type=click.FloatRange(min=0, min_open=True), help="CPU cores available at the site")
+@option(
+    "--stream",
+    "streams",
+    multiple=True,
+    callback=_streams,
+    metavar="NAME=TOPIC",
+    help="a stream the site sources, with the MQTT topic filter of its sensors (1 record/s declared until its agent "
+    "measures it), or NAME={topic: ..., rate: ..., record_bytes: ..., qos: ...} as in sites.yaml; repeat for several. "
+    "The apps that read it take the site in at its agent's first heartbeat",
+)
 @option("--ttl", callback=_duration, help="how long the join token stays valid [default: the hub's --join-token-ttl]")
 @option("--hub-url", **_HUB_URL)
 @option("--hub-ca", **_HUB_CA)
@@ -61,6 +98,7 @@ def add(
     labels: dict[str, str],
     broker: str | None,
     cpu: float,
+    streams: dict[str, Any],
     ttl: float | None,
     hub_url: str,
     hub_ca: Path | None,
@@ -72,7 +110,7 @@ def add(
     check_hub_url(hub_url)
     try:
         answer = HubClient(hub_url, token, ca_file=hub_ca).add_site(
-            name, broker=broker, labels=labels, cpu=cpu, ttl_s=ttl
+            name, broker=broker, labels=labels, cpu=cpu, streams=streams, ttl_s=ttl
         )
     except SpanEdgeError as exc:
         raise fail(exc) from None
@@ -82,6 +120,10 @@ def add(
         err=True,
     )
     click.echo(answer["token"])
+    for stream, binding in answer.get("streams", {}).items():
+        click.echo(
+            f"it sources {stream} ({binding['topic']}); the apps that read it take it in once it joins", err=True
+        )
     click.echo(f"on the gateway run: spanedge agent join {hub_url} <token>", err=True)
 
 

@@ -270,6 +270,18 @@ def canon(stats: dict[str, Any]) -> tuple[Any, ...]:
 # -- the hub as a process ---------------------------------------------------------------------
 
 
+def ingested(metrics: str, app: str, site: str, stream: str) -> int:
+    """The records of ``site``'s ``stream`` in ``app``'s log, as the hub's ``GET /metrics`` text ``metrics`` counts them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {"app": app, "site": site, "stream": stream}
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "spanedge_ingest_stream_records_total" and sample.labels == wanted:
+                return int(sample.value)
+    return 0
+
+
 class HubProcess:
     """``spanedge hub`` in a subprocess, its output in a file, and its REST API."""
 
@@ -319,17 +331,8 @@ class HubProcess:
 
     def ingested(self, app: str, site: str, stream: str) -> int:
         """The records of ``site``'s ``stream`` the ingest wrote to ``app``'s log since the process started."""
-        from prometheus_client.parser import text_string_to_metric_families
-
         status, body = self.get("/metrics")
-        if status != 200:
-            return 0
-        wanted = {"app": app, "site": site, "stream": stream}
-        for family in text_string_to_metric_families(body.decode()):
-            for sample in family.samples:
-                if sample.name == "spanedge_ingest_stream_records_total" and sample.labels == wanted:
-                    return int(sample.value)
-        return 0
+        return ingested(body.decode(), app, site, stream) if status == 200 else 0
 
     def wait(self, timeout: float = 120) -> int:
         """Wait for the process to end; its exit status."""

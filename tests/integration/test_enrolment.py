@@ -80,10 +80,17 @@ def _identity(ca: CertificateAuthority, name: str, directory: Path) -> TLS:
 
 
 class Fleet:
-    """The hub process, its broker and the command line."""
+    """The hub process, its broker and the command line.
 
-    def __init__(self, tmp: Path) -> None:
+    The hub runs the control plane only unless ``spark``; ``options`` go to ``spanedge hub``. Its
+    output goes to ``hub.log`` (:meth:`stop` returns it), so a chatty hub never fills a pipe.
+    """
+
+    def __init__(self, tmp: Path, *, spark: bool = False, options: tuple[str, ...] = ()) -> None:
         self.tmp = tmp
+        self.spark = spark
+        self.options = options
+        self.log = tmp / "hub.log"
         self.state = tmp / "hub-state"
         self.hub_ca = self.state / "ca" / "ca.pem"
         self.ca = CertificateAuthority.open(self.state / "ca")  # the hub finds and keeps it
@@ -96,7 +103,7 @@ class Fleet:
         self.url = ""
         self._tls_line = f'tls: {{ca_file: "{tls.ca_file}", cert_file: "{tls.cert_file}", key_file: "{tls.key_file}"}}'
 
-    def start(self) -> None:
+    def start(self, timeout: float = 60) -> None:
         self.broker = CertBroker(self.tmp / "broker", self.ca, self.broker_dir)
         self.sites_file.write_text(
             f'sites:\n  cloud: {{tier: hub, broker: "{self.broker.url}", cpu: 4, {self._tls_line}}}\n'
@@ -107,11 +114,13 @@ class Fleet:
         env |= {"SPANEDGE_TOKEN": ADMIN, **key_env(self.tmp)}
         port = free_port()
         self.url = f"https://127.0.0.1:{port}"
-        command = [*self.cli(), "hub", "--sites", str(self.sites_file), "--no-spark", "--port", str(port)]
+        command = [*self.cli(), "hub", "--sites", str(self.sites_file), "--port", str(port)]
+        command += [] if self.spark else ["--no-spark"]
         command += ["--state-dir", str(self.state), "--broker-dir", str(self.broker_dir)]
-        command += ["--broker-pid-file", str(self.broker.pid_file), "--down-after", "3600"]
-        self.hub = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        wait_for(lambda: self._healthy(), 60, "the hub to answer /healthz")
+        command += ["--broker-pid-file", str(self.broker.pid_file), "--down-after", "3600", *self.options]
+        with self.log.open("ab") as out:
+            self.hub = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        wait_for(lambda: self._healthy(), timeout, f"the hub to answer /healthz (see {self.log})")
 
     def _healthy(self) -> bool:
         try:
@@ -132,20 +141,46 @@ class Fleet:
         assert self.broker is not None
         return Broker(scheme="mqtts", host="127.0.0.1", port=self.broker.port, tls=self.hub_tls)
 
+    def gateway(self, token: str, state_dir: Path, env: dict[str, str] | None = None) -> Gateway:
+        """``spanedge agent join`` with ``token`` (and ``env``), running the joined agent, its output in ``state_dir``.log."""
+        return Gateway(self.url, token, state_dir, env)
+
     def stop(self) -> str:
-        output = ""
+        """Stop the hub (SIGTERM, SIGKILL after 60 s) and the broker; the hub's output."""
         if self.hub is not None:
             self.hub.send_signal(signal.SIGTERM)
             try:
-                output = self.hub.communicate(timeout=30)[0].decode()
+                self.hub.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.hub.kill()
-                output = self.hub.communicate(timeout=30)[0].decode()
+                self.hub.wait(timeout=30)
             self.hub = None
         if self.broker is not None:
             self.broker.close()
             self.broker = None
-        return output
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class Gateway:
+    """``spanedge agent join URL TOKEN`` in a subprocess: it enrols, then runs the site's agent."""
+
+    def __init__(self, url: str, token: str, state_dir: Path, extra: dict[str, str] | None = None) -> None:
+        self.log = state_dir.with_name(f"{state_dir.name}.log")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")} | (extra or {})
+        command = [*Fleet.cli(), "agent", "join", url, token, "--state-dir", str(state_dir)]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def stop(self) -> str:
+        """SIGTERM the agent (SIGKILL after 30 s); everything it printed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        return self.log.read_text(errors="replace")
 
 
 @pytest.fixture
@@ -162,7 +197,8 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         running.stop()
 
 
-def _add(fleet: Fleet, name: str, *extra: str) -> str:
+def add_site(fleet: Fleet, name: str, *extra: str) -> str:
+    """``spanedge site add NAME`` with ``extra`` options; the join token it prints."""
     done = fleet.run("site", "add", name, *extra)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -197,7 +233,7 @@ def _tls_refused(broker: Broker) -> str:
 
 def test_a_site_added_and_joined_logs_in_with_its_certificate_until_revoked(fleet: Fleet, tmp_path: Path) -> None:
     client = HubClient(fleet.url, ADMIN, ca_file=fleet.hub_ca)
-    token = _add(fleet, "truck-12", "--labels", "fleet=north,kind=truck")
+    token = add_site(fleet, "truck-12", "--labels", "fleet=north,kind=truck")
     joined = fleet.run("agent", "join", fleet.url, token, "--state-dir", str(tmp_path / "gw"), "--no-run")
     assert joined.returncode == 0, joined.stderr
     assert "site truck-12 enrolled" in joined.stdout
@@ -259,7 +295,7 @@ def orjson_seqs(payload: bytes) -> list[int]:
 
 
 def test_a_replayed_or_expired_token_is_refused_with_the_reason(fleet: Fleet, tmp_path: Path) -> None:
-    token = _add(fleet, "truck-12")
+    token = add_site(fleet, "truck-12")
     first = fleet.run("agent", "join", fleet.url, token, "--state-dir", str(tmp_path / "a"), "--no-run")
     assert first.returncode == 0, first.stderr
     replay = fleet.run("agent", "join", fleet.url, token, "--state-dir", str(tmp_path / "b"), "--no-run")
@@ -268,7 +304,7 @@ def test_a_replayed_or_expired_token_is_refused_with_the_reason(fleet: Fleet, tm
     assert "already used" in replay.stderr
     assert not (tmp_path / "b" / "identity").exists()
 
-    short = _add(fleet, "truck-13", "--ttl", "1s")
+    short = add_site(fleet, "truck-13", "--ttl", "1s")
     time.sleep(1.5)  # the token's lifetime passes
     expired = fleet.run("agent", "join", fleet.url, short, "--state-dir", str(tmp_path / "c"), "--no-run")
     assert expired.returncode == 2
@@ -286,11 +322,9 @@ def test_a_replayed_or_expired_token_is_refused_with_the_reason(fleet: Fleet, tm
 def test_a_joined_gateway_runs_its_agent_which_the_hub_hears_until_revoked(fleet: Fleet, tmp_path: Path) -> None:
     """``agent join`` without ``--no-run`` starts the agent, with its options: its heartbeats reach the hub."""
     client = HubClient(fleet.url, ADMIN, ca_file=fleet.hub_ca)
-    token = _add(fleet, "truck-14", "--labels", "kind=truck")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
-    env |= {"SPANEDGE_AGENT_LOG_LEVEL": "DEBUG", "SPANEDGE_AGENT_HEARTBEAT_INTERVAL": "1"}  # the agent's own options
-    command = [*fleet.cli(), "agent", "join", fleet.url, token, "--state-dir", str(tmp_path / "gw")]
-    agent = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    token = add_site(fleet, "truck-14", "--labels", "kind=truck")
+    options = {"SPANEDGE_AGENT_LOG_LEVEL": "DEBUG", "SPANEDGE_AGENT_HEARTBEAT_INTERVAL": "1"}  # the agent's own
+    agent = fleet.gateway(token, tmp_path / "gw", options)
     try:
         wait_for(
             lambda: any(r["site"] == "truck-14" and r["alive"] for r in client.sites()),
@@ -301,12 +335,7 @@ def test_a_joined_gateway_runs_its_agent_which_the_hub_hears_until_revoked(fleet
         row = next(r for r in client.sites() if r["site"] == "truck-14")
         assert row["revoked"] is True
     finally:
-        agent.send_signal(signal.SIGTERM)
-        try:
-            output = agent.communicate(timeout=30)[0].decode()
-        except subprocess.TimeoutExpired:
-            agent.kill()
-            output = agent.communicate(timeout=30)[0].decode()
+        output = agent.stop()
     assert "site truck-14 enrolled" in output
     assert "running its agent" in output
     assert " DEBUG " in output, output[-2000:]  # SPANEDGE_AGENT_LOG_LEVEL reached the agent
@@ -314,9 +343,9 @@ def test_a_joined_gateway_runs_its_agent_which_the_hub_hears_until_revoked(fleet
 
 def test_a_wrong_site_or_forged_certificate_is_refused_with_a_clear_line(fleet: Fleet, tmp_path: Path) -> None:
     """The agent refuses another site's certificate before it connects; the broker refuses another CA's."""
-    _add(fleet, "truck-13")
+    add_site(fleet, "truck-13")
     joined = fleet.run(
-        "agent", "join", fleet.url, _add(fleet, "truck-12"), "--state-dir", str(tmp_path / "gw"), "--no-run"
+        "agent", "join", fleet.url, add_site(fleet, "truck-12"), "--state-dir", str(tmp_path / "gw"), "--no-run"
     )
     assert joined.returncode == 0, joined.stderr
     command = ["agent", "--site", "truck-13", "--sites", str(tmp_path / "gw" / "sites.yaml")]

@@ -92,3 +92,16 @@ def test_a_bad_label_or_a_revoked_site_is_a_422(client: TestClient) -> None:
     assert unknown.status_code == 422
     assert "unknown site 'truck-99'" in unknown.json()["detail"]
     assert client.get("/join/ca").json()["ca"].startswith("-----BEGIN CERTIFICATE-----")
+
+
+def test_a_site_added_with_its_streams_is_joining_until_heard(client: TestClient) -> None:
+    streams = {"readings": {"topic": "trucks/13/#", "rate": 5}}
+    added = client.post("/sites", json={"site": "truck-13", "streams": streams}, headers=_bearer(ADMIN))
+    assert added.status_code == 201, added.text
+    assert added.json()["streams"] == {"readings": {"topic": "trucks/13/#", "rate": 5.0}}
+    row = next(s for s in client.get("/sites", headers=_bearer(READ)).json()["sites"] if s["site"] == "truck-13")
+    assert (row["joining"], row["streams"]) == (True, {"readings": 5.0})
+    bad = {"readings": {"topic": "trucks/#/temp", "rate": 5}}
+    refused = client.post("/sites", json={"site": "truck-14", "streams": bad}, headers=_bearer(ADMIN))
+    assert refused.status_code == 422
+    assert "topic filter 'trucks/#/temp' is invalid" in refused.json()["detail"]

@@ -488,3 +488,44 @@ def test_agent_join_refuses_options_the_join_decides(options: list[str], expecte
     code, out = run("agent", *options, "join", "https://hub.example:8443", token)
     assert code == 2
     assert expected in " ".join(out.split())
+
+
+def test_site_add_sends_each_stream_as_sites_yaml_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typing import Any
+
+    from hub.api.client import HubClient
+
+    sent: list[dict[str, Any]] = []
+
+    def add_site(self: HubClient, site: str, **body: Any) -> dict[str, Any]:
+        sent.append(body)
+        answer = {"site": site, "token": "sej1.truck-13.x", "expires_at": 0.0, "broker": "mqtt://b:1883"}
+        return {**answer, "labels": {}, "streams": body["streams"]}
+
+    monkeypatch.setattr(HubClient, "add_site", add_site)
+    args = ["site", "add", "truck-13", "--stream", "readings=trucks/13/+/temp"]
+    code, out = run(*args, "--stream", "doors={topic: trucks/13/doors, rate: 2, qos: 0}", "--token", "t")
+    assert code == 0, out
+    assert sent[0]["streams"] == {
+        "readings": {"topic": "trucks/13/+/temp", "rate": 1.0},
+        "doors": {"topic": "trucks/13/doors", "rate": 2.0, "qos": 0},
+    }
+    assert "it sources readings (trucks/13/+/temp)" in out
+
+
+@pytest.mark.parametrize(
+    ("stream", "says"),
+    [
+        ("readings", "'readings' is not NAME=TOPIC"),
+        ("readings=trucks/#/temp", "topic filter 'trucks/#/temp' is invalid"),
+        ("readings={topic: t, rate: fast}", "streams.readings.rate: Expected `float`"),
+    ],
+)
+def test_site_add_refuses_a_bad_stream_with_an_example(stream: str, says: str) -> None:
+    code, out = run("site", "add", "truck-13", "--stream", stream)
+    assert code == 2
+    assert says in out
+    assert "e.g. --stream readings=trucks/13/+/temp" in out
+    code, out = run("site", "add", "truck-13", "--stream", "r=a/1", "--stream", "r=a/2")
+    assert code == 2
+    assert "stream 'r' is given twice" in out
