@@ -7,7 +7,8 @@ exported (as one terminal would). The page's ports are replaced by free ones. A 
 environment. A block after ``<!-- deployment-test: background -->`` (the ``mosquitto_sub`` commands the page runs
 in other terminals) runs in the background with its output kept. Then the results must appear where the page
 says: window summaries on truck-7's broker, alerts on the hub's broker, both trucks and the app in
-``spanedge status``, the dashboard at the hub's root, and the stop block ends every process.
+``spanedge status``, the dashboard at the hub's root, a third truck's alerts once it joined, the broker
+refusing it once revoked, and the stop block ends every process.
 """
 
 from __future__ import annotations
@@ -235,6 +236,17 @@ def page_run(base_dir: Path) -> Iterator[Run]:
                         f"a result on {topic} (hub log:\n{_log_of(trial, 'hub.log')[-3000:]})",
                         poll=1.0,
                     )
+            if block.text.startswith("spanedge site revoke"):
+                # the joined gateway's results first: the page revokes it once its alerts came out
+                wait_for(
+                    lambda p=run.background[1]: '"unit":"u3"' in p.read_text(errors="replace"),
+                    600,
+                    f"an alert of truck-12's unit (hub log:\n{_log_of(trial, 'hub.log')[-3000:]})",
+                    poll=1.0,
+                )
+            if '|| echo "refused"' in block.text:
+                # the broker reloads its revocation list on the SIGHUP the revocation sent it: at once, or nearly
+                wait_for(lambda b=block: "refused" in _run_foreground(run, b, env, env_file), 60, "the refusal")
             if block.text.startswith("kill $(cat run/truck-7.pid"):
                 ca = ssl.create_default_context(cafile=str(trial / "state/hub/ca/ca.pem"))
                 answer = httpx.get(f"https://127.0.0.1:{run.ports[8000]}/", timeout=30, verify=ca)
@@ -258,7 +270,20 @@ def test_alerts_appear_on_the_hubs_broker(page_run: Run) -> None:
     lines = page_run.background[1].read_text().splitlines()
     alerts = [line for line in lines if line.startswith("cold-chain/alerts {")]
     assert alerts, lines
-    assert all('"unit":"u2"' in line for line in alerts)  # truck-7's unit stays in the safe band
+    # truck-7's unit stays in the safe band; truck-9's and, once it joined, truck-12's are too warm
+    assert {json.loads(line.split(" ", 1)[1])["unit"] for line in alerts} == {"u2", "u3"}
+
+
+def test_a_gateway_joins_while_the_app_runs_and_is_revoked(page_run: Run) -> None:
+    joined = _log_of(page_run.trial, "truck-12.log")
+    assert "site truck-12 enrolled" in joined
+    assert "subscribed to trucks/12/+/temp" in joined
+    revoked = page_run.block_output("spanedge site revoke truck-12")
+    assert revoked.count("reloaded (SIGHUP)") == 3, revoked  # the three brokers, without a restart
+    assert "refused" in page_run.block_output("mosquitto_pub -h localhost -p 8883")
+    acl = (page_run.trial / "mqtt" / "acl").read_text()
+    assert "user truck-12" not in acl
+    assert "user watcher" in acl  # the hub's ACLs keep broker-config's observer
 
 
 def test_deploy_status_and_rest_say_what_the_page_says(page_run: Run) -> None:
@@ -281,7 +306,7 @@ def test_the_dashboard_is_where_the_page_says(page_run: Run) -> None:
 
 
 def test_the_stop_block_stops_every_process(page_run: Run) -> None:
-    for name in ("truck-7", "truck-9", "hub", "broker-cloud", "broker-truck-7", "broker-truck-9"):
+    for name in ("truck-7", "truck-9", "truck-12", "hub", "broker-cloud", "broker-truck-7", "broker-truck-9"):
         pid = int((page_run.trial / "run" / f"{name}.pid").read_text())
         wait_for(lambda p=pid: not Path(f"/proc/{p}").exists() or "zombie" in _state(p), 60, f"{name} to stop")
     assert "hub stopping" in _log_of(page_run.trial, "hub.log")
