@@ -83,13 +83,19 @@ class Child:
             self.proc.wait(timeout=10)
 
     def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM the group, wait, then SIGKILL what is left; return the exit code."""
+        """SIGTERM the process, wait, then SIGKILL what is left of its group; return the exit code.
+
+        Only the process gets SIGTERM, as from ``docker stop`` or systemd's ``KillMode=mixed``: the hub
+        stops its Spark queries and then the JVM it started, which would otherwise end first and leave
+        Python tracebacks in the hub's log.
+        """
         if self.proc is None:
             return None
         self.sample_cpu()
         self._fold_cpu()
         if self.proc.poll() is None:
-            self.signal(signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

@@ -123,3 +123,15 @@ def test_a_site_revoked_mid_run_is_refused_by_every_broker_and_its_windows_move_
     hub_log = (netns_run.run_dir / "logs" / "hub.log").read_text()
     assert "site barn revoked:" in hub_log
     assert hub_log.count("ignoring a heartbeat on site 'barn''s topic") <= 1
+
+
+def test_the_hub_stops_without_a_traceback(netns_run: Any) -> None:
+    """SIGTERM reaches the hub, not its Spark JVM: the hub stops its queries, then Spark, and logs no error."""
+    hub_log = (netns_run.run_dir / "logs" / "hub.log").read_text()
+    assert "hub stopping" in hub_log
+    bad = [
+        line
+        for line in hub_log.splitlines()
+        if line.startswith(("Traceback", "Exception in thread")) or " ERROR " in line
+    ]
+    assert not bad, bad[:5]
