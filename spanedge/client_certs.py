@@ -24,13 +24,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: A client certificate that expires within this long is warned of at start.
+EXPIRY_WARNING = datetime.timedelta(days=30)
+
 
 def check_client_certificates(sites: Sites, site: str, *, now: datetime.datetime | None = None) -> None:
     """Check every client certificate in ``sites`` that the process of ``site`` presents.
 
     A certificate used without a username (its common name is the identity) must name ``site``;
-    every one must be valid now. One that the ``ca_file`` beside it did not issue is logged as a
-    warning: that broker refuses it unless it trusts another CA for its clients.
+    every one must be valid now, and one that expires within :data:`EXPIRY_WARNING` is warned of.
+    One that the ``ca_file`` beside it did not issue is logged as a warning: that broker refuses it
+    unless it trusts another CA for its clients.
 
     Raises:
         InvalidSites: a certificate cannot be read, names another site, or is not valid now.
@@ -65,6 +69,15 @@ def check_client_certificates(sites: Sites, site: str, *, now: datetime.datetime
                 "enrol the gateway again ('spanedge site add' on the hub, then 'spanedge agent join')"
             )
             raise InvalidSites(msg)
+        left = cert.not_valid_after_utc - moment
+        if left < EXPIRY_WARNING:
+            log.warning(
+                "%s expires on %s UTC (in %d days); enrol the gateway again before then "
+                "('spanedge site add' on the hub, then 'spanedge agent join')",
+                where,
+                f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M}",
+                left.days,
+            )
         ca = _load(f"the CA certificate {tls.ca_file}", tls.ca_file)
         try:
             cert.verify_directly_issued_by(ca)

@@ -69,3 +69,12 @@ def test_an_unreadable_certificate_is_named(tmp_path: Path) -> None:
     (tmp_path / "cert.pem").unlink()
     with pytest.raises(InvalidSites, match="cannot read the client certificate .*No such file"):
         check_client_certificates(sites, "truck-12")
+
+
+def test_a_certificate_near_its_expiry_is_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    sites = _gateway(tmp_path, "truck-12")
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=350)  # a client certificate lasts 365
+    with caplog.at_level(logging.WARNING):
+        check_client_certificates(sites, "truck-12", now=soon)
+    assert "expires on" in caplog.text
+    assert "enrol the gateway again before then" in caplog.text
