@@ -114,7 +114,11 @@ class Apps:
             self.apply_one(plan)
 
     def apply_one(self, plan: Plan) -> None:
-        """(Re)build the pipeline of one app's plan from its last checkpoint."""
+        """(Re)build the pipeline of one app's plan from its last checkpoint.
+
+        The replicas it keeps keep their counts of records in and out: a plan
+        sent again (by a restarted hub, say) does not reset them.
+        """
         name = plan.app
         pipeline = self._build(plan)
         if pipeline is None:
@@ -122,6 +126,11 @@ class Apps:
         self._drop_recovered(plan)
         if checkpoint.restore(self.outbox, name, pipeline):
             log.info("app %s: restored window state from the checkpoint", name)
+        old = self.pipelines.get(name)
+        if old is not None:
+            counts = {n.replica: (n.n_in, n.n_out) for n in old.nodes}
+            for node in pipeline.nodes:
+                node.n_in, node.n_out = counts.get(node.replica, (0, 0))
         self.pipelines[name] = pipeline
         self.plans[name] = plan
         if not pipeline.nodes:

@@ -81,9 +81,8 @@ def latency_cdf(title: str, series: Mapping[str, Sequence[float]]) -> str:
             ys = [0.0] + [100.0 * (i + 1) / n for i in range(n)]
             style = RUN_STYLES[run % len(RUN_STYLES)]
             ax.step([values[0], *values], ys, where="post", linestyle=style, color=PALETTE[run % len(PALETTE)])
-            ax.plot(
-                [], [], linestyle=RUN_STYLES[run % len(RUN_STYLES)], color=PALETTE[run], label=f"{_text(name)} (n={n})"
-            )
+            label = f"{_text(name)} ({n} results)"
+            ax.plot([], [], linestyle=RUN_STYLES[run % len(RUN_STYLES)], color=PALETTE[run], label=label)
         low = min((v[0] for _, v in drawn), default=0.0)
         high = max((v[-1] for _, v in drawn), default=0.0)
         if low > 0 and high / low > 100:

@@ -191,6 +191,7 @@ def _check_operator(
         want = expected.sinks.get(op.name, [])
     tier = scope_tier(app, op.name)
     late: Counter[bytes] = Counter()
+    arrived = len(received)
     if want is not None and op.name in expected.reshaped:
         # results of windows that end after the cutoff may still be open: neither expected nor counted
         late = Counter(_canon(i.value) for i in want if i.event_time > reference.cutoff)
@@ -209,6 +210,8 @@ def _check_operator(
         risk.records.get(op.name, Counter()),
     )
     check.open_at_end += sum(late.values())
+    check.after_cutoff += arrived - len(received)
+    check.received = arrived
     check.unchecked = unchecked
     return check, lat
 
@@ -298,6 +301,10 @@ def _check_windows(
             latencies.append(rs[0].received_at - end)
     if expected is None:
         return latencies
+    for rs in got.values():
+        end = epoch(rs[0].value.get("window_end"))
+        if end is not None and end > cutoff:
+            check.after_cutoff += 1
     want = {_want_key(i, window): i.value for i in expected}
     check.expected = len(want)
     for key, value in want.items():

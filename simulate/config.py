@@ -29,13 +29,17 @@ Links not listed take the one-way delay from ``latency_ms`` and the cap from
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
+import yaml
 
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidSites
-from spanedge.file_models import FileModel, convert
+from spanedge.file_models import FileModel, Place, convert, render, yaml_lines
+from spanedge.files import read_text
 from spanedge.numbers import is_number
 from spanedge.sites import Sites
 
@@ -224,8 +228,18 @@ class Wan(FileModel, frozen=True):
     bandwidth_mbps: float | None
 
 
-def parse_simulation(sites: Sites, where: str = "sites.yaml") -> Simulation:
-    """Validate ``sites.simulation`` against the sites; errors name the field and the fix."""
+def parse_simulation(sites: Sites, where: str = "sites.yaml", lines: Mapping[Place, int] | None = None) -> Simulation:
+    """Validate ``sites.simulation`` against the sites; errors name the file (``where``), line, field and fix.
+
+    ``lines`` gives the line of every place in the file (:func:`sites_file_lines`), if known.
+    """
+    lines = lines or {}
+
+    def at(*place: str | int) -> str:
+        path = ("simulation", *place)
+        line = next((lines[path[:i]] for i in range(len(path), 0, -1) if path[:i] in lines), None)
+        return f"{where}:{line}: {render(path)}" if line is not None else f"{where}: {render(path)}"
+
     if not sites.simulation:
         msg = (
             f"{where} has no simulation: section; add one with sensors per spoke, e.g.\n"
@@ -233,26 +247,40 @@ def parse_simulation(sites: Sites, where: str = "sites.yaml") -> Simulation:
         )
         raise InvalidSites(msg)
     sim = convert(
-        sites.simulation, Simulation, where, title="simulation section", prefix=("simulation",), dec_hook=_decode
+        sites.simulation,
+        Simulation,
+        where,
+        title="simulation section",
+        prefix=("simulation",),
+        lines=lines,
+        dec_hook=_decode,
     )
     for site, streams in sim.sensors.items():
-        known = sites.site(site)
+        known = sites.sites.get(site)
+        if known is None:
+            msg = f"{at('sensors', site)}: unknown site {site!r}; known sites: {', '.join(sites.sites)}"
+            raise InvalidSites(msg)
         for stream in streams:
             if stream not in known.streams:
                 msg = (
-                    f"{where}: simulation.sensors.{site}.{stream}: site '{site}' does not source stream "
+                    f"{at('sensors', site, stream)}: site '{site}' does not source stream "
                     f"'{stream}' (it sources: {', '.join(known.streams) or 'nothing'}); add it under the site's streams:"
                 )
                 raise InvalidSites(msg)
     for i, link in enumerate(sim.links):
         for end in link.between:
             if end not in sites.sites:
-                msg = f"{where}: simulation.links[{i}]: unknown site {end!r}; known sites: {', '.join(sites.sites)}"
+                msg = f"{at('links', i)}: unknown site {end!r}; known sites: {', '.join(sites.sites)}"
                 raise InvalidSites(msg)
     if not sim.sensors:
-        msg = f"{where}: simulation.sensors is empty; give each spoke the sensors of the streams it sources"
+        msg = f"{at('sensors')} is empty; give each spoke the sensors of the streams it sources"
         raise InvalidSites(msg)
     return sim
+
+
+def sites_file_lines(path: Path) -> dict[Place, int]:
+    """The line of every place in the sites file at ``path``, which :func:`spanedge.sites.load_sites` read."""
+    return yaml_lines(yaml.compose(read_text(path, "sites file", InvalidSites), Loader=yaml.SafeLoader))
 
 
 def resolve_links(sites: Sites, sim: Simulation) -> list[Wan]:

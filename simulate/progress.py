@@ -72,13 +72,14 @@ class Status:
 def render_status(status: Status) -> Any:
     """A rich table of the snapshot."""
     from rich.table import Table
+    from rich.text import Text
 
     remaining = max(0.0, status.duration - status.elapsed)
     title = (
         f"{status.label}: {status.phase}, {status.elapsed:.0f}s elapsed, {remaining:.0f}s of sensors left, "
         f"{status.sent_rate:.0f} msg/s in, {status.result_rate:.0f} results/s out"
     )
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(title), title_justify="left")  # text, never markup: names come from the user's files
     for name, justify in (
         ("site", "left"),
         ("tier", "left"),
@@ -93,7 +94,7 @@ def render_status(status: Status) -> Any:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for s in status.sites:
         table.add_row(
-            s.site,
+            Text(s.site),
             s.tier,
             str(s.sent),
             str(s.pending),
@@ -101,9 +102,9 @@ def render_status(status: Status) -> Any:
             "-" if s.backlog is None else str(s.backlog),
             str(s.dead),
             f"{s.wan_bytes / 1000:.1f} kB",
-            ("up" if s.up else "[red]down[/red]") + (f" {s.note}" if s.note else ""),
+            Text.assemble(("up", "") if s.up else ("down", "red"), f" {s.note}" if s.note else ""),
         )
     if status.events:
-        table.caption = "  ".join(status.events[-4:])
+        table.caption = Text("  ".join(status.events[-4:]))
         table.caption_justify = "left"
     return table

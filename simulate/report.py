@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from spanedge.history import fold, summary
 from spanedge.numbers import is_number
 
 
@@ -75,6 +76,7 @@ class SinkCheck:
     lost_records: int = 0
     extra_records: int = 0
     open_at_end: int = 0
+    after_cutoff: int = 0  # results received of windows that end after the cutoff: not checked
     destroyed: int = 0  # results that depend on records a site killed for good took with it, not whole
     repeated: int = 0  # results a dead site published that the site recomputing its part published again
     unchecked: str | None = None
@@ -135,6 +137,8 @@ class Report:
     destroyed_by: list[str] = field(default_factory=list)
     hosts: str = "loopback"
     shaping: list[str] = field(default_factory=list)
+    warmup: float = 0.0
+    settle: float = 0.0
 
     @property
     def repeated(self) -> int:
@@ -191,18 +195,32 @@ def replans_of(placement: Any) -> int | None:
 
 
 def plan_history_of(placement: Any, t0: float) -> list[str]:
-    """The hub's plan history as lines: when (seconds after ``t0``), the version, the reason and what moved."""
+    """The hub's plan history as lines: when (after ``t0``, the sensors' start), the version, the reason and what moved.
+
+    A run of re-plans that left the placement unchanged is one line that counts them.
+    """
     history = placement.get("history") if isinstance(placement, dict) else None
+    entries = [h for h in history if isinstance(h, dict)] if isinstance(history, list) else []
     lines = []
-    for h in history if isinstance(history, list) else []:
-        if not isinstance(h, dict):
+    for group in fold(entries):
+        first, last = group[0], group[-1]
+        if len(group) > 1:
+            span = f"from {_when(first, t0)} to {_when(last, t0)}"
+            lines.append(f"plan v{first.get('version')} {span}: {summary(group)}")
             continue
-        moved = ", ".join(_move(m, t0) for m in h.get("moved") or [])
-        at = float(h.get("at", t0)) - t0
+        moved = ", ".join(_move(m, t0) for m in first.get("moved") or [])
         lines.append(
-            f"plan v{h.get('version')} at {at:+.1f} s: {h.get('reason')}" + (f"; moved {moved}" if moved else "")
+            f"plan v{first.get('version')} at {_when(first, t0)}: {first.get('reason')}"
+            + (f"; moved {moved}" if moved else "")
         )
     return lines
+
+
+def _when(entry: dict[str, Any], t0: float) -> str:
+    """The time of a history entry after ``t0`` (``+12.5 s``), or how long before it (the setup, before the sensors)."""
+    at = entry.get("at")
+    seconds = float(at) - t0 if isinstance(at, int | float) else 0.0
+    return f"+{seconds:.1f} s" if round(seconds, 1) >= 0 else f"setup ({-seconds:.1f} s before the sensors started)"
 
 
 def _move(m: dict[str, Any], t0: float) -> str:
@@ -250,12 +268,18 @@ def _bytes(n: int) -> str:
 
 @dataclass
 class Summary:
-    """The report's numbers as a table: one column per run, one row per measure, then notes."""
+    """The report as a table (one column per run, one row per measure), then lines of text.
+
+    ``legend`` says what the rows count; ``events`` are what happened to the plan
+    (re-plans, what a killed site took with it); ``problems`` are what went wrong.
+    """
 
     title: str
     columns: list[str]
     rows: list[tuple[str, list[str]]]
-    notes: list[str]
+    legend: list[str] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
 
 def summarise(reports: Sequence[Report]) -> Summary:
@@ -269,16 +293,13 @@ def summarise(reports: Sequence[Report]) -> Summary:
     row("hosts", (r.hosts for r in reports))
     row("sensor run (s)", (f"{r.duration:.0f}" for r in reports))
     for i, s in enumerate(reports[0].streams):
-        row(f"in {s.stream}@{s.site}", (_stream_cell(r, i) for r in reports))
+        row(f"sensor msgs {s.stream}@{s.site}", (_stream_cell(r, i) for r in reports))
     for op in reports[0].operators:
         row(f"edge op {op} in -> out", (_op_cell(r, op) for r in reports))
     for i, c in enumerate(reports[0].sinks):
         row(f"out {c.sink} ({c.tier})", (_sink_cell(r, i) for r in reports))
     for tier, attr in (("local", "local_latency"), ("global", "global_latency")):
-        row(
-            f"{tier} result latency p50/p95/p99 ms",
-            (f"{_ms(lat.p50)} / {_ms(lat.p95)} / {_ms(lat.p99)}" for lat in (getattr(r, attr) for r in reports)),
-        )
+        row(f"{tier} result latency p50/p95/p99 ms", (_latency_cell(getattr(r, attr), r.warmup) for r in reports))
     links = sorted({k for r in reports for k in r.wan_bytes})
     for link in links:
         row(f"WAN {link}", (_bytes(sum(r.wan_bytes.get(link, {}).values())) for r in reports))
@@ -298,16 +319,33 @@ def summarise(reports: Sequence[Report]) -> Summary:
     row("re-plans (placement changed)", (_replan_cell(r) for r in reports))
     row("hub CPU (s)", ("-" if r.hub_cpu_s is None else f"{r.hub_cpu_s:.1f}" for r in reports))
     row("faults", (", ".join(r.faults) or "none" for r in reports))
-    notes = [f"[{r.label}] {p}" for r in reports for p in r.problems]
-    notes += [f"[{r.label}] {line}" for r in reports for line in r.plan_history[1:]]
-    notes += [f"[{r.label}] {line}" for r in reports for line in r.destroyed_by]
-    notes += [f"[{r.label}] {c.sink}: {e}" for r in reports for c in r.sinks for e in c.examples]
+    events = [f"[{r.label}] {line}" for r in reports for line in r.plan_history[1:]]
+    events += [f"[{r.label}] {line}" for r in reports for line in r.destroyed_by]
+    problems = [f"[{r.label}] {p}" for r in reports for p in r.problems]
+    problems += [f"[{r.label}] {c.sink}: {e}" for r in reports for c in r.sinks for e in c.examples]
     return Summary(
         title=f"SpanEdge simulation: app '{reports[0].app}'",
         columns=[f"{r.label} ({r.placement})" for r in reports],
         rows=rows,
-        notes=notes,
+        legend=legend(reports[0]),
+        events=events,
+        problems=problems,
     )
+
+
+def legend(report: Report) -> list[str]:
+    """What the rows of the report count, with the run's warm-up and settle times."""
+    warmup = f"leaving out the first {report.warmup:g} s (warm-up)" if report.warmup > 0 else "from the start"
+    return [
+        "sensor msgs: the messages the simulated sensors published, malformed ones included",
+        "edge op: records in and out of the operator at the agents, over every replica, site and agent restart, "
+        "from their heartbeats",
+        f"out: results received; checked: those the reference expects of windows that end by the cutoff, "
+        f"{report.settle:g} s (settle) before the last event time; after the cutoff: results received of later "
+        "windows, which may still be open, not checked",
+        f"latency: each result once, from its window's end (or its record's event time) to its arrival, {warmup}",
+        "WAN: bytes the emulated links carried, both directions, from setup to the end of the drain",
+    ]
 
 
 def render(reports: Sequence[Report]) -> Any:
@@ -317,13 +355,14 @@ def render(reports: Sequence[Report]) -> Any:
     from rich.text import Text
 
     summary = summarise(reports)
-    table = Table(title=summary.title, show_lines=False)
+    table = Table(title=Text(summary.title), show_lines=False)
     table.add_column("measure", style="bold")
-    for column in summary.columns:
-        table.add_column(column, justify="right")
+    for column in summary.columns:  # text, never markup: names come from the user's files
+        table.add_column(Text(column), justify="right")
     for name, cells in summary.rows:
-        table.add_row(name, *cells)
-    return Group(table, *(Text(n, style="yellow") for n in summary.notes))
+        table.add_row(Text(name), *map(Text, cells))
+    lines = [Text(n, style="dim") for n in summary.legend] + [Text(e) for e in summary.events]
+    return Group(table, *lines, *(Text(p, style="yellow") for p in summary.problems))
 
 
 def _backlog_cell(report: Report) -> str:
@@ -333,24 +372,6 @@ def _backlog_cell(report: Report) -> str:
 def _op_cell(report: Report, op: str) -> str:
     counts = report.operators.get(op)
     return "-" if counts is None else f"{counts.get('in', 0)} -> {counts.get('out', 0)}"
-
-
-def operator_counts(heartbeats: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Records in and out per operator, summed over its replicas, from the agents' latest heartbeats."""
-    out: dict[str, dict[str, int]] = {}
-    for beat in heartbeats:
-        operators = beat.get("operators")
-        if not isinstance(operators, dict):
-            continue
-        for replica, counts in operators.items():
-            if not isinstance(counts, dict):
-                continue
-            total = out.setdefault(str(replica).partition("@")[0], {"in": 0, "out": 0})
-            for k in ("in", "out"):
-                value = counts.get(k)
-                if isinstance(value, int | float):
-                    total[k] += int(value)
-    return out
 
 
 def _replan_cell(report: Report) -> str:
@@ -372,7 +393,14 @@ def _sink_cell(report: Report, i: int) -> str:
     c = report.sinks[i]
     if c.unchecked:
         return f"{c.received} (unchecked)"
-    return f"{c.received} ({c.checked} checked, {c.missing} missing, {c.wrong} wrong)"
+    later = f"; {c.after_cutoff} after the cutoff" if c.after_cutoff else ""
+    return f"{c.received} ({c.checked} checked: {c.missing} missing, {c.wrong} wrong{later})"
+
+
+def _latency_cell(latency: Latency, warmup: float) -> str:
+    if not latency.count:
+        return f"no results after the {warmup:g} s warm-up" if warmup > 0 else "no results"
+    return f"{_ms(latency.p50)} / {_ms(latency.p95)} / {_ms(latency.p99)} ({latency.count} results)"
 
 
 def _dead_cell(report: Report) -> str:

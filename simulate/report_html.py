@@ -57,16 +57,25 @@ def render_html(runs: Sequence[Run]) -> str:
         *(_verdict(r) for r in reports),
         _table(summary.columns, summary.rows),
     ]
-    if summary.notes:
-        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in summary.notes) + "</ul>")
+    parts.append('<ul class="muted">' + "".join(f"<li>{_e(n)}</li>" for n in summary.legend) + "</ul>")
+    if summary.problems:
+        parts.append("<h2>Problems</h2>")
+        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in summary.problems) + "</ul>")
+    if summary.events:
+        parts.append("<h2>Plan history</h2>")
+        parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in summary.events) + "</ul>")
+    warmup = reports[0].warmup
     parts.append("<h2>Result latency</h2>")
+    after = f" after the {warmup:g} s warm-up" if warmup > 0 else ""
     parts.append(
         '<p class="muted">Arrival at the simulator minus the event time of the result '
-        "(window results: minus the window's end, so the watermark delay is included).</p>"
+        "(window results: minus the window's end, so the watermark delay is included). Each result counts once"
+        + (f", and only those whose window ended (or record was stamped){after}" if warmup > 0 else "")
+        + ": the legend gives how many.</p>"
     )
     for tier in ("local", "global"):
         series = {r.label: t.latency_ms.get(tier, []) for r, t in runs}
-        parts.append(_figure(charts.latency_cdf(f"{tier} results: latency distribution", series)))
+        parts.append(_figure(charts.latency_cdf(f"{tier} results{after}: latency distribution", series)))
     marks = _marks(runs)
     parts.append("<h2>WAN traffic</h2>")
     parts.append(_figure(_wan_chart(runs, marks)))

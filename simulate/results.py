@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from simulate.broker import Login
+from simulate.operator_totals import OperatorTotals
 from spanedge import topics
 from spanedge.app import App
 from spanedge.numbers import number
@@ -62,6 +63,8 @@ class Collector:
     subscribed: set[str] = field(default_factory=set)
     reconnects: int = 0
     malformed_results: int = 0
+    operators: OperatorTotals = field(default_factory=OperatorTotals)
+    """Records in and out per operator from every heartbeat, across agent restarts."""
 
     def filters(self, hub: bool) -> list[str]:
         """Topic filters to watch on a hub broker or a spoke broker."""
@@ -99,6 +102,7 @@ class Collector:
                 self.max_backlog[site_name] = max(self.max_backlog.get(site_name, 0), backlog)
                 self.backlog_history.setdefault(site_name, []).append((now, backlog))
                 self.heartbeats[site_name] = beat
+                self.operators.add(site_name, beat)
                 self.heartbeat_times[parts[3]] = now
                 self.heartbeat_count += 1
             return

@@ -39,7 +39,6 @@ from simulate.report import (
     Report,
     SinkCheck,
     combine_latency,
-    operator_counts,
     plan_changes_of,
     plan_history_of,
     replans_of,
@@ -329,7 +328,7 @@ class Run:
             shaping=self.topology.shaping(),
             duration=scenario.duration,
             streams=sorted(reference.streams.values(), key=lambda s: (s.stream, s.site)),
-            operators=operator_counts(collector.heartbeats[s] for s in scenario.spokes if s in collector.heartbeats),
+            operators=collector.operators.by_operator(scenario.spokes),
             sinks=checks,
             local_latency=combine_latency(checks, latencies, "local"),
             global_latency=combine_latency(checks, latencies, "global"),
@@ -346,6 +345,8 @@ class Run:
             events=list(self.events.lines),
             plan_history=plan_history_of(self.placement, self.t0),
             destroyed_by=[d.describe(self.t0) for d in destroyed],
+            warmup=scenario.sim.warmup,
+            settle=scenario.sim.settle,
         )
         timeline = self._timeline(checks, latencies)
         run_dir = scenario.run_dir

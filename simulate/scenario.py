@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulate.config import Simulation, parse_simulation
+from simulate.config import Simulation, parse_simulation, sites_file_lines
 from simulate.errors import InvalidOption, SimulationError
 from simulate.faults import Fault, FaultKind, parse_faults
 from simulate.progress import Status
@@ -91,6 +91,7 @@ def check_options(opts: Options, compare: str | None = None) -> None:
             msg = f"{option} takes {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}"
             raise InvalidOption(msg)
 
+    check_arguments(opts.sites, opts.app)
     one_of("--placement", opts.placement, PLACEMENTS)
     one_of("--mode", opts.mode, MODES)
     one_of("--broker", opts.broker, BROKERS)
@@ -113,6 +114,25 @@ def check_options(opts: Options, compare: str | None = None) -> None:
     if not opts.spark_master:
         msg = "--spark-master must not be empty (e.g. local[2] or spark://host:7077)"
         raise InvalidOption(msg)
+
+
+def check_arguments(sites: Path, app: Path) -> None:
+    """Refuse a Python file as the sites file or a YAML file as the app, saying which argument is which.
+
+    Raises:
+        InvalidOption: ``sites`` ends in ``.py`` or ``app`` in ``.yaml`` or ``.yml``.
+    """
+    python, is_yaml = sites.suffix == ".py", app.suffix in (".yaml", ".yml")
+    which = "SITES (the first argument) is the sites file and APP_FILE (the second) the app's Python file"
+    if python and is_yaml:
+        msg = f"the arguments are swapped: {which}; run spanedge simulate {app} {sites}"
+    elif python:
+        msg = f"{which}, but SITES is the Python file {sites}; pass the sites file first, then the app"
+    elif is_yaml:
+        msg = f"{which}, but APP_FILE is the YAML file {app}; pass the sites file first, then the app"
+    else:
+        return
+    raise InvalidOption(msg)
 
 
 @dataclass(frozen=True)
@@ -143,11 +163,12 @@ class Scenario:
         """
         check_options(opts)
         sites = load_sites(opts.sites)
-        sim = parse_simulation(sites, str(opts.sites))
+        lines = sites_file_lines(opts.sites)
+        sim = parse_simulation(sites, str(opts.sites), lines)
         if opts.seed is not None:
             sim = sim.replace(seed=opts.seed)
         app = load_app(opts.app)
-        sites.check_app_streams(app.source_streams(), app.name)
+        sites.check_app_streams(app.source_streams(), app.name, str(opts.sites), lines)
         faults = tuple(parse_faults(opts.faults, sites))
         mode = opts.resolved_mode()
         revokes = [f.describe() for f in faults if f.kind is FaultKind.REVOKE]

@@ -17,6 +17,7 @@ from typing import Any
 
 from simulate.charts import Mark
 from simulate.fault_schedule import AppliedFault
+from spanedge.history import fold
 
 LABEL_CHARS = 80
 
@@ -103,19 +104,22 @@ def fault_marks(applied: Sequence[AppliedFault], t0: float) -> list[Mark]:
 
 
 def replan_marks(placement: Any, t0: float) -> list[Mark]:
-    """A mark per re-plan in the hub's placement history (the first entry is the deploy) from ``t0`` on."""
+    """A mark per re-plan in the hub's placement history (the first entry is the deploy) from ``t0`` on.
+
+    A run of re-plans that left the placement unchanged is one mark, at the first, that counts them.
+    """
     history = placement.get("history") if isinstance(placement, dict) else None
     if not isinstance(history, list):
         return []
+    entries = [e for e in history[1:] if isinstance(e, dict) and isinstance(e.get("at"), int | float) and e["at"] >= t0]
     marks = []
-    for entry in history[1:]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("at"), int | float):
-            continue
-        t = float(entry["at"]) - t0
-        if t < 0:
-            continue
-        what = "re-plan" if entry.get("changed", True) else "re-plan, unchanged"
-        reason = str(entry.get("reason", "")).split(";")[0].strip()
+    for group in fold(entries):
+        t = float(group[0]["at"]) - t0
+        if len(group) > 1:
+            what = f"{len(group)} re-plans to {float(group[-1]['at']) - t0:.1f} s, unchanged"
+        else:
+            what = "re-plan" if group[0].get("changed", True) else "re-plan, unchanged"
+        reason = str(group[-1].get("reason", "")).split(";")[0].strip()
         marks.append(Mark(round(t, 3), "replan", _label(f"{what}: {reason}" if reason else what)))
     return marks
 

@@ -87,7 +87,7 @@ def plan_report(plan: Plan, baselines: Sequence[str] = ()) -> list[Block]:
                 f"; +{len(base.violations) - 3} more" if len(base.violations) > 3 else ""
             )
             parts.append(f"{name} is infeasible here, so its scores are not comparable: {shown}")
-        if base.wan_bytes_per_s > 0:
+        elif base.wan_bytes_per_s > 0:
             ratio = plan.totals.wan_bytes_per_s / base.wan_bytes_per_s
             parts.append(f"WAN traffic vs {name}: {ratio:.1%}")
     if plan.slo_ms is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import os
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -32,7 +33,7 @@ import yaml
 
 from spanedge import topics
 from spanedge.errors import InvalidSites
-from spanedge.file_models import FileModel, convert, key_path, yaml_lines
+from spanedge.file_models import FileModel, Place, convert, key_path, yaml_lines
 from spanedge.files import read_text
 from spanedge.names import label_problem, name_problem, stream_name_problem
 
@@ -270,21 +271,24 @@ class Sites(FileModel, frozen=True):
             msg = f"unknown site {name!r}; sites.yaml defines: {', '.join(self.sites)}"
             raise InvalidSites(msg) from None
 
-    def check_app_streams(self, streams: set[str], app_name: str) -> None:
-        """Raise if sites.yaml and the app disagree on stream names."""
+    def check_app_streams(
+        self, streams: set[str], app_name: str, where: str = "sites.yaml", lines: Mapping[Place, int] | None = None
+    ) -> None:
+        """Raise if sites.yaml and the app disagree on stream names; ``where`` and ``lines`` place the error in the file."""
         for site in self.sites.values():
             for stream in site.streams:
                 if stream not in streams:
+                    line = (lines or {}).get(("sites", site.name, "streams", stream))
                     msg = (
-                        f"sites.yaml: site '{site.name}' binds stream '{stream}', but app "
-                        f"'{app_name}' has no source by that name (its sources: {', '.join(sorted(streams))}); "
+                        f"{where}{'' if line is None else f':{line}'}: site '{site.name}' binds stream '{stream}', "
+                        f"but app '{app_name}' has no source by that name (its sources: {', '.join(sorted(streams))}); "
                         "fix the stream name in sites.yaml or add app.source(...)"
                     )
                     raise InvalidSites(msg)
         for stream in streams:
             if not self.sources_of(stream):
                 msg = (
-                    f"app '{app_name}' reads stream '{stream}', but no site in sites.yaml sources it; "
+                    f"app '{app_name}' reads stream '{stream}', but no site in {where} sources it; "
                     f"add it under a site's streams: with a topic filter and rate"
                 )
                 raise InvalidSites(msg)

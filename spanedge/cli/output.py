@@ -27,6 +27,7 @@ def show(blocks: Sequence[Block]) -> None:
     try:
         from rich.console import Console
         from rich.table import Table as RichTable
+        from rich.text import Text
     except ImportError:  # the light core: plain text, coloured where it matters (not with NO_COLOR set)
         click.echo(_coloured_text(blocks), color=False if os.environ.get("NO_COLOR") else None)
         return
@@ -36,10 +37,10 @@ def show(blocks: Sequence[Block]) -> None:
             console.print(block, style="bold red" if _alarming(block) else None, markup=False)
             continue
         table = RichTable(header_style="bold cyan", show_edge=False, pad_edge=False)
-        for name in block.header:
-            table.add_column(name, overflow="fold")
+        for name in block.header:  # cells are text, never markup: they quote users' names and patterns
+            table.add_column(Text(name), overflow="fold")
         for i, row in enumerate(block.rows, start=1):
-            table.add_row(*row, style="red" if i in block.alarm else None)
+            table.add_row(*map(Text, row), style="red" if i in block.alarm else None)
         console.print(table)
 
 

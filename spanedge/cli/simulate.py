@@ -133,6 +133,7 @@ def simulate(
 
     try:
         from rich.console import Console
+        from rich.text import Text
     except ImportError as exc:  # the light core: the progress display and the report need the sim extra
         raise fail(MissingExtra(exc.name or "rich", "sim")) from None
 
@@ -144,7 +145,7 @@ def simulate(
         err.print("[yellow]interrupted; everything started was stopped[/yellow]")
         raise click.exceptions.Exit(130) from None
     except SpanEdgeError as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False, soft_wrap=True)
+        err.print(Text.assemble(("error:", "red"), f" {exc}"), highlight=False, soft_wrap=True)
         raise click.exceptions.Exit(2 if isinstance(exc, ValueError) else 1) from None
     reports = [o.report for o in outcomes]
     if as_json:
@@ -166,9 +167,11 @@ _ALARM_ROWS = ("lost records", "duplicate results", "wrong results")
 
 
 def simulation_report(reports: Sequence[Report]) -> list[Block]:
-    """The runs side by side: the title, one table (a column per run) and the problems found, as report blocks.
+    """The runs side by side as report blocks, which :func:`spanedge.cli.output.show` prints.
 
-    :func:`spanedge.cli.output.show` prints it as a coloured table on a terminal and as plain text when piped.
+    The title, one table (a column per run) and what its rows count; then the events
+    (``event:`` lines: re-plans, what a killed site took with it) and the problems found
+    (``warning:`` lines). On a terminal the table is coloured; piped, it is plain text.
     """
     from simulate.report import summarise
     from spanedge.report import Table
@@ -180,9 +183,10 @@ def simulation_report(reports: Sequence[Report]) -> list[Block]:
         for i, (name, cells) in enumerate(summary.rows, start=1)
         if name in _ALARM_ROWS and any(c.split(" ", 1)[0] not in ("0", "") for c in cells)
     )
-    blocks: list[Block] = [summary.title, Table(("measure", *summary.columns), rows, alarm)]
+    blocks: list[Block] = [summary.title, Table(("measure", *summary.columns), rows, alarm), *summary.legend]
     blocks += [f"shaped here: {line}" for line in reports[0].shaping]
-    blocks += [f"warning: {note}" for note in summary.notes]
+    blocks += [f"event: {line}" for line in summary.events]
+    blocks += [f"warning: {problem}" for problem in summary.problems]
     return blocks
 
 

@@ -10,6 +10,7 @@ import click
 from spanedge.cli.errors import check_hub_url, fail
 from spanedge.cli.output import show
 from spanedge.cli.params import HUB_CA_HELP, PATH, Command, option
+from spanedge.history import unchanged
 from spanedge.report import Block, Table, to_text
 
 
@@ -45,6 +46,20 @@ def status(hub_url: str, hub_ca: Path | None, token: str | None, as_json: bool) 
 
 def _ms(value: float) -> str:
     return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def _last_change(history: list[dict[str, Any]]) -> list[str]:
+    """The last plan change of an app's history, and how many re-plans since left the placement unchanged."""
+    if not history:
+        return []
+    changes = [i for i, h in enumerate(history) if not unchanged(h)]
+    since = len(history) - 1 - changes[-1] if changes else len(history)
+    kept = f"re-planned {'once' if since == 1 else f'{since} times'}" + (" since" if changes else "")
+    kept += ", placement unchanged"
+    if not changes:
+        return [f"  {kept}"]
+    last = history[changes[-1]]
+    return [f"  last change: v{last['version']} {last['reason']}" + (f"; {kept}" if since else "")]
 
 
 def render_status(
@@ -88,10 +103,7 @@ def status_report(
             by_site.setdefault(r["site"], []).append(r["replica"])
         for site, replicas in sorted(by_site.items()):
             parts.append(f"  {site}: {', '.join(replicas)}")
-        history = view.get("history") or []
-        if history:
-            last = history[-1]
-            parts.append(f"  last change: v{last['version']} {last['reason']}")
+        parts += _last_change(view.get("history") or [])
         parts.append("")
     while parts and parts[-1] == "":
         parts.pop()

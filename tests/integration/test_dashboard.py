@@ -336,6 +336,14 @@ def test_dashboard_shows_the_live_system(browser: Any, tmp_path: Path) -> None:
         expect(history).to_contain_text("deployed")
         expect(history.locator("td.baselines")).to_contain_text("central")
         expect(history.locator("td.baselines")).to_contain_text("local-first")
+        # central puts the @local operators at the hub: infeasible, marked, and no ratio against it
+        central = history.locator('[data-testid=baseline][data-baseline="central"]')
+        expect(central).to_have_attribute("data-feasible", "false")
+        expect(central).to_have_text(re.compile(r"^central [\d.]+ \(infeasible\)$"))
+        expect(central).to_have_attribute("title", re.compile(r"to_celsius@truck-7 at cloud"))
+        local_first = history.locator('[data-testid=baseline][data-baseline="local-first"]')
+        expect(local_first).to_have_attribute("data-feasible", "true")
+        expect(local_first).to_have_text(re.compile(r"^local-first [\d.]+ \([\d.]+×\)$"))
         expect(page.locator('[data-testid=query-row][data-query="cold-chain/fleet_alerts"]')).to_contain_text("active")
 
         # the streams ended and were reopened (max_stream_s=3), and the page went on counting
@@ -360,6 +368,16 @@ def test_dashboard_shows_the_live_system(browser: Any, tmp_path: Path) -> None:
         expect(history.first).to_have_attribute("data-version", "2")
         expect(history.first).to_contain_text("redeployed")
         expect(history.first.locator("td.moved")).to_have_text("–")
+
+        # re-plans that change nothing fold into one row that counts them
+        for _ in range(3):
+            hub.coordinator.replan("cold-chain", "latency drift")
+        expect(history).to_have_count(3)
+        expect(history.first).to_have_attribute("data-count", "3")
+        expect(history.first).to_have_class(re.compile("unchanged"))
+        expect(history.first.locator("td.reason")).to_have_text(
+            "re-planned 3 times, placement unchanged (the last for: latency drift)"
+        )
 
         assert errors == []  # no script error, nothing the page's CSP had to block
 

@@ -435,14 +435,24 @@
       return;
     }
     $("history").replaceChildren(...entries.map((e) => h("tr", {
-      "data-testid": "history-row", "data-version": e.version, class: e.changed ? "" : "unchanged",
+      "data-testid": "history-row", "data-version": e.version, "data-count": e.count, class: e.changed ? "" : "unchanged",
     },
     h("td", { class: "num", text: `v${e.version}` }),
-    h("td", { text: clock(e.at) }),
+    h("td", { text: isNum(e.until) ? `${clock(e.at)} – ${clock(e.until)}` : clock(e.at) }),
     h("td", { class: "reason", text: e.reason }),
     h("td", { class: "moved" }, ...(e.moved.length ? e.moved.map(moveItem) : [dash])),
     h("td", { class: "num", text: num(e.objective, 3) }),
-    h("td", { class: "baselines", text: Object.entries(e.baselines).map(([name, b]) => baselineText(name, b, e.objective)).join(" · ") || dash }))));
+    h("td", { class: "baselines" }, ...baselineItems(e.baselines, e.objective)))));
+  }
+
+  function baselineItems(baselines, objective) {
+    const items = Object.entries(baselines).flatMap(([name, b], i) => [i ? document.createTextNode(" · ") : null, h("span", {
+      "data-testid": "baseline", "data-baseline": name, "data-feasible": b.feasible ? "true" : "false",
+      class: b.feasible ? "" : "infeasible",
+      title: b.feasible ? null : `infeasible here, so not comparable: ${b.violations.join("; ")}`,
+      text: baselineText(name, b, objective),
+    })]);
+    return items.length ? items : [dash];
   }
 
   function moveItem(m) {
@@ -474,6 +484,7 @@
   }
 
   function baselineText(name, b, objective) {
+    if (!b.feasible) return `${name} ${num(b.objective, 3)} (infeasible)`;
     const ratio = isNum(objective) && isNum(b.objective) && b.objective > 0 ? ` (${num(objective / b.objective, 2)}×)` : "";
     return `${name} ${num(b.objective, 3)}${ratio}`;
   }

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypedDict
 
+from spanedge.history import fold, summary
 from spanedge.numbers import number
 
 log = logging.getLogger(__name__)
@@ -69,23 +70,37 @@ from a site gone for good, what it may have lost (:func:`hub.control.plan_histor
 or which site recomputed it."""
 
 
+class BaselineView(TypedDict):
+    """A baseline's scores; an infeasible one (``feasible`` false) breaks the ``violations`` and is no comparison."""
+
+    objective: float | None
+    wan_bytes_per_s: float | None
+    worst_latency_ms: float | None
+    feasible: bool
+    violations: list[str]
+
+
 class HistoryView(TypedDict):
     """One plan version of an app: why it was made, what moved, its objective against the baselines.
 
     ``moved`` lists the replicas whose site changed from the previous version.
     ``baselines`` maps a baseline's name (``central``, ``local-first``) to its
-    ``{"objective", "wan_bytes_per_s", "worst_latency_ms"}``, as the entry recorded
-    them; for an entry stored without them, the current plan's for the current
-    version, else empty.
+    scores, as the entry recorded them; for an entry stored without them, the
+    current plan's for the current version, else empty. A run of re-plans
+    that left the placement unchanged is one row: ``count`` of them, from
+    ``at`` to ``until``, with the last one's scores (``count`` is 1 and
+    ``until`` ``None`` for any other row).
     """
 
     version: int
     at: float | None
+    until: float | None
+    count: int
     reason: str
     changed: bool
     moved: list[MoveView]
     objective: float | None
-    baselines: dict[str, dict[str, float | None]]
+    baselines: dict[str, BaselineView]
 
 
 class AppView(TypedDict):
@@ -301,7 +316,7 @@ def app_view(
         "version": int(_get(plan, "version", 0)),
         "operators": operators,
         "edges": edges,
-        "history": [_history_view(h, plan) for h in _get(record, "history", ()) or ()],
+        "history": [_history_view(group, plan) for group in fold(list(_get(record, "history", ()) or ()))],
     }
 
 
@@ -365,7 +380,9 @@ def _replica_rates(app: str, status: Iterable[Mapping[str, Any]]) -> dict[str, t
     return out
 
 
-def _history_view(entry: Any, plan: Any) -> HistoryView:
+def _history_view(group: list[Any], plan: Any) -> HistoryView:
+    """One row of the plan history: an entry, or a run of unchanged re-plans (:func:`spanedge.history.fold`)."""
+    entry = group[-1]
     totals = _get(entry, "totals", None) or {}
     version = int(_get(entry, "version", 0))
     baselines = _get(entry, "baselines", None)
@@ -374,19 +391,26 @@ def _history_view(entry: Any, plan: Any) -> HistoryView:
     moved = _get(entry, "moved", None)
     return {
         "version": version,
-        "at": number(_get(entry, "at")),
-        "reason": str(_get(entry, "reason", "")),
+        "at": number(_get(group[0], "at")),
+        "until": number(_get(entry, "at")) if len(group) > 1 else None,
+        "count": len(group),
+        "reason": summary(group),
         "changed": bool(_get(entry, "changed", True)),
         "moved": [_move_view(m) for m in moved if isinstance(m, Mapping)] if isinstance(moved, list | tuple) else [],
         "objective": number(_get(totals, "objective")),
-        "baselines": {
-            str(name): {
-                "objective": number(_get(t, "objective")),
-                "wan_bytes_per_s": number(_get(t, "wan_bytes_per_s")),
-                "worst_latency_ms": number(_get(t, "worst_latency_ms")),
-            }
-            for name, t in (baselines or {}).items()
-        },
+        "baselines": {str(name): _baseline_view(t) for name, t in (baselines or {}).items()},
+    }
+
+
+def _baseline_view(totals: Any) -> BaselineView:
+    violations = _get(totals, "violations", None)
+    shown = [str(v) for v in violations] if isinstance(violations, list | tuple) else []
+    return {
+        "objective": number(_get(totals, "objective")),
+        "wan_bytes_per_s": number(_get(totals, "wan_bytes_per_s")),
+        "worst_latency_ms": number(_get(totals, "worst_latency_ms")),
+        "feasible": not shown,
+        "violations": shown,
     }
 
 

@@ -77,3 +77,18 @@ def test_an_old_owner_reports_the_last_record_it_sent_for_a_part_it_finished(
     apps.plans["cold-chain"] = plan  # a later plan without the handover: nothing left to report
     assert apps.handed_over() == []
     outbox.close()
+
+
+def test_a_plan_applied_again_keeps_the_counts_of_records_in_and_out(tmp_path: Path) -> None:
+    """A restarted hub sends the plan again: the rebuilt pipeline goes on counting where the old one was."""
+    apps, processor, source, outbox = _parts(tmp_path)
+    processor.handle([_msg(source, mid, 1000.0 + mid) for mid in range(1, 6)])
+    processor.flush()
+    before = apps.pipelines["cold-chain"].metrics()
+    assert before["readings@truck-7"] == {"in": 5, "out": 5}
+    apps.apply([apps.plans["cold-chain"]])
+    assert apps.pipelines["cold-chain"].metrics() == before
+    processor.handle([_msg(source, 6, 1006.0)])
+    processor.flush()
+    assert apps.pipelines["cold-chain"].metrics()["readings@truck-7"] == {"in": 6, "out": 6}
+    outbox.close()

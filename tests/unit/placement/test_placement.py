@@ -508,6 +508,8 @@ def test_a_baseline_that_breaks_the_rules_is_marked_infeasible() -> None:
     assert "central (INFEASIBLE)" in text
     assert "central is infeasible here" in text
     assert "local-first (INFEASIBLE)" not in text
+    assert "WAN traffic vs central" not in text  # an infeasible baseline's ratio is no score
+    assert "WAN traffic vs local-first: 100.0%" in text
 
 
 def windows_in_a_row(first_scope: str | None) -> App:

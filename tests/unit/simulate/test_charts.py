@@ -71,8 +71,8 @@ def test_long_marker_labels_are_shortened_in_the_chart() -> None:
 
 def test_latency_cdf_overlays_runs_and_says_when_there_is_nothing() -> None:
     svg = charts.latency_cdf("local results", {"spanedge": [10.0, 20.0, 30.0], "central": [100.0, 250.0]})
-    assert "spanedge (n=3)" in svg
-    assert "central (n=2)" in svg
+    assert "spanedge (3 results)" in svg
+    assert "central (2 results)" in svg
     empty = charts.latency_cdf("global results", {"spanedge": [], "central": []})
     assert "no results" in empty
     assert not URL.search(svg + empty)
@@ -113,6 +113,21 @@ def test_the_html_report_has_the_totals_a_chart_each_and_no_url(tmp_path: Path) 
     assert "run: " not in single  # one run: no legend of runs
     assert "re-plan: latency" in single
     assert "[spanedge]" not in single
+
+
+def test_the_html_report_keeps_problems_apart_from_the_plan_history_and_names_the_warm_up() -> None:
+    report, timeline = _run("ilp", 1.0, [])
+    report.warmup, report.settle = 20.0, 35.0
+    report.plan_history = ["plan v1 at +0.0 s: deployed", "plan v2 at +9.0 s: site truck-9 down"]
+    report.problems = ["truck-7 never drained"]
+    html = render_html([(report, timeline)])
+    problems = html.index("<h2>Problems</h2>")
+    history = html.index("<h2>Plan history</h2>")
+    assert "[ilp] truck-7 never drained" in html[problems:history]
+    assert "[ilp] plan v2 at +9.0 s: site truck-9 down" in html[history:]
+    assert "site truck-9 down" not in html[problems:history]
+    assert "local results after the 20 s warm-up: latency distribution" in html
+    assert "35 s (settle) before the last event time" in html
 
 
 def test_a_run_without_faults_or_replans_says_so() -> None:

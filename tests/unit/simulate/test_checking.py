@@ -188,6 +188,7 @@ def test_results_a_map_reshaped_after_their_window_are_checked_as_records() -> N
     checks, latencies = check_sinks(farm, reference, got + got[:1], latency_from=T0)
     valve = next(c for c in checks if c.sink == "valve_bus")
     assert (valve.checked, valve.missing, valve.duplicates, valve.open_at_end) == (2, 0, 1, 1)
+    assert (valve.received, valve.after_cutoff) == (4, 1)  # every arrival, the one after the cutoff too
     # valve commands carry no reading time: their latency runs from their window's end, once per result
     ends = [i.value["at"] for i in valves[:2]]
     assert sorted(latencies["valve_bus"]) == pytest.approx(sorted(T0 + 40 - end + WINDOW_TIME_OFFSET for end in ends))

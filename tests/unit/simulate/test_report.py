@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import pytest
 
 from simulate.checking import check_sink, scope_tier
 from simulate.reference import Item, evaluate, window_starts
-from simulate.report import Report, epoch, percentile
+from simulate.report import Latency, Report, epoch, percentile
 from simulate.results import Collector, Result, mqtt_sinks
 from spanedge.loader import load_app
 from tests.conftest import EXAMPLES
@@ -93,6 +96,12 @@ def test_a_perfect_run_has_no_loss_and_open_windows_are_not_counted() -> None:
     assert check.checked == 4
     report = Report("run", "cold-chain", "ilp", "mosquitto", 30.0, sinks=[check])
     assert report.lost == 0
+    everything = [Result("local_stats", "truck-7", i.value, T0 + 40) for i in expected.sinks["local_stats"]]
+    late, _ = check_sink(
+        "local_stats", "local", everything, expected.sinks["local_stats"], expected.windowed["local_stats"], T0 + 25
+    )
+    # received = checked + after the cutoff: the last windows arrived but are not checked
+    assert (late.received, late.checked, late.after_cutoff, late.missing) == (6, 4, 2, 0)
     assert report.duplicates == 0
     assert report.to_dict()["lost"] == 0
 
@@ -184,15 +193,35 @@ def test_progress_and_report_render() -> None:
     assert "missing" in text
 
 
-def test_operator_counts_sum_replicas() -> None:
-    from simulate.report import operator_counts
+def test_operator_counts_sum_replicas_and_survive_restarts_and_moves() -> None:
+    from simulate.operator_totals import OperatorTotals
 
-    beats = [
+    totals = OperatorTotals()
+    totals.add(
+        "truck-7",
         {"operators": {"to_celsius@truck-7": {"in": 10, "out": 9, "rate_in": 1.0}, "readings@truck-7": {"in": 10}}},
-        {"operators": {"to_celsius@truck-9": {"in": 5, "out": 5}}},
-        {"no operators": True},
-    ]
-    assert operator_counts(beats) == {"to_celsius": {"in": 15, "out": 14}, "readings": {"in": 10, "out": 0}}
+    )
+    totals.add("truck-9", {"operators": {"to_celsius@truck-9": {"in": 5, "out": 5}}})
+    totals.add("truck-9", {"no operators": True})
+    assert totals.by_operator() == {"to_celsius": {"in": 15, "out": 14}, "readings": {"in": 10, "out": 0}}
+    # truck-7's agent restarts and counts from 0 again; truck-9's replica moves to the warehouse
+    totals.add("truck-7", {"operators": {"to_celsius@truck-7": {"in": 4, "out": 4}, "readings@truck-7": {"in": 4}}})
+    totals.add("warehouse", {"operators": {"to_celsius@truck-9": {"in": 3, "out": 3}}})
+    totals.add("truck-7", {"operators": {"to_celsius@truck-7": {"in": 6, "out": 6}, "readings@truck-7": {"in": 6}}})
+    assert totals.by_operator() == {
+        "to_celsius": {"in": 10 + 6 + 5 + 3, "out": 9 + 6 + 5 + 3},
+        "readings": {"in": 16, "out": 0},
+    }
+    assert totals.by_operator(["truck-9"]) == {"to_celsius": {"in": 5, "out": 5}}
+
+
+def test_a_hub_restart_between_heartbeats_keeps_the_edge_counts() -> None:
+    """The collector feeds every heartbeat to the totals: counts that start again add to the earlier ones."""
+    c = Collector("cold-chain", mqtt_sinks(APP))
+    topic = "spanedge/v1/control/truck-7/heartbeat"
+    for n in (100, 12_007, 0, 0):  # the last two after the agent began counting again
+        c.on_message("cloud", topic, orjson.dumps({"operators": {"readings@truck-7": {"in": n, "out": n}}}))
+    assert c.operators.by_operator(["truck-7"]) == {"readings": {"in": 12_007, "out": 12_007}}
 
 
 def test_session_windows_close_after_the_gap() -> None:
@@ -245,3 +274,75 @@ def test_the_plan_history_shows_each_move_s_state_and_handover_time() -> None:
         " switch at 60.0 s at risk, back at 75.0 s in time), w@f barn->shed (barn gone: results from its last result"
         " to the switch at 60.0 s at risk, back at 800.0 s, too late)"
     ]
+
+
+def test_unchanged_replans_fold_into_one_line_and_no_time_is_negative() -> None:
+    from simulate.report import plan_history_of
+
+    def unchanged(at: float, reason: str) -> dict[str, object]:
+        return {"version": 1, "at": at, "reason": f"{reason}; placement unchanged", "changed": False, "moved": []}
+
+    placement = {
+        "history": [
+            {"version": 1, "at": 90.0, "reason": "deployed", "moved": []},
+            unchanged(95.0, "rate of readings@truck-7 100.0→14.0 rec/s (-86%)"),
+            {
+                "version": 2,
+                "at": 130.0,
+                "reason": "site truck-9 down",
+                "moved": [{"replica": "w@t", "from": "a", "to": "b"}],
+            },
+            *(unchanged(130.0 + 60 * i, f"latency cloud–truck-7 {4 + i}.0→9.0 ms") for i in range(1, 6)),
+        ]
+    }
+    assert plan_history_of(placement, 100.0) == [
+        "plan v1 at setup (10.0 s before the sensors started): deployed",
+        "plan v1 at setup (5.0 s before the sensors started): rate of readings@truck-7 100.0→14.0 rec/s (-86%);"
+        " placement unchanged",
+        "plan v2 at +30.0 s: site truck-9 down; moved w@t a->b",
+        "plan v1 from +90.0 s to +330.0 s: re-planned 5 times, placement unchanged (the last for: latency"
+        " cloud–truck-7 9.0→9.0 ms)",
+    ]
+
+
+def _report(**fields: Any) -> Report:
+    from simulate.report import SinkCheck
+
+    check = SinkCheck("unit_stats", "local", received=120, expected=180, checked=60, open_at_end=120, after_cutoff=60)
+    return Report("spanedge", "cold-chain", "ilp, managed", "mosquitto", 20.0, sinks=[check], **fields)
+
+
+def test_every_figure_says_what_it_counts() -> None:
+    from simulate.report import summarise
+
+    summary = summarise([_report(warmup=20.0, settle=35.0)])
+    rows = dict(summary.rows)
+    assert rows["out unit_stats (local)"] == ["120 (60 checked: 0 missing, 0 wrong; 60 after the cutoff)"]
+    assert rows["local result latency p50/p95/p99 ms"] == ["no results after the 20 s warm-up"]
+    text = "\n".join(summary.legend)
+    assert "35 s (settle) before the last event time" in text
+    assert "leaving out the first 20 s (warm-up)" in text
+    assert "malformed ones included" in text
+    assert "agent restart" in text
+    fast = summarise([_report(local_latency=Latency.of([0.5, 1.0]))])
+    assert dict(fast.rows)["local result latency p50/p95/p99 ms"] == ["500 / 1000 / 1000 (2 results)"]
+    assert dict(fast.rows)["global result latency p50/p95/p99 ms"] == ["no results"]
+
+
+def test_plan_changes_are_events_and_only_problems_are_problems() -> None:
+    from simulate.report import summarise
+
+    report = _report(
+        plan_history=[
+            "plan v1 at +0.0 s: deployed",
+            "plan v1 at +1.3 s: rate of r 100.0→14.0 rec/s; placement unchanged",
+        ],
+        destroyed_by=["records of truck-9 from 30 s to the end: lost with truck-9"],
+        problems=["truck-7 never drained"],
+    )
+    summary = summarise([report])
+    assert summary.events == [
+        "[spanedge] plan v1 at +1.3 s: rate of r 100.0→14.0 rec/s; placement unchanged",
+        "[spanedge] records of truck-9 from 30 s to the end: lost with truck-9",
+    ]
+    assert summary.problems == ["[spanedge] truck-7 never drained"]

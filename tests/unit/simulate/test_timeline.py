@@ -72,6 +72,16 @@ def test_replans_come_from_the_placement_history_after_the_deploy() -> None:
     assert replan_marks({"plan": {"version": 1}}, T0) == []
 
 
+def test_unchanged_replans_in_a_row_are_one_mark_that_counts_them() -> None:
+    def unchanged(at: float) -> dict[str, object]:
+        return {"version": 1, "at": T0 + at, "reason": f"latency a–b {at}; placement unchanged", "changed": False}
+
+    placement = {"history": [{"version": 1, "at": T0 - 5, "reason": "deployed"}, *map(unchanged, (60, 120, 180))]}
+    (mark,) = replan_marks(placement, T0)
+    assert (mark.t, mark.kind, mark.until) == (60.0, "replan", None)
+    assert mark.label == "3 re-plans to 180.0 s, unchanged: latency a–b 180"
+
+
 def test_a_timeline_survives_json() -> None:
     timeline = Timeline(
         wan_times=[0.0, 1.0],

@@ -181,6 +181,28 @@ def test_plan_history_with_objective_and_baselines(coordinator: Coordinator, clo
     assert first["baselines"]["central"]["objective"] > first["objective"]
 
 
+def test_unchanged_replans_in_a_row_are_one_counted_row(coordinator: Coordinator, clock: Clock) -> None:
+    for i in range(4):
+        clock.now += 60
+        coordinator.replan("cold-chain", f"latency drift {i}")
+    history = build_snapshot(coordinator)["apps"][0]["history"]
+    assert [(h["version"], h["count"], h["at"], h["until"], h["changed"]) for h in history] == [
+        (1, 1, 1_000.0, None, True),
+        (1, 4, 1_060.0, 1_240.0, False),
+    ]
+    assert history[1]["reason"] == "re-planned 4 times, placement unchanged (the last for: latency drift 3)"
+    assert history[0]["reason"] == "deployed"
+
+
+def test_an_infeasible_baseline_is_marked(coordinator: Coordinator) -> None:
+    (first,) = build_snapshot(coordinator)["apps"][0]["history"]
+    central, local_first = first["baselines"]["central"], first["baselines"]["local-first"]
+    # central puts the cold chain's @local operators at the hub, which they may not run at
+    assert not central["feasible"]
+    assert any("to_celsius@truck-7 at cloud" in v for v in central["violations"])
+    assert (local_first["feasible"], local_first["violations"]) == (True, [])
+
+
 def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: Coordinator) -> None:
     import dataclasses
 
@@ -252,7 +274,15 @@ def test_history_shows_recorded_moves_and_each_versions_baselines(coordinator: C
             "recovered_by": None,
         },
     ]
-    assert second["baselines"] == {"central": {"objective": 4.0, "wan_bytes_per_s": 10.0, "worst_latency_ms": 80.0}}
+    assert second["baselines"] == {
+        "central": {
+            "objective": 4.0,
+            "wan_bytes_per_s": 10.0,
+            "worst_latency_ms": 80.0,
+            "feasible": True,
+            "violations": [],
+        }
+    }
 
 
 def test_sites_alive_down_and_the_hub_without_an_agent(coordinator: Coordinator, clock: Clock) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,19 @@ def test_a_report_is_a_coloured_table_on_a_terminal(monkeypatch: pytest.MonkeyPa
     assert "\x1b[31m" in down  # the alarm row is red
 
 
+def test_table_cells_and_lines_on_a_terminal_are_text_not_markup(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _Terminal()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    pattern = "^[a-z0-9][a-z0-9_-]{0,62}$"
+    show([f"[bold]{pattern}", Table(("[i]name", "why"), (("w [keys [0, 50%)]", f"[red]{pattern}[/red]"),))])
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    assert f"[bold]{pattern}" in text
+    assert "[i]name" in text
+    assert "w [keys [0, 50%)]" in text
+    assert f"[red]{pattern}[/red]" in text
+
+
 def _simulation_reports(lost: int) -> list[Any]:
     from simulate.report import Report, SinkCheck, SiteCount, StreamCount
 
@@ -103,7 +117,44 @@ def test_the_simulation_report_marks_lost_records_and_lists_problems() -> None:
     assert isinstance(table, Table)
     alarmed = {table.rows[i - 1][0] for i in table.alarm}
     assert alarmed == {"lost records"}
-    assert blocks[2:] == ["warning: [central] truck-7 never drained"]
+    assert [b for b in blocks[2:] if isinstance(b, str) and b.startswith(("warning:", "event:"))] == [
+        "warning: [central] truck-7 never drained"
+    ]
+
+
+def test_plan_changes_in_the_simulation_report_are_events_not_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spanedge.cli.simulate import simulation_report
+
+    reports = _simulation_reports(lost=0)
+    reports[0].plan_history = [
+        "plan v1 at +0.0 s: deployed",
+        "plan v1 at +1.3 s: rate of readings@truck-7 100.0→14.0 rec/s (-86%); placement unchanged",
+    ]
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    show(simulation_report(reports))
+    lines = out.getvalue().splitlines()
+    assert (
+        "event: [spanedge] plan v1 at +1.3 s: rate of readings@truck-7 100.0→14.0 rec/s (-86%); placement unchanged"
+        in lines
+    )
+    assert not [line for line in lines if line.startswith("warning:")]
+    assert any(line.startswith("out: results received; checked: ") for line in lines)  # what the rows count
+
+
+def test_status_folds_unchanged_replans_into_the_last_change() -> None:
+    from spanedge.cli.status import status_report
+
+    def entry(version: int, reason: str, changed: bool = True) -> dict[str, Any]:
+        return {"version": version, "reason": reason, "changed": changed}
+
+    app = {"app": "cold-chain", "version": 2, "replicas": 1, "sites": ["truck-7"], "totals": {}}
+    history = [entry(1, "deployed"), entry(2, "site truck-9 down")]
+    history += [entry(2, f"latency {i}; placement unchanged", changed=False) for i in range(3)]
+    lines = status_report([], [app], {"cold-chain": {"history": history}})
+    assert "  last change: v2 site truck-9 down; re-planned 3 times since, placement unchanged" in lines
+    lines = status_report([], [app], {"cold-chain": {"history": history[:2]}})
+    assert "  last change: v2 site truck-9 down" in lines
 
 
 @pytest.fixture
