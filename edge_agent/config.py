@@ -112,7 +112,8 @@ class AgentConfig:
     trusted_keys: TrustedKeys | None = None  # the hub's public keys (managed mode)
 
     def __post_init__(self) -> None:
-        """Reject an ``idle_timeout`` the pipelines could not use, before anything starts."""
+        """Reject a site that is not a spoke and an ``idle_timeout`` the pipelines could not use, before anything starts."""
+        self.sites.spoke(self.site)
         check_idle_timeout(self.idle_timeout)
 
 
@@ -149,11 +150,12 @@ class AgentLaunch:
         The plans are ``None`` in managed mode (no plan file); the hub's public keys are loaded then.
 
         Raises:
-            SpanEdgeError: a file is missing or invalid, or no trusted key is configured (managed mode).
+            SpanEdgeError: a file is missing or invalid, the site is not a spoke of it, or no trusted key
+                is configured (managed mode).
             ValueError: an option is out of range.
         """
         sites = load_sites(self.sites)
-        sites.site(self.site)  # an unknown site is refused with the names sites.yaml defines
+        sites.spoke(self.site)  # an unknown site or a hub, refused with the spokes' names before certificates
         check_client_certificates(sites, self.site)
         plans = None
         trusted = None

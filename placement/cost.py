@@ -26,27 +26,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placement.problem import Edge, Previous, Problem
-from spanedge.errors import SpanEdgeError
+from spanedge.placement_settings import WEIGHTS, check_weight, check_weights
 from spanedge.plan import Totals
-
-
-class InvalidWeights(SpanEdgeError, ValueError):
-    """Objective weights are negative or not numbers."""
 
 
 @dataclass(frozen=True)
 class Weights:
-    """Weights of the objective's terms: WAN traffic, mean path latency and migration in a re-plan (all >= 0)."""
+    """Weights of the objective's terms: WAN traffic, mean path latency and migration in a re-plan.
+
+    Each is checked by :func:`spanedge.placement_settings.check_weight` (from 0 to
+    :data:`~spanedge.placement_settings.MAX_WEIGHT`), raising :class:`~spanedge.errors.InvalidSettings`.
+    """
 
     traffic: float = 1.0
     latency: float = 1.0
     migration: float = 1.0
 
     def __post_init__(self) -> None:
-        for label, value in (("traffic", self.traffic), ("latency", self.latency), ("migration", self.migration)):
-            if not value >= 0:
-                msg = f"objective weight {label} must be a number >= 0, got {value!r}"
-                raise InvalidWeights(msg)
+        for name in WEIGHTS:
+            object.__setattr__(self, name, check_weight(getattr(self, name), f"objective weight {name}"))
+
+    @classmethod
+    def of(cls, weights: object) -> Weights:
+        """The weights a mapping names (None or a missing name: the default), by :func:`check_weights`' rule."""
+        return cls(**(check_weights(weights) or {}))
 
 
 def edge_cost(problem: Problem, weights: Weights, edge: Edge, a: str, b: str) -> float:

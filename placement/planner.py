@@ -20,6 +20,7 @@ from spanedge.app import App
 from spanedge.errors import InfeasiblePlacement, SpanEdgeError
 from spanedge.keyrange import describe
 from spanedge.loader import load_app
+from spanedge.placement_settings import check_slo_ms
 from spanedge.plan import Assignment, Flow, KeyPart, Plan, SolverInfo, Totals
 from spanedge.sites import Sites, load_sites
 
@@ -51,7 +52,9 @@ def solve(
     ``method`` is ``ilp`` (the integer program, with the greedy heuristic as
     fallback), ``greedy``, ``central`` or ``local-first``. Raises
     :class:`~spanedge.errors.InfeasiblePlacement` naming the binding
-    constraint if no placement fits.
+    constraint if no placement fits, and
+    :class:`~spanedge.errors.InvalidSettings` for an ``slo_ms`` out of its
+    range (:func:`spanedge.placement_settings.check_slo_ms`).
 
     With a ``previous`` plan (a re-plan), the ILP weighs the migration of
     every moved replica's state, and the previous placement is kept unless
@@ -60,6 +63,7 @@ def solve(
     """
     _check_names([method], METHODS, "placement method")
     _check_names(baselines, BASELINES, "baseline")
+    slo_ms = check_slo_ms(slo_ms)
     start = time.perf_counter()
     streams = app.source_streams()
     sites.check_app_streams(streams, app.name)

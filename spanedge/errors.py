@@ -42,6 +42,13 @@ class InvalidRollout(SpanEdgeError, ValueError):
     """A staged rollout's stages or gates are malformed or select no site, or a rollout step does not apply."""
 
 
+class InvalidSettings(SpanEdgeError, ValueError):
+    """A placement setting (the latency SLO, an objective weight) out of its range, or an unknown weight.
+
+    See :mod:`spanedge.placement_settings`.
+    """
+
+
 class InfeasiblePlacement(SpanEdgeError, ValueError):
     """No placement satisfies the scope and capacity constraints."""
 

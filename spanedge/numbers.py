@@ -48,6 +48,8 @@ def require_number(
     what: str,
     *,
     minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
     hint: str = "",
     error: type[Exception] = ValueError,
 ) -> float:
@@ -57,15 +59,25 @@ def require_number(
         value: the value to check.
         what: what it is and where, e.g. ``"plan issued_at"`` or ``"app.py:12: cost"``.
         minimum: the least value allowed, if any.
+        above: a value it must exceed, if any.
+        maximum: the greatest value allowed, if any.
         hint: how to fix it, appended after a semicolon.
         error: the exception type to raise (a :class:`ValueError` subclass of :mod:`spanedge.errors`, say).
 
     Raises:
-        error: ``value`` is not a number (:func:`is_number`) or is below ``minimum``.
+        error: ``value`` is not a number (:func:`is_number`) or is out of the bounds.
     """
-    if is_number(value) and (minimum is None or value >= minimum):
+    if (
+        is_number(value)
+        and (minimum is None or value >= minimum)
+        and (above is None or value > above)
+        and (maximum is None or value <= maximum)
+    ):
         return float(value)
-    rule = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
+    bounds = [
+        f"{op} {bound:.15g}" for op, bound in ((">=", minimum), (">", above), ("<=", maximum)) if bound is not None
+    ]
+    rule = " and ".join(["a finite number " + bounds[0], *bounds[1:]]) if bounds else "a finite number"
     msg = f"{what} must be {rule}, got {value!r}" + (f"; {hint}" if hint else "")
     raise error(msg)
 

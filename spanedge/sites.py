@@ -271,6 +271,22 @@ class Sites(FileModel, frozen=True):
             msg = f"unknown site {name!r}; sites.yaml defines: {', '.join(self.sites)}"
             raise InvalidSites(msg) from None
 
+    def spoke(self, name: str) -> Site:
+        """Return the spoke called ``name``, or raise saying what it is and which sites are spokes.
+
+        Raises:
+            InvalidSites: ``name`` is unknown, or a hub: its part runs in ``spanedge hub``, not in an agent.
+        """
+        site = self.site(name)
+        if site.tier is not Tier.SPOKE:
+            spokes = ", ".join(s.name for s in self.spokes) or "none"
+            msg = (
+                f"site {name!r} is a hub (tier: hub in sites.yaml); an agent serves one of the spokes "
+                f"({spokes}), and the hub's part runs in spanedge hub"
+            )
+            raise InvalidSites(msg)
+        return site
+
     def check_app_streams(
         self, streams: set[str], app_name: str, where: str = "sites.yaml", lines: Mapping[Place, int] | None = None
     ) -> None:

@@ -6,11 +6,11 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, WithJsonSchema
 
 from hub.api.errors import error, not_found
 from hub.api.models import (
@@ -27,22 +27,39 @@ from hub.control.state import AppRecord
 from spanedge.errors import InvalidName, SpanEdgeError
 from spanedge.loader import source_hash
 from spanedge.names import check_app_name
+from spanedge.placement_settings import MAX_SLO_MS, MAX_WEIGHT, WEIGHTS
 from spanedge.plan import Plan
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("spanedge.audit")
 
 
+# The range of slo_ms and of each weight, as documented; the deploy checks them by spanedge.placement_settings.
+_SLO_SCHEMA = {"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SLO_MS}, {"type": "null"}]}
+_WEIGHT_PROPERTIES = {name: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT} for name in WEIGHTS}
+_WEIGHTS_SCHEMA = {
+    "anyOf": [{"type": "object", "properties": _WEIGHT_PROPERTIES, "additionalProperties": False}, {"type": "null"}]
+}
+
+
 class DeployRequest(BaseModel):
-    """``POST /apps``: an app's source and placement options."""
+    """``POST /apps``: an app's source and placement options.
+
+    ``slo_ms`` and ``weights`` are read here as numbers; the coordinator checks their range
+    (:mod:`spanedge.placement_settings`) and answers :class:`~spanedge.errors.InvalidSettings`.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     source: str = Field(min_length=1, description="Python source that defines the App")
     filename: str = Field(default="app.py", description="file name used in error messages")
     app_name: str | None = Field(default=None, description="which App in the source, if it defines several")
-    slo_ms: float | None = Field(default=None, gt=0, description="worst source-to-sink latency allowed")
-    weights: dict[str, float] | None = Field(default=None, description="objective weights of the placement")
+    slo_ms: Annotated[StrictFloat | None, WithJsonSchema(_SLO_SCHEMA)] = Field(
+        default=None, description="worst source-to-sink latency allowed, in milliseconds"
+    )
+    weights: Annotated[dict[str, StrictFloat] | None, WithJsonSchema(_WEIGHTS_SCHEMA)] = Field(
+        default=None, description="objective weights of the placement (traffic, latency, migration; 1 if left out)"
+    )
 
 
 def summary(record: AppRecord) -> dict[str, Any]:
@@ -150,7 +167,8 @@ DEPLOY_ERRORS = errors(
     413,
     422,
     500,
-    e422="the request is malformed, or the app, its sites or its placement is invalid "
+    e422="the request is malformed, its placement settings are out of range (InvalidSettings), "
+    "or the app, its sites or its placement is invalid "
     "(the message spanedge deploy --dry-run prints)",
 )
 """The error answers of ``POST /apps``."""

@@ -28,6 +28,7 @@ _ERRORS: dict[str, type[SpanEdgeError]] = {
     "InvalidSites": errors.InvalidSites,
     "InvalidPlan": errors.InvalidPlan,
     "InfeasiblePlacement": errors.InfeasiblePlacement,
+    "InvalidSettings": errors.InvalidSettings,
 }
 
 
@@ -196,6 +197,7 @@ class HubClient:
         Raises:
             HubError: the hub is unreachable, rejects the token, or fails.
             InvalidDataflow, InvalidSites, InfeasiblePlacement: the hub rejected the app.
+            InvalidSettings: the hub rejected ``slo_ms`` or ``weights``.
         """
         body: dict[str, Any] = {"source": source, "filename": filename}
         if app_name is not None:

@@ -170,6 +170,8 @@ class Coordinator:
             The app's record and the distribution status per site.
 
         Raises:
+            InvalidSettings: ``slo_ms`` or ``weights`` is out of its range
+                (:mod:`spanedge.placement_settings`), before the source is loaded.
             InvalidDataflow, InvalidSites, InfeasiblePlacement: the app cannot be
                 deployed; the message is the one the CLI prints.
         """

@@ -100,11 +100,7 @@ def default_planner(
     named = dict(weights or {})
     if migration_weight is not None:
         named["migration"] = migration_weight
-    try:
-        w = placement.Weights(**named)
-    except TypeError:
-        msg = f"unknown placement weights {sorted(weights or {})}; the weights are 'traffic', 'latency' and 'migration'"
-        raise ValueError(msg) from None
+    w = placement.Weights.of(named)
     before = None
     if previous is not None:
         spread = noise_hysteresis(latency_rows, hysteresis, noise_margin)

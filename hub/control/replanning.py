@@ -24,6 +24,7 @@ from hub.control.registry import SiteRegistry
 from hub.control.site_health import capped_sites
 from hub.control.state import AppRecord
 from spanedge.app import App
+from spanedge.placement_settings import check_slo_ms, check_weights
 from spanedge.plan import Plan
 from spanedge.sites import Sites
 
@@ -88,6 +89,8 @@ class Replanner:
     ) -> tuple[AppRecord, dict[str, str]]:
         """Deploy (or redeploy) the app defined by ``source``; see :meth:`hub.control.coordinator.Coordinator.deploy`."""
         started = time.perf_counter()
+        slo_ms = check_slo_ms(slo_ms)
+        weights = check_weights(weights)
         app = load_app(source, filename, app_name)
         with self._lock:
             deployed = self.deployments.get(app.name)

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from spanedge.cli.errors import check_hub_url, fail, write_output
 from spanedge.cli.params import HUB_CA_HELP, PATH, Command, option
-from spanedge.errors import SpanEdgeError
+from spanedge.errors import InvalidSettings, SpanEdgeError
+from spanedge.placement_settings import check_slo_ms, check_weight
+
+
+def _setting(check: Callable[[Any, str], float | None]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that checks a placement setting by ``check``'s rule, naming the option in its error."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        try:
+            return check(value, param.opts[0])
+        except InvalidSettings as exc:
+            raise click.UsageError(str(exc), ctx) from None
+
+    return callback
 
 
 @click.command(cls=Command)
@@ -18,9 +33,9 @@ from spanedge.errors import SpanEdgeError
 @option("--output", "-o", type=PATH, help="write the plan as JSON here")
 @option("--compare", default="", help="baselines to show side by side: central,local-first")
 @option("--latency", type=PATH, help="measured latencies (CSV or JSON long table)")
-@option("--slo-ms", type=float, help="worst source-to-sink latency allowed")
-@option("--traffic-weight", default=1.0, help="objective weight of WAN traffic")
-@option("--latency-weight", default=1.0, help="objective weight of path latency")
+@option("--slo-ms", type=float, callback=_setting(check_slo_ms), help="worst source-to-sink latency allowed (ms)")
+@option("--traffic-weight", default=1.0, callback=_setting(check_weight), help="objective weight of WAN traffic")
+@option("--latency-weight", default=1.0, callback=_setting(check_weight), help="objective weight of path latency")
 @option("--hub-url", envvar="SPANEDGE_HUB_URL", default="https://127.0.0.1:8000", help="hub REST API")
 @option("--hub-ca", type=PATH, envvar="SPANEDGE_HUB_CA", help=HUB_CA_HELP)
 @option("--token", envvar="SPANEDGE_TOKEN", help="hub bearer token")

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from edge_agent.config import AgentConfig, AgentLaunch, check_log_level, env_var, option_fields
 from spanedge.cli import cli
+from spanedge.errors import InvalidSites
 from spanedge.loader import load_app
 from spanedge.sites import load_sites, parse_sites
 from spanedge.testing import local_plan
@@ -107,6 +108,30 @@ def test_launch_names_a_missing_file(tmp_path: Path) -> None:
 
 
 def test_a_bad_idle_timeout_is_rejected(tmp_path: Path) -> None:
-    sites = parse_sites("sites:\n  cloud: {tier: hub, broker: 'mqtt://127.0.0.1:1883'}\n")
     with pytest.raises(ValueError, match="idle_timeout"):
-        AgentConfig(site="cloud", sites=sites, state_dir=tmp_path, idle_timeout=-1.0)
+        AgentConfig(site="truck-7", sites=load_sites(SITES), state_dir=tmp_path, idle_timeout=-1.0)
+
+
+HUB_SITE = (
+    "site 'cloud' is a hub (tier: hub in sites.yaml); an agent serves one of the spokes "
+    "(truck-7, truck-9, warehouse-north), and the hub's part runs in spanedge hub"
+)
+
+
+def test_an_agent_refuses_a_hub_site_naming_the_spokes(tmp_path: Path) -> None:
+    with pytest.raises(InvalidSites) as caught:
+        AgentLaunch(site="cloud", sites=SITES, plan=_plan_file(tmp_path)).load()
+    assert str(caught.value) == HUB_SITE
+    with pytest.raises(InvalidSites, match="is a hub"):
+        AgentConfig(site="cloud", sites=load_sites(SITES), state_dir=tmp_path)
+    only_hub = parse_sites("sites:\n  cloud: {tier: hub, broker: 'mqtt://127.0.0.1:1883'}\n")
+    with pytest.raises(InvalidSites, match=r"an agent serves one of the spokes \(none\)"):
+        AgentConfig(site="cloud", sites=only_hub, state_dir=tmp_path)
+
+
+def test_spanedge_agent_at_a_hub_site_exits_with_the_reason(tmp_path: Path) -> None:
+    args = ["agent", "--site", "cloud", "--sites", str(SITES), "--state-dir", str(tmp_path / "state")]
+    result = CliRunner().invoke(cli, [*args, "--plan", str(_plan_file(tmp_path))])
+    assert result.exit_code == 2
+    assert result.output == f"error: {HUB_SITE}\n"
+    assert not (tmp_path / "state").exists()

@@ -7,10 +7,11 @@ import math
 import pytest
 
 from placement import LatencyMatrix, Previous, Weights, solve
-from placement.cost import MIGRATION_HORIZON_S, InvalidWeights, migration, move_cost, moves
+from placement.cost import MIGRATION_HORIZON_S, migration, move_cost, moves
 from placement.planner import kept_placement
 from placement.problem import build_problem
 from placement.synthetic import synthetic
+from spanedge.errors import InvalidSettings
 from spanedge.plan import Plan
 from tests.unit.placement.test_placement import heavy_local_app, offload_sites
 
@@ -45,7 +46,7 @@ def test_a_move_costs_its_state_times_the_link_cost() -> None:
 
 
 def test_weights_hysteresis_and_state_must_be_non_negative() -> None:
-    with pytest.raises(InvalidWeights, match="migration must be a number >= 0"):
+    with pytest.raises(InvalidSettings, match="objective weight migration must be a finite number >= 0"):
         Weights(migration=-1.0)
     with pytest.raises(ValueError, match="hysteresis must be a number >= 0"):
         Previous({}, hysteresis=-0.1)

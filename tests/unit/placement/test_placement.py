@@ -20,7 +20,7 @@ from placement.problem import Problem, build_problem
 from placement.synthetic import hinted as fn
 from placement.synthetic import synthetic
 from spanedge import App, agg, sinks
-from spanedge.errors import InfeasiblePlacement, SpanEdgeError
+from spanedge.errors import InfeasiblePlacement, InvalidSettings, SpanEdgeError
 from spanedge.loader import load_app
 from spanedge.plan import Plan
 from spanedge.scope import Scope
@@ -327,6 +327,12 @@ def test_slo_violation_is_a_warning() -> None:
     assert plan.slo_ms == 5
 
 
+@pytest.mark.parametrize("slo_ms", [math.nan, math.inf, -5, 0])
+def test_an_slo_that_is_not_a_positive_number_is_refused(slo_ms: float) -> None:
+    with pytest.raises(InvalidSettings, match=f"^slo_ms must be a finite number > 0 and <= 3600000, got {slo_ms!r}"):
+        solve(heavy_local_app(), offload_sites(), slo_ms=slo_ms)
+
+
 def test_latency_weight_trades_traffic_for_latency() -> None:
     sites = make_sites(
         {"cloud": hub(), "a": spoke(rate=1000), "relay": spoke(cpu=4)},
@@ -435,9 +441,13 @@ def test_plan_app_rejects_unknown_baseline_before_solving(tmp_path: Path) -> Non
         plan_app(tmp_path / "missing.py", tmp_path / "missing.yaml", baselines=["nope"])
 
 
-def test_weights_must_be_non_negative() -> None:
-    with pytest.raises(ValueError, match="traffic must be a number >= 0"):
-        Weights(traffic=-1)
+@pytest.mark.parametrize("value", [-1, math.inf, math.nan, 1e7, True])
+def test_weights_must_be_finite_numbers_in_range(value: float) -> None:
+    with pytest.raises(
+        InvalidSettings, match=f"^objective weight traffic must be a finite number >= 0 and <= 1000000, got {value!r}"
+    ):
+        Weights(traffic=value)
+    assert Weights.of({"latency": 2}) == Weights(latency=2.0)
 
 
 # --- solvers -----------------------------------------------------------------------------------

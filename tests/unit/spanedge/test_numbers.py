@@ -34,3 +34,10 @@ def test_a_required_number_says_what_where_and_how_to_fix() -> None:
     assert require_number(2, "cost", minimum=0) == 2.0
     with pytest.raises(InvalidDataflow, match=r"^app.py:3: cost must be a finite number >= 0, got nan; use 0.5$"):
         require_number(math.nan, "app.py:3: cost", minimum=0, hint="use 0.5", error=InvalidDataflow)
+
+
+def test_a_required_number_may_have_an_open_lower_bound_and_a_maximum() -> None:
+    assert require_number(5, "slo", above=0, maximum=10) == 5.0
+    for value in (0, -1, 1e6 + 1, math.inf):
+        with pytest.raises(ValueError, match=f"^slo must be a finite number > 0 and <= 1000000, got {value!r}$"):
+            require_number(value, "slo", above=0, maximum=1e6)

@@ -26,6 +26,7 @@ from spanedge.cli.status import render_status
 from spanedge.errors import InfeasiblePlacement, InvalidDataflow, SpanEdgeError
 from spanedge.loader import load_app_source
 from spanedge.operators import Kind
+from spanedge.placement_settings import MAX_SLO_MS, MAX_WEIGHT, WEIGHTS
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
 from spanedge.sites import Sites, parse_sites
 from spanedge.tokens import Tokens, TokenScope, load_tokens
@@ -305,6 +306,60 @@ def test_a_malformed_request_is_a_422(client: TestClient) -> None:
     assert answer.status_code == 422
     assert answer.json()["error"] == "InvalidRequest"
     assert "source" in answer.json()["detail"]
+
+
+WEIGHT_RULE = "must be a finite number >= 0 and <= 1000000, got {}; weights are relative, 1 by default"
+SLO_RULE = (
+    "must be a finite number > 0 and <= 3600000, got {}; an SLO is in milliseconds, an hour at most; "
+    "leave it out for no SLO"
+)
+
+
+@pytest.mark.parametrize(
+    ("settings", "detail"),
+    [
+        ('"weights": {"traffic": 1e309}', "weights.traffic " + WEIGHT_RULE.format("inf")),
+        ('"weights": {"latency": NaN}', "weights.latency " + WEIGHT_RULE.format("nan")),
+        (
+            '"weights": {"evil": 1, "traffic": -5}',
+            "weights: unknown weight 'evil'; the weights are traffic, latency, migration; weights.traffic "
+            + WEIGHT_RULE.format("-5.0"),
+        ),
+        ('"weights": {"migration": 2e6}', "weights.migration " + WEIGHT_RULE.format("2000000.0")),
+        ('"slo_ms": -1', "slo_ms " + SLO_RULE.format("-1.0")),
+        ('"slo_ms": 0', "slo_ms " + SLO_RULE.format("0.0")),
+        ('"slo_ms": Infinity', "slo_ms " + SLO_RULE.format("inf")),
+    ],
+)
+def test_a_placement_setting_out_of_range_is_a_422_and_nothing_is_kept(
+    client: TestClient, recorder: Recorder, tmp_path: Path, settings: str, detail: str
+) -> None:
+    # raw JSON: 1e309, NaN and Infinity are what a client may send, which json= would not
+    body = '{"source": ' + orjson.dumps(APP).decode() + ', "filename": "app.py", ' + settings + "}"
+    answer = client.post("/apps", content=body, headers={**AUTH, "content-type": "application/json"})
+    assert answer.status_code == 422
+    assert answer.json() == {"error": "InvalidSettings", "detail": detail}
+    assert recorder.messages == []
+    assert StateStore(tmp_path).load_apps() == []
+
+
+def test_placement_settings_that_are_not_numbers_are_a_malformed_request(client: TestClient) -> None:
+    for settings in ({"slo_ms": "150"}, {"slo_ms": True}, {"weights": {"traffic": True}}, {"weights": [1]}):
+        answer = deploy(client, **settings)
+        assert answer.status_code == 422, settings
+        assert answer.json()["error"] == "InvalidRequest"
+    answer = deploy(client, slo_ms=200, weights={"latency": 2})
+    assert answer.status_code == 201
+    (app,) = client.get("/apps", headers=AUTH).json()["apps"]
+    assert (app["slo_ms"], app["weights"]) == (200, {"latency": 2})
+
+
+def test_the_schema_documents_the_range_of_the_placement_settings(client: TestClient) -> None:
+    body = client.get("/openapi.json").json()["components"]["schemas"]["DeployRequest"]["properties"]
+    assert body["slo_ms"]["anyOf"][0] == {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SLO_MS}
+    weights = body["weights"]["anyOf"][0]
+    assert weights["additionalProperties"] is False
+    assert weights["properties"] == {name: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT} for name in WEIGHTS}
 
 
 def test_sites_and_latency_show_heartbeats(client: TestClient, coordinator: Coordinator) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from hub.control.planning import default_planner, plan_app
 from hub.control.registry import SiteRegistry
+from spanedge.errors import InvalidSettings
 from spanedge.plan import Plan
 from tests.unit.placement.test_placement import heavy_local_app, offload_sites
 
@@ -28,8 +29,12 @@ def test_the_migration_weight_is_known_and_a_wrong_name_says_which_exist() -> No
     app, sites = heavy_local_app(), offload_sites()
     plan = default_planner(app, sites, latency_rows=[], weights={"migration": 0.5}, slo_ms=None, version=1)
     assert plan.assignments
-    with pytest.raises(ValueError, match="the weights are 'traffic', 'latency' and 'migration'"):
+    with pytest.raises(
+        InvalidSettings, match=r"^weights: unknown weight 'moves'; the weights are traffic, latency, migration$"
+    ):
         default_planner(app, sites, latency_rows=[], weights={"moves": 1.0}, slo_ms=None, version=1)
+    with pytest.raises(InvalidSettings, match=r"unknown weight 'evil';.* weights\.traffic must be .*, got -5"):
+        default_planner(app, sites, latency_rows=[], weights={"evil": 1, "traffic": -5}, slo_ms=None, version=1)
 
 
 def test_plan_app_passes_the_previous_plan_only_when_there_is_one() -> None:

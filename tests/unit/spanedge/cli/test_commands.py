@@ -186,6 +186,28 @@ def test_an_empty_or_broken_app_file(tmp_path: Path, source: str, expected: str)
     assert re.search(expected, out), out
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    ("option", "value", "rule"),
+    [
+        ("--slo-ms", "-5", "> 0 and <= 3600000, got -5.0"),
+        ("--slo-ms", "nan", "> 0 and <= 3600000, got nan"),
+        ("--traffic-weight", "inf", ">= 0 and <= 1000000, got inf"),
+        ("--latency-weight", "1e400", ">= 0 and <= 1000000, got inf"),
+        ("--traffic-weight", "-1", ">= 0 and <= 1000000, got -1.0"),
+        ("--latency-weight", "2e6", ">= 0 and <= 1000000, got 2000000.0"),
+    ],
+)
+def test_a_placement_setting_out_of_range_is_refused_before_anything_is_planned(
+    dry_run: bool, option: str, value: str, rule: str
+) -> None:
+    extra = ["--dry-run"] if dry_run else ["--hub-url", "http://127.0.0.1:1", "--token", "t"]
+    code, out = run("deploy", APP, "--sites", SITES, option, value, *extra)
+    assert code == 2
+    assert f"Error: {option} must be a finite number {rule}; " in out, out
+    assert "Traceback" not in out
+
+
 def _latin1(tmp_path: Path) -> Path:
     path = tmp_path / "sites.yaml"
     path.write_bytes(b"sites:\n  caf\xe9: {tier: hub}\n")
