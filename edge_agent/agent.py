@@ -320,6 +320,7 @@ class Agent:
             self.processor.checkpointer.frontiers,
             self.processor.checkpointer.sink_frontiers,
             self.sinks.unacknowledged.bounds(),
+            self.sinks.result_latency(),
         )
         if self.hub_plans is not None and self.hub_plans.warn_if_expired():
             return msgspec.structs.replace(beat, plan_expired=True)

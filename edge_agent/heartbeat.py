@@ -155,6 +155,7 @@ def heartbeat(
     complete: dict[str, float | None] | None = None,
     delivered: dict[str, float] | None = None,
     key_spread: dict[str, dict[str, dict[str, float]]] | None = None,
+    result_latency: dict[str, dict[str, dict[str, float]]] | None = None,
 ) -> Heartbeat:
     """Assemble one heartbeat message (:class:`spanedge.wire.heartbeat.Heartbeat`).
 
@@ -172,7 +173,9 @@ def heartbeat(
     result, to the hub and to its local sinks: if it dies for good, the hub
     reports its results from there on at risk. ``key_spread`` gives, per app,
     each window replica's recent records by bucket of its key hash space
-    (:class:`KeySpread`). Empty or None leaves any of these out, as it
+    (:class:`KeySpread`). ``result_latency`` gives, per app, each local sink's
+    result latency over the last minute (:meth:`edge_agent.sinks.LocalSinks.result_latency`).
+    Empty or None leaves any of these out, as it
     leaves out a ``watermark_lag_s`` or ``clock_offset_ms`` not known yet.
     """
     return Heartbeat(
@@ -195,4 +198,5 @@ def heartbeat(
         complete=complete or {},
         delivered=delivered or {},
         key_spread=key_spread or {},
+        result_latency=result_latency or {},
     )

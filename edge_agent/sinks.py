@@ -19,6 +19,7 @@ from edge_agent.mqtt.transport import Transport, TransportFactory
 from spanedge import topics
 from spanedge.mqtt import AGENT_SINK
 from spanedge.private_files import open_private
+from spanedge.result_latency import ResultLatency
 from spanedge.runtime import DeadLetter
 from spanedge.sites import Sites
 
@@ -152,6 +153,8 @@ class LocalSinks:
         self.hub = hub
         self.site_broker = site_broker
         self.memory: dict[str, list[Any]] = collections.defaultdict(list)
+        self.latency = ResultLatency()
+        """Each sink's recent result latencies, by ``<app>/<sink operator>``."""
         self.dlq_count = 0
         self.late_count = 0
         self._files: dict[str, IO[str]] = {}
@@ -160,7 +163,9 @@ class LocalSinks:
 
     def serve(self, done: Committed) -> None:
         """Deliver the sink values, dead letters and late records of a commit."""
+        written: dict[str, list[float | None]] = {}
         for app, item in done.sinks:
+            written.setdefault(f"{app}/{item.operator}", []).append(item.event_time)
             spec = item.spec
             body = orjson.dumps(item.value, default=str)  # a sink never fails on an odd value type
             if spec.kind == "mqtt":
@@ -184,6 +189,16 @@ class LocalSinks:
             self._side_output(app, dead)
         for handle in self._files.values():
             handle.flush()
+        for sink, event_times in written.items():
+            self.latency.written(sink, event_times)
+
+    def result_latency(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per app, per local sink that wrote in the last minute, its result latency p50/p95 and count."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for name, summary in self.latency.summary().items():
+            app, _, sink = name.partition("/")
+            out.setdefault(app, {})[sink] = summary
+        return out
 
     def closed(self, transport: Transport) -> None:
         """``transport`` is closed: its values not yet acknowledged may be lost; say so and stop waiting for them."""

@@ -255,13 +255,15 @@ class Telemetry:
         committed: Mapping[str, float] | None = None,
         sinks_committed: Mapping[str, float] | None = None,
         unacknowledged: Mapping[str, float] | None = None,
+        result_latency: dict[str, dict[str, dict[str, float]]] | None = None,
     ) -> Heartbeat:
         """The heartbeat message for the agent's current state.
 
         ``handed_over``: see :func:`heartbeat`; ``committed`` and
         ``sinks_committed``: each app's frontier and sink frontier at the
         last commit, ``unacknowledged`` the bounds of the sink values not yet
-        acknowledged (see :func:`frontiers` and :func:`delivered`).
+        acknowledged (see :func:`frontiers` and :func:`delivered`); ``result_latency`` the local
+        sinks' (:meth:`edge_agent.sinks.LocalSinks.result_latency`).
         """
         counts: dict[str, dict[str, int]] = {}
         lags = []
@@ -294,4 +296,5 @@ class Telemetry:
             complete=frontiers(pipelines, committed or {}, outbox),
             delivered=delivered(committed or {}, sinks_committed or {}, outbox, unacknowledged),
             key_spread=self._key_spread.update({name: p.key_records() for name, p in pipelines.items()}),
+            result_latency=result_latency,
         )

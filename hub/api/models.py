@@ -339,6 +339,10 @@ class SiteStatus(BaseModel):
     plan_expired: bool = Field(
         default=False, description="the site runs a plan past its expiry: the hub has not re-issued it"
     )
+    result_latency: ReportedMapping = Field(
+        default_factory=dict,
+        description="per app, per local sink: p50_ms and p95_ms of its results' latency over the last minute, and results",
+    )
     rejected_heartbeats: int
     latency: dict[str, SiteLinkModel]
 

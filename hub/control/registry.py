@@ -390,6 +390,7 @@ def _row(site: Site, state: _SiteState) -> dict[str, Any]:
         "rss_bytes": hb.rss_bytes,
         "clock_offset_ms": hb.clock_offset_ms,
         "plan_expired": hb.plan_expired,
+        "result_latency": hb.result_latency,
         "rejected_heartbeats": state.rejected,
         "latency": None,
     }

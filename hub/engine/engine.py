@@ -73,6 +73,7 @@ class Engine:
         was started in (:func:`hub.engine.wanted.keep_checkpoint_modes`).
         ``spark_conf``: Spark settings over the hub's own, for a session built here.
         """
+        from hub.engine.input_rates import InputRates
         from hub.engine.late import LateRecords
         from hub.engine.listeners import ProgressFanout
         from hub.engine.operator_counts import ObservedCounts
@@ -93,7 +94,8 @@ class Engine:
         self.spark = spark
         self._late = LateRecords()
         self._counts = ObservedCounts()
-        self._listener = ProgressFanout([self._late, self._counts])
+        self._rates = InputRates()
+        self._listener = ProgressFanout([self._late, self._counts, self._rates])
         self.spark.streams.addListener(self._listener)
         self._memory = MemoryStore()
         self._queries = Lifecycle(
@@ -106,6 +108,7 @@ class Engine:
             self._counts,
             close_windows,
             stateless_trigger=stateless_trigger,
+            input_rates=self._rates,
         )
         self._apps: dict[str, Deployed] = self._queries.apps  # the same dict, for inspection
 

@@ -40,6 +40,7 @@ from spanedge.sites import Sites
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from hub.engine.input_rates import InputRates
     from hub.engine.late import LateRecords
     from hub.engine.operator_counts import ObservedCounts
     from spanedge.app import App
@@ -66,6 +67,7 @@ class Lifecycle:
         counts: ObservedCounts | None = None,
         close_windows: bool = True,
         stateless_trigger: str | None = None,
+        input_rates: InputRates | None = None,
     ) -> None:
         """Run queries on ``spark`` with micro-batches every ``trigger`` (or ``availableNow``).
 
@@ -73,7 +75,9 @@ class Lifecycle:
         instead (:class:`hub.engine.builder.Starter`).
 
         ``counts`` is the listener that totals what the queries observe on their
-        operators; without it :meth:`metrics` has no per-operator figures. With
+        operators; without it :meth:`metrics` has no per-operator figures.
+        ``input_rates`` gives each query's recent input rows/s; without it
+        :meth:`metrics` says Spark's figure for the last batch. With
         ``close_windows``, a sink that reads a window directly closes it at the
         watermark (:mod:`hub.engine.window_close`).
         """
@@ -83,6 +87,7 @@ class Lifecycle:
         self.recovery = Recovery()
         self.late = late
         self.counts = counts
+        self.input_rates = input_rates
         self.apps: dict[str, Deployed] = {}
         self.lock = threading.RLock()
 
@@ -213,7 +218,8 @@ class Lifecycle:
         with self.lock:
             for name, deployed in self.apps.items():
                 queries = {
-                    slot: q.metrics(self.recovery.total(name, slot), self.late) for slot, q in deployed.queries.items()
+                    slot: q.metrics(self.recovery.total(name, slot), self.late, self.input_rates)
+                    for slot, q in deployed.queries.items()
                 }
                 out[name] = {"version": deployed.plan.version, "queries": queries}
                 if self.counts is not None:

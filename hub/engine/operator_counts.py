@@ -39,7 +39,7 @@ class _QueryCounts:
     """Epoch seconds the last batch that counted each observation started."""
 
 
-def _epoch(timestamp: Any) -> float | None:
+def progress_time(timestamp: Any) -> float | None:
     """Epoch seconds of a progress timestamp (``2024-05-01T10:00:00.000Z``), None if unreadable."""
     try:
         return datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
@@ -63,7 +63,7 @@ class ObservedCounts(StreamingQueryListener):
         observed = progress.observedMetrics
         if not observed:
             return
-        started = _epoch(progress.timestamp)
+        started = progress_time(progress.timestamp)
         duration_s = float(progress.batchDuration or 0) / 1000.0
         has_input = int(progress.numInputRows or 0) > 0
         with self._lock:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from hub.engine.compile import Counted
+    from hub.engine.input_rates import InputRates
     from hub.engine.late import LateRecords
 
 log = logging.getLogger(__name__)
@@ -89,10 +90,16 @@ class Query:
             self.handle = None
         self.sink.close()
 
-    def metrics(self, restarts: int, late: LateRecords) -> dict[str, Any]:
-        """Status, last batch id and duration, input rate, state rows, sink counts, restarts, late records."""
+    def metrics(self, restarts: int, late: LateRecords, rates: InputRates | None = None) -> dict[str, Any]:
+        """Status, last batch id and duration, input rate, state rows, sink counts, restarts, late records, result latency.
+
+        ``input_rows_per_s`` is the query's recent rate from ``rates`` if given
+        (:class:`hub.engine.input_rates.InputRates`), else Spark's for its last batch;
+        ``result_latency`` the sink's over the last minute (:meth:`hub.engine.sinks.BatchSink.result_latency`).
+        """
         entry: dict[str, Any] = {"active": False, "sink_batches": self.sink.batches, "sink_rows": self.sink.rows}
         entry["restarts"] = restarts
+        entry["result_latency"] = self.sink.result_latency()
         if self.sink.share is not None or self.sink.left_to_other:
             entry["handover_left_to_other"] = self.sink.left_to_other
         handle = self.handle
@@ -110,6 +117,8 @@ class Query:
             entry["processed_rows_per_s"] = progress.get("processedRowsPerSecond")
             entry["input_rows"] = progress.get("numInputRows")
             entry["state_rows"] = sum(int(s.get("numRowsTotal", 0)) for s in progress.get("stateOperators") or [])
+        if rates is not None:
+            entry["input_rows_per_s"] = rates.rate(str(handle.id))
         return entry
 
 

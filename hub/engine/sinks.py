@@ -52,6 +52,7 @@ from hub.engine.window_close import OBSERVATION as CLOSED_COUNT
 from hub.engine.window_close import WindowCloser
 from hub.handover.cutoffs import Share
 from spanedge import topics
+from spanedge.result_latency import ResultLatency, Summary
 from spanedge.sites import Broker
 
 if TYPE_CHECKING:
@@ -141,6 +142,8 @@ class BatchSink:
         self.broker = broker
         self.batches = 0
         self.rows = 0
+        self.latency = ResultLatency()
+        """The latency of the results it wrote in the last minute (:mod:`spanedge.result_latency`)."""
         self._client: Any = None
         self._last = self._load_last()
         self.progress = PublishProgress(state_file.with_name(f"{state_file.stem}.published"))
@@ -158,6 +161,10 @@ class BatchSink:
         if self.closer is None:
             return {}
         return {CLOSED_COUNT: (self.closer.closed, self.closer.rate)}
+
+    def result_latency(self) -> Summary | None:
+        """p50/p95 (ms) and count of the latency of the results it wrote in the last minute; None if it wrote none."""
+        return self.latency.summary().get(self.name)
 
     def _load_last(self) -> int:
         try:
@@ -212,6 +219,8 @@ class BatchSink:
         letters = self._own_letters(staged_letters(staging))
         if table.num_rows:
             getattr(self, f"_write_{self.kind}")(table, batch_id)
+            if "event_time" in table.column_names:
+                self.latency.written(self.name, table.column("event_time").to_pylist())
         if letters:
             self._write_dead_letters(letters, batch_id)
         self.batches += 1

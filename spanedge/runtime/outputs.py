@@ -75,11 +75,12 @@ class HubRecord:
 
 @dataclass(frozen=True, slots=True)
 class SinkItem:
-    """A value for a local sink."""
+    """A value for a local sink, with its event time (a window's end, or its record's)."""
 
     operator: str
     spec: SinkSpec
     value: Any
+    event_time: float | None = None
 
 
 @dataclass

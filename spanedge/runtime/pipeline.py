@@ -251,7 +251,7 @@ class Pipeline:
             owns = node.owns
             if owns is None or owns[0] <= origin < owns[1]:
                 node.n_out += 1
-                self.out.sinks.append(SinkItem(op.name, op.sink, value))
+                self.out.sinks.append(SinkItem(op.name, op.sink, value, t))
         else:  # union, or a source feeding children
             node.n_out += 1
             self._emit(node, value, t, key, raw, origin)

@@ -55,6 +55,9 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
         delivered: per app, the event time below which the site delivered every result.
         key_spread: per app, each window replica's recent records by bucket of its key hash space.
         plan_expired: the plan the site runs is past its expiry (the hub has not re-issued it).
+        result_latency: per app, per local sink that wrote a result in the last minute, ``p50_ms`` and
+            ``p95_ms`` of its results' latency (event time to written) and ``results``, how many
+            (:mod:`spanedge.result_latency`). Added within format version 1: a reader that predates it ignores it.
     """
 
     site: str | None = None
@@ -77,6 +80,7 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
     delivered: dict[str, Finite] = {}
     key_spread: dict[str, dict[str, dict[str, NonNegative]]] = {}
     plan_expired: bool = False
+    result_latency: dict[str, dict[str, dict[str, NonNegative]]] = {}
 
 
 _FIELDS = msgspec.structs.fields(Heartbeat)

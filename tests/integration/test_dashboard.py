@@ -110,6 +110,7 @@ class LiveControlPlane:
                     "rss_bytes": 58_000_000 + int(t * 1000),
                     "latency": {"cloud": {"rtt_ms": 150 * wave, "p95_ms": 190 * wave, "samples": 10}},
                     "clock_offset_ms": 1.5,
+                    "result_latency": {"cold-chain": {"local_stats": {"p50_ms": 35.0, "p95_ms": 80.0, "results": 12}}},
                 },
             )
 
@@ -132,7 +133,13 @@ class LiveControlPlane:
 
     def engine_metrics(self) -> dict[str, Any]:
         t = self.elapsed()
-        query = {"active": True, "batch_ms": 180 + int(40 * math.sin(t)), "input_rows_per_s": 6.2, "restarts": 0}
+        query = {
+            "active": True,
+            "batch_ms": 180 + int(40 * math.sin(t)),
+            "input_rows_per_s": 6.2,
+            "restarts": 0,
+            "result_latency": {"p50_ms": 2100.0, "p95_ms": 2900.0, "results": 30},
+        }
         alerts = round(0.5 + 0.2 * math.sin(t), 2)  # what the queries count on the hub's operators
         operators = {
             "anomaly": {"in": int(t * 6), "out": int(t * alerts), "in_rate": 6.2, "out_rate": alerts},
@@ -324,6 +331,35 @@ def test_dashboard_shows_the_live_system(browser: Any, tmp_path: Path) -> None:
         for name in ("truck-7", "warehouse-north"):
             expect(page.locator(f'[data-testid=site-row][data-site="{name}"]')).to_have_attribute("data-state", "up")
         expect(page.locator('[data-testid=site-row][data-site="cloud"]')).to_have_attribute("data-state", "none")
+        # its CPU, RSS and other figures are its last heartbeat's: greyed and dated, not shown as live
+        expect(truck9.get_by_test_id("site-stale")).to_have_text(re.compile(r"^stale, [\d.]+ s old$"))
+        stale_figures = truck9.get_by_test_id("site-figure")
+        expect(stale_figures).to_have_count(6)
+        for cell in stale_figures.all():
+            expect(cell).to_have_attribute("data-stale", "true")
+            expect(cell).to_have_attribute("title", re.compile(r"^as of [\d.]+ s ago, the site's last heartbeat"))
+        expect(stale_figures.first).to_have_text(re.compile(r"^[\d.]+ %$"))  # still there, for what it was
+        live_cpu = page.locator('[data-testid=site-row][data-site="truck-7"] [data-testid=site-figure]').first
+        expect(live_cpu).to_have_attribute("data-stale", "false")
+        assert page.locator('[data-testid=site-row][data-site="truck-7"] [data-testid=site-stale]').count() == 0
+        grey, ink = (c.evaluate("e => getComputedStyle(e).color") for c in (stale_figures.first, live_cpu))
+        assert grey != ink, "a stale figure is drawn greyed"
+
+        # result latency per sink: the hub's from its queries, the spokes' from their heartbeats
+        results = page.get_by_test_id("latency-row")
+        sinks_at = {(a.operator, a.site) for a in hub.plan.assignments if a.operator in ("fleet_alerts", "local_stats")}
+        expect(results).to_have_count(len(sinks_at))
+        hub_sink = page.locator('[data-testid=latency-row][data-sink="fleet_alerts"][data-site="cloud"]')
+        expect(hub_sink.get_by_test_id("latency-p50")).to_have_text("2,100 ms")
+        expect(hub_sink.get_by_test_id("latency-p95")).to_have_text("2,900 ms")
+        expect(hub_sink.get_by_test_id("latency-age")).to_have_text("live")
+        live_local = page.locator('[data-testid=latency-row][data-sink="local_stats"][data-site="truck-7"]')
+        expect(live_local.get_by_test_id("latency-p95")).to_have_text("80 ms")
+        expect(live_local).to_have_attribute("data-stale", "false")
+        stale_local = page.locator('[data-testid=latency-row][data-sink="local_stats"][data-site="truck-9"]')
+        expect(stale_local).to_have_attribute("data-stale", "true")
+        expect(stale_local.get_by_test_id("latency-age")).to_have_text(re.compile(r"^stale, [\d.]+ s old$"))
+        expect(stale_local.get_by_test_id("latency-p50")).to_have_text("35 ms")
 
         # links, plan history and the hub's queries
         link = page.locator('[data-testid=link-cell][data-src="truck-7"][data-dst="cloud"]')

@@ -104,6 +104,12 @@ def test_cold_chain_alerts_match_reference_and_duplicates_are_dropped(
         assert handle is not None
         assert str(handle._jsq.streamingQuery().trigger()) == "ProcessingTimeTrigger(250)"
         assert metrics["batch_id"] is not None
+        # the sink's result latency: event time to written, for the alerts of the last minute
+        latency = metrics["result_latency"]
+        assert latency is not None
+        assert 1 <= latency["results"] <= len(expected)
+        assert 0 < latency["p50_ms"] <= latency["p95_ms"]
+        assert isinstance(metrics["input_rows_per_s"], float)  # over the query's recent batches
     finally:
         publisher.close()
         collector.close()

@@ -204,6 +204,7 @@
     drawLegend(snap.sites || []);
     drawDag(app);
     drawSites(snap.sites || []);
+    drawResults(app);
     drawLinks(snap.sites || [], snap.links || []);
     drawHistory(app);
     drawHub(snap.hub || {});
@@ -386,18 +387,50 @@
     $("sites").replaceChildren(...sites.map((site) => {
       const status = site.alive === null ? "none" : site.alive ? "up" : "down";
       const label = { up: "up", down: "down", none: "no agent" }[status];
+      const stale = isNum(site.stale_s);
+      // a site that is down shows its last heartbeat's figures, greyed and dated, not as live ones
+      const figure = (base, text, count) => h("td", {
+        class: `${cls(base, stale ? 0 : count)}${stale ? " stale" : ""}`, "data-testid": "site-figure",
+        "data-stale": stale ? "true" : "false",
+        title: stale ? `as of ${seconds(site.stale_s)} ago, the site's last heartbeat: not live` : null, text,
+      });
       return h("tr", { "data-testid": "site-row", "data-site": site.site, "data-state": status },
         h("td", { class: "site" }, swatch(site.site), document.createTextNode(site.site)),
         h("td", { text: site.tier }),
         h("td", {}, h("span", { class: `badge ${status}`, "data-testid": "site-state", text: label }),
           site.plan_expired && h("span", { class: "badge down", "data-testid": "site-plan-expired", text: "plan expired" })),
-        h("td", { class: "num", "data-testid": "site-heartbeat", text: isNum(site.last_heartbeat_age_s) ? `${seconds(site.last_heartbeat_age_s)} ago` : "never" }),
-        h("td", { class: "num", text: isNum(site.cpu) ? `${num(site.cpu, 1)} %` : dash }),
-        h("td", { class: "num", text: bytes(site.rss_bytes) }),
-        h("td", { class: "num", "data-testid": "site-outbox", text: num(site.outbox_records, 0) }),
-        h("td", { class: "num", text: seconds(site.watermark_lag_s) }),
-        h("td", { class: cls("num", site.dead_lettered), text: num(site.dead_lettered, 0) }),
-        h("td", { class: cls("num", site.late), text: num(site.late, 0) }));
+        h("td", { class: "num", "data-testid": "site-heartbeat", text: isNum(site.last_heartbeat_age_s) ? `${seconds(site.last_heartbeat_age_s)} ago` : "never" },
+          stale && h("span", { class: "badge stale", "data-testid": "site-stale", text: `stale, ${seconds(site.stale_s)} old` })),
+        figure("num", isNum(site.cpu) ? `${num(site.cpu, 1)} %` : dash),
+        figure("num", bytes(site.rss_bytes)),
+        figure("num", num(site.outbox_records, 0)),
+        figure("num", seconds(site.watermark_lag_s)),
+        figure("num", num(site.dead_lettered, 0), site.dead_lettered),
+        figure("num", num(site.late, 0), site.late));
+    }));
+  }
+
+  function drawResults(app) {
+    $("results-app").textContent = app ? app.app : "";
+    const rows = (app && app.results) || [];
+    if (!rows.length) {
+      $("results").replaceChildren(h("tr", {}, h("td", { colspan: 6, class: "empty", text: "No results written in the last minute." })));
+      return;
+    }
+    const ms = (v) => (isNum(v) ? `${num(v, v < 10 ? 1 : 0)} ms` : dash);
+    $("results").replaceChildren(...rows.map((r) => {
+      const stale = isNum(r.stale_s);
+      return h("tr", {
+        "data-testid": "latency-row", "data-sink": r.sink, "data-site": r.site, "data-stale": stale ? "true" : "false",
+        class: stale ? "stale" : "",
+        title: stale ? `as of ${seconds(r.stale_s)} ago: ${r.site} is down` : null,
+      },
+      h("td", { class: "site", text: r.sink }),
+      h("td", {}, swatch(r.site), document.createTextNode(r.site)),
+      h("td", { class: "num", "data-testid": "latency-p50", text: ms(r.p50_ms) }),
+      h("td", { class: "num", "data-testid": "latency-p95", text: ms(r.p95_ms) }),
+      h("td", { class: "num", text: num(r.results, 0) }),
+      h("td", { "data-testid": "latency-age" }, stale ? h("span", { class: "badge stale", text: `stale, ${seconds(r.stale_s)} old` }) : document.createTextNode("live")));
     }));
   }
 

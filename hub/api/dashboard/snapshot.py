@@ -103,13 +103,32 @@ class HistoryView(TypedDict):
     baselines: dict[str, BaselineView]
 
 
+class ResultLatencyView(TypedDict):
+    """One sink's end-to-end result latency at one site over the last minute (:mod:`spanedge.result_latency`).
+
+    From event time to written, in ms: the hub's sinks as its Spark queries
+    report them, a spoke's local sinks from its last heartbeat. ``results``
+    is how many results the percentiles cover; ``stale_s`` is ``None`` while
+    the figures are live, else their age (the site is down and this is what
+    its last heartbeat said).
+    """
+
+    sink: str
+    site: str
+    p50_ms: float | None
+    p95_ms: float | None
+    results: int | None
+    stale_s: float | None
+
+
 class AppView(TypedDict):
-    """A deployed app: its current plan as an operator DAG, and its plan history (oldest first)."""
+    """A deployed app: its current plan as an operator DAG, its sinks' result latency and its plan history (oldest first)."""
 
     app: str
     version: int
     operators: list[OperatorView]
     edges: list[list[str]]
+    results: list[ResultLatencyView]
     history: list[HistoryView]
 
 
@@ -120,12 +139,15 @@ class SiteView(TypedDict):
     agent runs there; the hub itself is up). ``cpu`` is the agent's CPU in
     percent of one core; ``dead_lettered`` and ``late`` are counts since the
     agent started. ``plan_expired`` says the site runs a plan past its expiry.
+    ``stale_s`` is ``None`` while the site is up; for a site that is down, the
+    age of its figures, which are then its last heartbeat's, not live ones.
     """
 
     site: str
     tier: str
     alive: bool | None
     last_heartbeat_age_s: float | None
+    stale_s: float | None
     cpu: float | None
     rss_bytes: int | None
     outbox_records: int | None
@@ -210,8 +232,9 @@ def build_snapshot(
     apps = []
     for record in records:
         try:
-            hub_figures = _hub_figures(engine, str(_get(record, "name")))
-            apps.append(app_view(record, status, getattr(coordinator, "app", None), hub_figures))
+            name = str(_get(record, "name"))
+            hub_figures, hub_queries = _hub_figures(engine, name), _hub_queries(engine, name)
+            apps.append(app_view(record, status, getattr(coordinator, "app", None), hub_figures, hub_queries))
         except Exception as exc:  # one malformed record must not hide the others
             errors.append(f"app {getattr(record, 'name', '?')}: {exc}")
     return {
@@ -267,8 +290,9 @@ def app_view(
     status: Iterable[Mapping[str, Any]],
     find_app: Callable[[str], Any] | None = None,
     hub_figures: Mapping[str, Any] | None = None,
+    hub_queries: Mapping[str, Any] | None = None,
 ) -> AppView:
-    """The DAG, rates and plan history of one deployed app.
+    """The DAG, rates, result latency and plan history of one deployed app.
 
     Args:
         record: the app's :class:`hub.control.state.AppRecord`.
@@ -277,6 +301,7 @@ def app_view(
             it gives the operators' exact kinds.
         hub_figures: the app's ``operators`` in ``Engine.metrics()``: per operator run at the
             hub, its ``{"in_rate", "out_rate"}`` counted by the Spark queries.
+        hub_queries: the app's ``queries`` in ``Engine.metrics()`` (their sinks' ``result_latency``).
 
     Raises:
         ValueError: ``record`` has no name or plan.
@@ -316,6 +341,7 @@ def app_view(
         "version": int(_get(plan, "version", 0)),
         "operators": operators,
         "edges": edges,
+        "results": _results(name, assignments, status, hub_queries),
         "history": [_history_view(group, plan) for group in fold(list(_get(record, "history", ()) or ()))],
     }
 
@@ -325,6 +351,51 @@ def _hub_figures(engine: Mapping[str, Any] | None, app: str) -> Mapping[str, Any
     data = (engine or {}).get(app)
     figures = data.get("operators") if isinstance(data, Mapping) else None
     return figures if isinstance(figures, Mapping) else None
+
+
+def _hub_queries(engine: Mapping[str, Any] | None, app: str) -> Mapping[str, Any] | None:
+    """The per-query figures of ``app`` in ``Engine.metrics()``, if any."""
+    data = (engine or {}).get(app)
+    queries = data.get("queries") if isinstance(data, Mapping) else None
+    return queries if isinstance(queries, Mapping) else None
+
+
+def _results(
+    app: str,
+    assignments: list[Any],
+    status: Iterable[Mapping[str, Any]],
+    hub_queries: Mapping[str, Any] | None,
+) -> list[ResultLatencyView]:
+    """The result latency of ``app``'s sinks: at the hub from its queries, at the spokes from their heartbeats."""
+    placed = {str(_get(a, "replica")): (str(_get(a, "operator")), str(_get(a, "site"))) for a in assignments}
+    rows = list(status)
+    hub_site = next((str(r.get("site")) for r in rows if r.get("tier") == "hub"), "hub")
+    out: list[ResultLatencyView] = []
+    for slot, q in (hub_queries or {}).items():
+        if isinstance(q, Mapping) and isinstance(q.get("result_latency"), Mapping):
+            sink, site = placed.get(str(slot), (str(slot).split("@")[0], hub_site))
+            out.append(_result_view(sink, site, q["result_latency"], None))
+    for row in rows:
+        per_app = row.get("result_latency")
+        sinks = per_app.get(app) if isinstance(per_app, Mapping) else None
+        if not isinstance(sinks, Mapping):
+            continue
+        stale = None if row.get("alive") else number(row.get("last_heartbeat_age_s"))
+        for sink, figures in sinks.items():
+            if isinstance(figures, Mapping):
+                out.append(_result_view(str(sink), str(row.get("site")), figures, stale))
+    return sorted(out, key=lambda r: (r["sink"], r["site"]))
+
+
+def _result_view(sink: str, site: str, figures: Mapping[str, Any], stale_s: float | None) -> ResultLatencyView:
+    return {
+        "sink": sink,
+        "site": site,
+        "p50_ms": number(figures.get("p50_ms")),
+        "p95_ms": number(figures.get("p95_ms")),
+        "results": _count(figures.get("results")),
+        "stale_s": stale_s,
+    }
 
 
 def _kinds(app: str, find_app: Callable[[str], Any] | None) -> dict[str, str]:
@@ -445,6 +516,7 @@ def site_view(row: Mapping[str, Any]) -> SiteView:
         "tier": tier,
         "alive": alive,
         "last_heartbeat_age_s": age,
+        "stale_s": age if alive is False else None,
         "cpu": number(row.get("cpu_percent")),
         "rss_bytes": _count(row.get("rss_bytes")),
         "outbox_records": _count(outbox.get("records")) if isinstance(outbox, Mapping) else None,

@@ -56,3 +56,18 @@ def test_an_acknowledgement_may_come_before_the_publish_is_recorded() -> None:
     link.on_published(8)
     link.on_published(9)
     assert (pending.bounds(), len(pending)) == ({}, 0)
+
+
+def test_sinks_report_the_latency_of_their_results_from_event_time_to_written(tmp_path: Path) -> None:
+    import time
+
+    _apps, processor, source, outbox = _parts(tmp_path)
+    now = time.time()
+    processor.handle([_msg(source, mid, now - 30.0 + mid) for mid in range(1, 4)])
+    processor.handle([_msg(source, 9, now + 60.0)])  # moves the watermark past the first window
+    processor.flush()
+    assert len(source.published) >= 1
+    (sink,) = processor.sinks.result_latency()["cold-chain"].values()
+    assert sink["results"] == len(source.published)
+    assert 0 < sink["p50_ms"] <= sink["p95_ms"] < 60_000  # from each window's end to its publication
+    outbox.close()

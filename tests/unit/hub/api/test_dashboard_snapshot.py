@@ -294,11 +294,15 @@ def test_sites_alive_down_and_the_hub_without_an_agent(coordinator: Coordinator,
     assert list(sites) == ["cloud", "truck-7", "truck-9", "warehouse-north"]
     assert (sites["cloud"]["alive"], sites["cloud"]["tier"]) == (None, "hub")
     assert sites["truck-7"]["alive"] is False
+    # a site that is down keeps its last figures, dated: they are not live
+    assert (sites["truck-7"]["stale_s"], sites["truck-7"]["cpu"]) == (17.0, 7.5)
+    assert sites["cloud"]["stale_s"] is None
     assert sites["truck-9"] == {
         "site": "truck-9",
         "tier": "spoke",
         "alive": True,
         "last_heartbeat_age_s": 12.0,
+        "stale_s": None,
         "cpu": 7.5,
         "rss_bytes": 50_000_000,
         "outbox_records": 12,
@@ -312,6 +316,26 @@ def test_sites_alive_down_and_the_hub_without_an_agent(coordinator: Coordinator,
     # a hub-tier site that does send heartbeats is judged like any other
     assert site_view({"site": "cloud", "tier": "hub", "alive": False, "last_heartbeat_age_s": 30.0})["alive"] is False
     assert site_view({"site": "truck-7", "tier": "spoke", "plan_expired": True})["plan_expired"] is True
+
+
+def test_result_latency_per_sink_at_the_hub_and_at_the_spokes(coordinator: Coordinator, clock: Clock) -> None:
+    local = {"local_stats": {"p50_ms": 40.0, "p95_ms": 90.0, "results": 12}}
+    beat(coordinator, "truck-7", result_latency={"cold-chain": local, "other": {"x": {"p50_ms": 1.0}}})
+    clock.now += 10
+    beat(coordinator, "truck-9", result_latency={"cold-chain": local})
+    clock.now += 10  # truck-7 is down: its figures are its last heartbeat's, 20 s old
+    hub_latency = {"p50_ms": 2100.0, "p95_ms": 2900.0, "results": 6}
+    engine = {"cold-chain": {"queries": {"fleet_alerts": {"active": True, "result_latency": hub_latency}}}}
+    (app,) = build_snapshot(coordinator, engine_metrics=lambda: engine)["apps"]
+    assert app["results"] == [
+        {"sink": "fleet_alerts", "site": "cloud", "p50_ms": 2100.0, "p95_ms": 2900.0, "results": 6, "stale_s": None},
+        {"sink": "local_stats", "site": "truck-7", "p50_ms": 40.0, "p95_ms": 90.0, "results": 12, "stale_s": 20.0},
+        {"sink": "local_stats", "site": "truck-9", "p50_ms": 40.0, "p95_ms": 90.0, "results": 12, "stale_s": None},
+    ]
+    # a query whose sink wrote nothing in the last minute, and an engine that reports none, show no row
+    engine["cold-chain"]["queries"]["fleet_alerts"]["result_latency"] = None
+    (app,) = build_snapshot(coordinator, engine_metrics=lambda: engine)["apps"]
+    assert [r["site"] for r in app["results"]] == ["truck-7", "truck-9"]
 
 
 def test_links_measured_and_declared(coordinator: Coordinator, clock: Clock) -> None:

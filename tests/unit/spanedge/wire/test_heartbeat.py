@@ -61,3 +61,17 @@ def test_a_report_of_the_wrong_type_is_left_out_and_named() -> None:
     )
     assert (beat.dlq, beat.cpu_percent, beat.state_bytes) == (None, None, {"farm": {"a": 1}})
     assert [d.split(":")[0] for d in dropped] == ["dlq", "cpu_percent", "state_bytes.farm.b"]
+
+
+def test_the_local_sinks_result_latency_travels_and_a_bad_figure_is_left_out() -> None:
+    latency = {"farm": {"alerts": {"p50_ms": 40.0, "p95_ms": 95.5, "results": 12}}}
+    beat = _beat(result_latency=latency)
+    assert orjson.loads(encode(beat))["result_latency"] == latency
+    assert decode(encode(beat)) == (beat, [])
+    assert "result_latency" not in orjson.loads(encode(_beat()))  # none yet: left out
+    data = orjson.loads(encode(beat))
+    data["result_latency"]["farm"]["alerts"]["p95_ms"] = -1
+    read, dropped = decode(data)
+    assert read.result_latency == {"farm": {"alerts": {"p50_ms": 40.0, "results": 12}}}
+    assert len(dropped) == 1
+    assert dropped[0].startswith("result_latency.farm.alerts.p95_ms")
