@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The SpanEdge hub: REST API, coordinator, MQTT ingest and Spark in local mode
-# (`spanedge[hub]`, which includes the placement solver), with the Java runtime Spark needs.
+# (`spanedge[hub,postgres]`: the placement solver and the PostgreSQL sink too), with the Java runtime Spark needs.
 #
 # Build from the repository root:
 #   docker build -f deploy/hub.Dockerfile -t spanedge-hub .
@@ -24,7 +24,7 @@ COPY hub ./hub
 COPY placement ./placement
 COPY simulate ./simulate
 RUN python -m venv /opt/spanedge \
-    && /opt/spanedge/bin/pip install --no-cache-dir --disable-pip-version-check "/src[hub]" \
+    && /opt/spanedge/bin/pip install --no-cache-dir --disable-pip-version-check "/src[hub,postgres]" \
     && /opt/spanedge/bin/pip uninstall --yes --quiet pip setuptools
 
 FROM python:3.11-slim-bookworm

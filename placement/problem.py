@@ -513,6 +513,14 @@ def _colocate_sinks(replicas: dict[str, Replica], order: list[str]) -> None:
         if r.op.scope is Scope.ANY:
             continue
         kept = tuple(c for c in up.candidates if c in allowed)
+        if not kept and r.op.sink is not None and r.op.sink.hub_only:
+            msg = (
+                f"sink {r.op.describe()} is a {r.op.sink.kind} sink, which the hub writes, but its input "
+                f"{up.op.describe()} can only run at {', '.join(up.candidates)}; a sink runs where its input "
+                f"runs: feed it from an operator that runs at the hub (a @global_ map, or a window with "
+                f"scope='global')"
+            )
+            raise InfeasiblePlacement(msg)
         if not kept:
             msg = (
                 f"sink {r.op.describe()} is @{r.op.scope.value} but its input {up.op.describe()} "

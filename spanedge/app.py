@@ -385,18 +385,24 @@ class Stream:
         """Send this stream's records to ``spec`` (see :mod:`spanedge.sinks`)."""
         location = _caller_location()
         if not isinstance(spec, SinkSpec):
-            msg = f"sink at {location}: expected spanedge.sinks.mqtt/file/console/memory(...), got {spec!r}"
+            msg = f"sink at {location}: expected spanedge.sinks.mqtt/file/console/memory/parquet/postgres(...), got {spec!r}"
             raise InvalidDataflow(msg)
         problem = topics.topic_problem(spec.target) if spec.kind == "mqtt" else None
         if problem is not None:
             msg = f"sink at {location}: MQTT topic {spec.target!r} is invalid: it {problem}"
             raise InvalidDataflow(msg)
+        placed = _parse_scope(scope, f"sink at {location}")
+        if spec.hub_only:
+            if placed is Scope.LOCAL:
+                msg = f"sink at {location}: a {spec.kind} sink is written by the hub; drop scope='local'"
+                raise InvalidDataflow(msg)
+            placed = Scope.GLOBAL
         return self.app._add(
             Operator(
                 name=name or self.app._auto_name(f"sink_{spec.kind}"),
                 kind=Kind.SINK,
                 inputs=(self.name,),
-                scope=_parse_scope(scope, f"sink at {location}"),
+                scope=placed,
                 location=location,
                 cost=5e-6,
                 selectivity=1.0,

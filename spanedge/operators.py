@@ -64,12 +64,34 @@ class WindowSpec:
         return self.slide or self.size or self.gap or 1.0
 
 
+HUB_SINK_KINDS = frozenset({"postgres", "parquet"})
+"""The sink kinds only the hub writes (:attr:`SinkSpec.hub_only`)."""
+
+
 @dataclass(frozen=True)
 class SinkSpec:
-    """Where a stream's records end: ``mqtt`` topic, ``file`` path, ``console`` or ``memory``."""
+    """Where a stream's records end: ``mqtt`` topic, ``file`` path, ``console``, ``memory``, ``parquet`` path, ``postgres``."""
 
     kind: str
     target: str = ""
+
+    @property
+    def hub_only(self) -> bool:
+        """True for the sinks only the hub writes: PostgreSQL and Parquet datasets."""
+        return self.kind in HUB_SINK_KINDS
+
+
+@dataclass(frozen=True)
+class PostgresSinkSpec(SinkSpec):
+    """A PostgreSQL table (``target``), its upsert key and where the hub finds the connection string.
+
+    ``dsn_env`` names the environment variable of the hub that holds the
+    libpq connection string; ``key`` the columns to upsert on (None: the
+    table's primary key, or plain inserts if it has none).
+    """
+
+    dsn_env: str = "SPANEDGE_PG_DSN"
+    key: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +11,9 @@ from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.postgres import Server
+from tests.postgres import postgres_server as tests_server
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -59,3 +64,23 @@ def mosquitto_factory() -> Iterator[object]:
     yield make
     for broker in started:
         broker.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Server]:
+    """The tests' PostgreSQL server: the machine's, or one started for the session (see :mod:`tests.postgres`)."""
+    if importlib.util.find_spec("psycopg") is None:
+        missing_part("psycopg is not installed: pip install 'spanedge[postgres]'")
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(tests_server())
+        except LookupError as exc:
+            missing_part(str(exc))
+        yield server
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: Server) -> Iterator[str]:
+    """The connection string of a database of the test's own, created empty and dropped after the test."""
+    with postgres_server.database() as dsn:
+        yield dsn

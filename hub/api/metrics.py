@@ -30,6 +30,17 @@ _SPARK_NAMES = {
     "sink_rows": "spanedge_spark_sink_rows_total",
     "late_dropped": "spanedge_spark_late_records_dropped_total",
     "restarts": "spanedge_spark_query_restarts_total",
+    "sink_up": "spanedge_spark_sink_up",
+    "sink_connect_failures": "spanedge_spark_sink_connect_failures_total",
+    "sink_rejected_rows": "spanedge_spark_sink_rejected_rows_total",
+    "sink_replays_skipped": "spanedge_spark_sink_replays_skipped_total",
+}
+
+_SPARK_HELP = {
+    "sink_up": "1 while the sink reaches its database, 0 while it retries with a growing wait",
+    "sink_connect_failures": "attempts to reach the sink's database that failed",
+    "sink_rejected_rows": "results that did not fit the sink's table, sent to the dead letters",
+    "sink_replays_skipped": "micro-batches replayed after a restart that the sink's database already had",
 }
 
 
@@ -146,7 +157,8 @@ def _add_engine(out: Exposition, engine: Mapping[str, Any]) -> None:
             labels = {"app": app_name, "query": query}
             for key, value in values.items():
                 scale = 1e-3 if key == "batch_ms" else 1.0
-                out.add(_SPARK_NAMES.get(key, metric_name("spanedge_spark", key)), value, labels, scale=scale)
+                name = _SPARK_NAMES.get(key, metric_name("spanedge_spark", key))
+                out.add(name, value, labels, help=_SPARK_HELP.get(key, ""), scale=scale)
 
 
 def _add_hub_operator(out: Exposition, labels: Mapping[str, str], figures: Mapping[str, Any]) -> None:

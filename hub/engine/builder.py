@@ -8,10 +8,11 @@ once the queries it replaces have stopped.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hub.engine.checkpoints import checkpoint_name
+from hub.engine.checkpoints import checkpoint_name, spark_query_id
 from hub.engine.compile import Compiler
 from hub.engine.queries import Deployed, Query, await_first_batch
 from hub.engine.session import stateless_trigger_of
@@ -19,7 +20,8 @@ from hub.engine.sinks import BatchSink, MemoryStore
 from hub.engine.wanted import Side, Wanted, wanted_queries
 from hub.engine.window_close import WindowCloser
 from hub.ingest import log as ingest_log
-from spanedge.errors import InvalidDataflow
+from spanedge.errors import InvalidDataflow, MissingExtra
+from spanedge.operators import Operator, PostgresSinkSpec
 from spanedge.plan import Assignment, Plan
 from spanedge.sites import Sites
 
@@ -27,12 +29,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from hub.engine.connectors.postgres import PostgresWriter
     from spanedge.app import App
     from spanedge.dag import OperatorGraph
 
 log = logging.getLogger(__name__)
 
-SINK_KINDS = ("mqtt", "file", "console", "memory")
+SINK_KINDS = ("mqtt", "file", "console", "memory", "parquet", "postgres")
 """The sink kinds a hub query can write to."""
 
 Built = dict[str, tuple[Query, "DataFrame"]]
@@ -104,6 +107,9 @@ class QueryBuilder:
         batch_sink = BatchSink(
             sink.replica, op.sink.kind, op.sink.target, checkpoint / "sink.json", self.memory, broker
         )
+        batch_sink.operator = op.name
+        if isinstance(op.sink, PostgresSinkSpec):
+            batch_sink.postgres = postgres_writer(op, op.sink, app, name, checkpoint)
         df = compiler.frame(sink.replica, self.log_dir(app), name)
         closing = compiler.closing_window(sink.replica)
         if closing is not None and closing.window is not None:
@@ -120,6 +126,30 @@ class QueryBuilder:
             windowed=compiler.windows_everything(sink.replica),
         )
         return query, df
+
+
+def postgres_writer(op: Operator, spec: PostgresSinkSpec, app: str, query: str, checkpoint: Path) -> PostgresWriter:
+    """The writer of a ``postgres`` sink, with the connection string from the hub's environment.
+
+    Raises:
+        MissingExtra: psycopg is not installed.
+        InvalidDataflow: the environment variable ``spec.dsn_env`` is not set.
+    """
+    try:
+        from hub.engine.connectors.postgres import PostgresWriter
+    except ImportError as exc:
+        raise MissingExtra(exc.name or "psycopg", "postgres") from None
+    dsn = os.environ.get(spec.dsn_env)
+    if not dsn:
+        msg = (
+            f"sink {op.describe()}: the hub's environment variable {spec.dsn_env} is not set; set it to the "
+            "database's connection string (postgresql://USER@HOST:PORT/DBNAME, the password in PGPASSWORD "
+            "or ~/.pgpass) where the hub runs"
+        )
+        raise InvalidDataflow(msg)
+    return PostgresWriter(
+        dsn, spec.target, spec.key, app, query, op.name, op.describe(), lambda: spark_query_id(checkpoint)
+    )
 
 
 class Starter:

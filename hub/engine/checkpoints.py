@@ -54,6 +54,17 @@ def is_checkpoint_of(name: str, replica: str) -> bool:
     return name.rpartition("-")[0] == _safe(replica)
 
 
+def spark_query_id(checkpoint: Path) -> str:
+    """The id Spark gave the query of ``checkpoint`` when it first started (its ``metadata`` file); kept across restarts.
+
+    A checkpoint started afresh under the same directory name gets a new id.
+
+    Raises:
+        FileNotFoundError, ValueError, KeyError: the query has not started yet.
+    """
+    return str(json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"])
+
+
 def committed_batch(checkpoint: Path) -> int | None:
     """The id of the last micro-batch the checkpoint says was committed (None: none yet)."""
     try:

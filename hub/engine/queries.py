@@ -79,6 +79,7 @@ class Query:
 
     def stop(self) -> None:
         """Stop the query (a failure to stop is logged) and disconnect its sink."""
+        self.sink.stopping()  # a batch waiting for an unreachable database gives up, so the query can stop
         if self.handle is not None:
             try:
                 self.handle.stop()
@@ -100,6 +101,7 @@ class Query:
         entry: dict[str, Any] = {"active": False, "sink_batches": self.sink.batches, "sink_rows": self.sink.rows}
         entry["restarts"] = restarts
         entry["result_latency"] = self.sink.result_latency()
+        entry.update(self.sink.status())
         if self.sink.share is not None or self.sink.left_to_other:
             entry["handover_left_to_other"] = self.sink.left_to_other
         handle = self.handle

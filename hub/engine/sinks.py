@@ -5,7 +5,10 @@ last batch id it completed in a small file next to the query's checkpoint
 and discards the output of a batch it has already completed, which is what
 Spark replays after a crash (the batch still runs, so window state commits). Files are named by batch id and written atomically, so a
 replay of a half-written batch overwrites rather than duplicates; memory
-results are keyed by batch id. MQTT cannot take a message back: a crash in
+results are keyed by batch id; a Parquet dataset gives each batch its own
+partition, which a replay overwrites (:mod:`hub.engine.connectors.parquet`); a PostgreSQL
+table gets each batch in one transaction with its id, so a replay finds the
+id and writes nothing (:mod:`hub.engine.connectors.postgres`). MQTT cannot take a message back: a crash in
 the middle of publishing a batch republishes, when Spark replays it, only
 the messages the broker had not acknowledged (:mod:`hub.engine.publish_progress`;
 at most the client's in-flight window, at least once).
@@ -57,7 +60,9 @@ from spanedge.sites import Broker
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+
+    from hub.engine.connectors.postgres import PostgresWriter
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +160,19 @@ class BatchSink:
         """Closes the windows of a query in update mode (:mod:`hub.engine.window_close`); None in append mode."""
         self.letters_of: frozenset[str] | None = None
         """The operators whose dead letters this query files (None: all of its own); others' queries file the rest."""
+        self.operator = name.split("@")[0]
+        """The sink operator's name (its replicas' names add ``@<site>``)."""
+        self.postgres: PostgresWriter | None = None
+        """Writes a ``postgres`` sink's batches (:mod:`hub.engine.connectors.postgres`)."""
+
+    def status(self) -> dict[str, Any]:
+        """The figures of the sink's external store for ``/metrics`` (a PostgreSQL sink's: reachable, failures, ...)."""
+        return self.postgres.status() if self.postgres is not None else {}
+
+    def stopping(self) -> None:
+        """The query is about to stop: stop waiting for an unreachable store."""
+        if self.postgres is not None:
+            self.postgres.stop()
 
     def observed(self) -> dict[str, tuple[int, float]]:
         """The counts the sink observes itself, as :meth:`hub.engine.operator_counts.ObservedCounts.of` gives Spark's."""
@@ -217,12 +235,17 @@ class BatchSink:
                     share.describe(),
                 )
         letters = self._own_letters(staged_letters(staging))
-        if table.num_rows:
-            getattr(self, f"_write_{self.kind}")(table, batch_id)
-            if "event_time" in table.column_names:
-                self.latency.written(self.name, table.column("event_time").to_pylist())
-        if letters:
-            self._write_dead_letters(letters, batch_id)
+        if self.postgres is not None:
+            self._write_postgres(self.postgres, table, batch_id, letters)
+        else:
+            if table.num_rows and self.kind == "parquet":
+                self._write_parquet(df.sparkSession, table, batch_id)
+            elif table.num_rows:
+                getattr(self, f"_write_{self.kind}")(table, batch_id)
+            if letters:
+                self._write_dead_letters(letters, batch_id)
+        if table.num_rows and "event_time" in table.column_names:
+            self.latency.written(self.name, table.column("event_time").to_pylist())
         self.batches += 1
         self.rows += table.num_rows
         self._save_last(batch_id)
@@ -244,19 +267,65 @@ class BatchSink:
 
     def _write_dead_letters(self, letters: list[bytes], batch_id: int) -> None:
         """File the batch's dead letters and publish them to the app's hub dead-letter topic (with a broker)."""
+        self._file_dead_letters(letters, batch_id)
+        self._send_dead_letters(letters, batch_id)
+
+    def _letters_file(self, batch_id: int) -> Path:
+        return self.dead_letters / f"{self.query}-batch-{batch_id:012d}.jsonl"
+
+    def _file_dead_letters(self, letters: list[bytes], batch_id: int) -> None:
+        """Write the batch's dead letters to its file (atomically: a replay overwrites it)."""
         self.dead_letters.mkdir(parents=True, exist_ok=True)
-        final = self.dead_letters / f"{self.query}-batch-{batch_id:012d}.jsonl"
+        final = self._letters_file(batch_id)
         tmp = self.dead_letters / f".{final.name}.tmp"
         with tmp.open("wb") as fh:
             fh.write(b"".join(line + b"\n" for line in letters))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, final)
+
+    def _send_dead_letters(self, letters: list[bytes], batch_id: int) -> None:
+        """Publish the filed letters to the app's hub dead-letter topic (with a broker) and count them."""
         if self.broker is not None:
             self._publish(topics.dlq(self.app, "hub"), letters, batch_id, self.letters_progress)
         self.dead_lettered += len(letters)
         DEAD_LETTERS.add(self.app, self.query, len(letters))
-        log.warning("sink %s: batch %d: %d dead letters in %s", self.name, batch_id, len(letters), final)
+        log.warning(
+            "sink %s: batch %d: %d dead letters in %s", self.name, batch_id, len(letters), self._letters_file(batch_id)
+        )
+
+    def _write_postgres(self, writer: PostgresWriter, table: pa.Table, batch_id: int, letters: list[bytes]) -> None:
+        """Write the batch in one transaction with its id; its dead letters are filed before the commit.
+
+        A batch the database has already (written before a restart, its
+        letters filed then) is not written again; its filed letters are
+        published again, at least once as ever.
+        """
+        from hub.engine.connectors.postgres import results_of
+
+        results = results_of(table) if table.num_rows else []
+        if not results and not letters:
+            return
+        filed: list[bytes] = []
+
+        def file(rejected: list[bytes]) -> None:
+            filed[:] = letters + rejected
+            if filed:
+                self._file_dead_letters(filed, batch_id)
+            else:  # what a run of the batch that never committed had filed
+                self._letters_file(batch_id).unlink(missing_ok=True)
+
+        done = writer.write(results, batch_id, file)
+        if done.skipped:
+            path = self._letters_file(batch_id)
+            filed = [line for line in path.read_bytes().splitlines() if line] if path.exists() else []
+        if filed:
+            self._send_dead_letters(filed, batch_id)
+
+    def _write_parquet(self, spark: SparkSession, table: pa.Table, batch_id: int) -> None:
+        from hub.engine.connectors.parquet import batch_label, write_parquet
+
+        write_parquet(spark, table, self.target, self.app, self.operator, batch_label(self.query, batch_id))
 
     def _write_memory(self, table: pa.Table, batch_id: int) -> None:
         self.memory.put(self.target, self.query, batch_id, rows_of(table))
@@ -317,9 +386,11 @@ class BatchSink:
             progress.record(batch_id, of, done)
 
     def close(self) -> None:
-        """Disconnect from MQTT if connected."""
+        """Disconnect from MQTT and PostgreSQL if connected."""
         self.progress.close()
         self.letters_progress.close()
+        if self.postgres is not None:
+            self.postgres.close()
         if self._client is not None:
             self._client.disconnect()
             self._client.loop_stop()

@@ -135,11 +135,11 @@ def test_the_agent_image_is_the_light_core_with_its_state_in_a_volume() -> None:
     assert signals in ([], ["SIGTERM"])
 
 
-def test_the_hub_image_has_spark_java_and_the_hub_extra() -> None:
+def test_the_hub_image_has_spark_java_the_hub_extra_and_the_postgres_sink() -> None:
     steps = instructions(HUB_DOCKERFILE)
     runs = " ".join(args for name, args in steps if name == "RUN")
     assert "openjdk-17-jre-headless" in runs
-    assert "[hub]" in runs
+    assert "[hub,postgres]" in runs
     image = final_stage(steps)
     assert STATE in [v for name, args in image if name == "VOLUME" for v in exec_form(args)]
     entrypoints = [exec_form(args) for name, args in image if name == "ENTRYPOINT"]

@@ -42,6 +42,11 @@ SPARK_QUERY = {
     "processed_rows_per_s": 7.0,
     "input_rows": 12,
     "state_rows": 5,
+    "sink_up": False,
+    "sink_connect_failures": 3,
+    "sink_rejected_rows": 2,
+    "sink_replays_skipped": 1,
+    "sink_error": "connection refused",
 }
 INGEST = {
     "connected": True,
@@ -128,3 +133,19 @@ def test_a_heartbeat_reads_the_same_on_the_hub_and_on_the_agent(monkeypatch: pyt
         assert h.type == a.type, (on_hub, on_agent)
         assert [s.value for s in h.samples] == [s.value for s in a.samples], (on_hub, on_agent)
         assert {s.labels["site"] for s in h.samples} == {"truck-7"}
+
+
+def test_a_database_sink_that_retries_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    found = families(hub_text(monkeypatch))
+    labels = {"app": "cold-chain", "query": "fleet_alerts"}
+    expected = {
+        "spanedge_spark_sink_up": ("gauge", 0.0),
+        "spanedge_spark_sink_connect_failures": ("counter", 3.0),
+        "spanedge_spark_sink_rejected_rows": ("counter", 2.0),
+        "spanedge_spark_sink_replays_skipped": ("counter", 1.0),
+    }
+    for name, (kind, value) in expected.items():
+        family = found[name]
+        assert family.type == kind, name
+        assert [(s.labels, s.value) for s in family.samples] == [(labels, value)], name
+        assert family.documentation != name.replace("_", " "), f"{name} has no help text"

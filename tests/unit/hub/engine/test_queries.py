@@ -53,24 +53,42 @@ def test_spark_ended_knows_a_stopped_context_and_a_jvm_that_is_gone() -> None:
 class Handle:
     """A running query's handle whose ``stop`` raises ``error``."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: Exception, calls: list[str]) -> None:
         self.error = error
+        self.calls = calls
 
     def stop(self) -> None:
+        self.calls.append("query stopped")
         raise self.error
 
 
 class Sink:
     closed = False
 
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def stopping(self) -> None:
+        self.calls.append("sink told")
+
     def close(self) -> None:
         self.closed = True
 
 
-def _query(error: Exception) -> tuple[Query, Sink]:
-    sink = Sink()
-    handle: Any = Handle(error)
+def _query(error: Exception, calls: list[str] | None = None) -> tuple[Query, Sink]:
+    calls = [] if calls is None else calls
+    sink = Sink(calls)
+    handle: Any = Handle(error, calls)
     return Query("out", sink, Path("checkpoint"), "out-0", "0", handle=handle), sink  # type: ignore[arg-type]
+
+
+def test_the_sink_stops_waiting_for_its_database_before_the_query_stops() -> None:
+    """A batch that waits for an unreachable database would keep Spark's stop waiting for it."""
+    calls: list[str] = []
+    query, sink = _query(ConnectionRefusedError(111, ""), calls)
+    query.stop()
+    assert calls == ["sink told", "query stopped"]
+    assert sink.closed
 
 
 @pytest.mark.parametrize(
