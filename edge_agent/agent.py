@@ -99,7 +99,14 @@ class Agent:
             config.peer_probe_interval,
             budget_file=config.state_dir / CPU_BUDGET_FILE,
         )
-        self.drainer = Drainer(self.outbox, self.hub, config.drain_rate, batch_size=config.batch_size, publisher=site)
+        self.drainer = Drainer(
+            self.outbox,
+            self.hub,
+            config.drain_rate,
+            batch_size=config.batch_size,
+            publisher=site,
+            max_batch_bytes=sites.site(self.hub_site).message_limit,
+        )
         self.processor = Processor(
             self.apps.pipelines,
             self.outbox,

@@ -37,20 +37,22 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
 
 @dataclass(frozen=True)
 class Route:
-    """Messages of ``topic_filter`` at ``source_site``'s broker feed ``replica`` of ``app``."""
+    """Messages of ``topic_filter`` at ``source_site``'s broker feed ``replica`` of ``app``, up to ``max_bytes`` each."""
 
     source_site: str
     topic_filter: str
     qos: int
     app: str
     replica: str
+    max_bytes: int
 
 
 class Intake:
     """The connections to site brokers, kept in step with the pipelines' source replicas.
 
     A source replica of group ``S`` reads ``S``'s broker (its own site's, or another spoke's for
-    offloaded replicas), with the topic filter ``sites.yaml`` binds to the stream there.
+    offloaded replicas), with the topic filter ``sites.yaml`` binds to the stream there. Each
+    connection keeps no payload over the largest ``max_message_bytes`` of the streams it reads.
     """
 
     def __init__(self, site: str, sites: Sites, inbox: Inbox, connect: TransportFactory) -> None:
@@ -61,16 +63,18 @@ class Intake:
         self.connect = connect
         self.transports: dict[str, Transport] = {}
         self.routes: list[Route] = []
-        self._cache: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self._cache: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
 
     def rewire(self, pipelines: Mapping[str, Pipeline]) -> list[Transport]:
         """Subscribe to what ``pipelines`` read and drop the rest; return the connections closed."""
         self.routes = self._routes(pipelines)
         self._cache.clear()
         wanted: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+        limits: dict[str, int] = {}
         for r in self.routes:
             if (r.topic_filter, r.qos) not in wanted[r.source_site]:
                 wanted[r.source_site].append((r.topic_filter, r.qos))
+            limits[r.source_site] = max(r.max_bytes, limits.get(r.source_site, 0))
         closed = []
         for source_site, transport in list(self.transports.items()):
             if source_site not in wanted:
@@ -80,6 +84,7 @@ class Intake:
                 closed.append(transport)
         for source_site, filters in wanted.items():
             transport = self.transports.get(source_site) or self._open(source_site)
+            transport.max_message_bytes = limits[source_site]
             stale = [f for f, _ in transport.filters if f not in {x for x, _ in filters}]
             if stale:
                 transport.unsubscribe(stale)
@@ -113,16 +118,16 @@ class Intake:
                         replica,
                     )
                     continue
-                routes.append(Route(source_site, binding.topic, binding.qos, name, replica))
+                routes.append(Route(source_site, binding.topic, binding.qos, name, replica, binding.max_message_bytes))
         return routes
 
-    def route(self, message: Message) -> list[tuple[str, str]]:
-        """The ``(app, source replica)`` pairs a message feeds."""
+    def route(self, message: Message) -> list[tuple[str, str, int]]:
+        """The ``(app, source replica, largest message in bytes)`` a message feeds."""
         key = (message.source.name, message.topic)
         found = self._cache.get(key)
         if found is None:
             found = [
-                (r.app, r.replica)
+                (r.app, r.replica, r.max_bytes)
                 for r in self.routes
                 if self.transports.get(r.source_site) is message.source and topic_matches(r.topic_filter, message.topic)
             ]

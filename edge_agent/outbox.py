@@ -32,6 +32,7 @@ from spanedge.wire.batch import VERSION, BatchMessage, WireRecord, encode_messag
 
 POLICIES = ("oldest", "newest")
 _OVERHEAD = 48  # bytes per record beyond its value: seq, time, key, framing
+_ENVELOPE = 512  # bytes of a batch beyond its records: version, app, site, stream, epoch, frontier
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -210,22 +211,31 @@ class Outbox:
         with self._lock:
             return sorted((k[2], seq) for k, seq in self._seqs.items() if (k[0], k[1], k[3]) == (app, site, epoch))
 
-    def batches(self, after_id: int, max_records: int, batch_size: int = 100) -> list[Batch]:
-        """Return up to ``max_records`` records after ``after_id``, in order, as batches."""
+    def batches(
+        self, after_id: int, max_records: int, batch_size: int = 100, max_bytes: int | None = None
+    ) -> list[Batch]:
+        """Return up to ``max_records`` records after ``after_id``, in order, as batches.
+
+        With ``max_bytes``, no batch's payload is larger unless it holds a single record that alone is.
+        """
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, app, stream, site, epoch, seq, t, k, v, w FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
                 (after_id, max_records),
             ).fetchall()
+        budget = max_bytes if max_bytes is not None else float("inf")
         out: list[Batch] = []
         current: list[Any] = []
+        size = _ENVELOPE
         for row in rows:
-            if current and (len(current) >= batch_size or current[0][1:5] != row[1:5]):
-                out.append(_encode(current))
-                current = []
+            cost = len(row[8]) + len(row[7] or "") + _OVERHEAD
+            if current and (len(current) >= batch_size or current[0][1:5] != row[1:5] or size + cost > budget):
+                out += _encode_within(current, budget)
+                current, size = [], _ENVELOPE
             current.append(row)
+            size += cost
         if current:
-            out.append(_encode(current))
+            out += _encode_within(current, budget)
         return out
 
     def ack(self, ids: Iterable[int]) -> None:
@@ -290,6 +300,15 @@ class Outbox:
             self._db.close()
 
 
+def _encode_within(rows: list[Any], max_bytes: float) -> list[Batch]:
+    """``rows`` as one batch, or halved until each batch is at most ``max_bytes`` (or holds one record)."""
+    batch = _encode(rows)
+    if len(batch.payload) <= max_bytes or len(rows) == 1:
+        return [batch]
+    half = len(rows) // 2
+    return _encode_within(rows[:half], max_bytes) + _encode_within(rows[half:], max_bytes)
+
+
 def _encode(rows: list[Any]) -> Batch:
     _, app, stream, site, epoch = rows[0][:5]
     # every record after a record with a frontier lies at or past it: so do those after this batch
@@ -316,6 +335,8 @@ class Drainer:
         rate: maximum records/s (the backlog must not starve live data).
         max_inflight: batches published but not yet acknowledged.
         batch_size: records per MQTT message.
+        max_batch_bytes: the largest MQTT message, the hub's ingest limit (``None``: no limit); a record
+            that alone is larger goes alone, and the hub dead-letters it.
         publisher: the site this agent serves. Every batch goes on its data topic
             (``spanedge/v1/<app>/<stream>/<publisher>``), the only ones its broker identity may
             write; a batch of another site's replica run here keeps that site in its envelope.
@@ -330,8 +351,10 @@ class Drainer:
         max_inflight: int = 20,
         batch_size: int = 100,
         publisher: str | None = None,
+        max_batch_bytes: int | None = None,
     ) -> None:
         self.outbox = outbox
+        self.max_batch_bytes = max_batch_bytes
         self.publisher = publisher
         self.transport = transport
         self.rate = rate
@@ -395,7 +418,7 @@ class Drainer:
         want = min(int(self._tokens), free * self.batch_size)
         if free <= 0 or want < 1:
             return max(0.005, (1 - self._tokens) / self.rate) if free > 0 else 0.2
-        for batch in self.outbox.batches(self._cursor, want, self.batch_size):
+        for batch in self.outbox.batches(self._cursor, want, self.batch_size, self.max_batch_bytes):
             topic = topics.data(batch.app, batch.stream, self.publisher or batch.site)
             mid = self.transport.publish(topic, batch.payload, 1)
             self._inflight[mid] = batch

@@ -2,7 +2,8 @@
 
 A :class:`Processor` routes each site-broker message to the pipeline sources it
 feeds (:class:`~edge_agent.intake.Intake`), skipping a redelivery of a message
-already committed (:class:`~edge_agent.intake.Redeliveries`). A commit stores
+already committed (:class:`~edge_agent.intake.Redeliveries`); a message over its
+stream's ``max_message_bytes`` is dead-lettered with its size and topic, unread. A commit stores
 the pipelines' hub-bound records, their snapshots and the redelivery memory in
 one outbox transaction (:class:`~edge_agent.checkpoint.Checkpointer`); only
 then are the messages acknowledged and the local sinks served
@@ -81,8 +82,12 @@ class Processor:
                 self._acks.append(m)
                 if self.redeliveries.seen(m):
                     continue  # processed before its acknowledgement was lost: acknowledge it only
-            for app, replica in self.intake.route(m):
-                pipelines[app].process(replica, m.payload, m.arrival)
+            size = m.size
+            for app, replica, limit in self.intake.route(m):
+                if size > limit:  # dead-lettered unread, committed and acknowledged like any message
+                    pipelines[app].refuse(replica, size, limit, m.topic)
+                else:
+                    pipelines[app].process(replica, m.payload, m.arrival)
                 self.touched.add(app)
 
     def tick(self) -> None:

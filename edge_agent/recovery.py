@@ -175,6 +175,7 @@ class SpoolFeed:
         streams = sorted({s for name, plan in plans.items() for s in spooled_streams(self.site, plan, apps[name])})
         bindings = self.sites.site(self.site).streams
         filters = sorted({(bindings[s].topic, 1) for s in streams if s in bindings})
+        limit = max((bindings[s].max_message_bytes for s in streams if s in bindings), default=None)
         link = self.link
         if not filters:
             if link is not None and link.filters:
@@ -189,19 +190,25 @@ class SpoolFeed:
                 inbox=self.inbox,
             )
             link.start()
+        link.max_message_bytes = limit
         stale = [f for f, _ in link.filters if (f, 1) not in filters]
         if stale:
             link.unsubscribe(stale)
         link.subscribe(filters)
 
     def take(self, messages: list[Message]) -> list[Message]:
-        """Spool and acknowledge the messages of the spool's connection; return the others."""
+        """Spool and acknowledge the messages of the spool's connection; return the others.
+
+        One over the largest ``max_message_bytes`` of the spooled streams is acknowledged only: the
+        live replica at its own site dead-letters it.
+        """
         link = self.link
         if link is None or not any(m.source is link for m in messages):
             return messages
-        spooled = [m for m in messages if m.source is link]
-        self.spool.add(spooled)
-        for m in spooled:
+        ours = [m for m in messages if m.source is link]
+        limit = link.max_message_bytes
+        self.spool.add([m for m in ours if limit is None or m.size <= limit])
+        for m in ours:
             link.ack(m.mid, m.qos)
         return [m for m in messages if m.source is not link]
 

@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         args.state_dir / "ingest",
         client_id=client_id,
         may_publish=from_plans(lambda name: (plan,) if name == plan.app else ()),
+        max_message_bytes=sites.site(plan.hub).message_limit,
     )
     ingest.start()
     engine = Engine(

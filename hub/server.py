@@ -266,6 +266,7 @@ class Hub:
             recovered=Recovered(self.coordinator.frontiers.delivered),
             batch_every=batch_intervals(self.config.trigger, self.config.stateless_trigger),
             revoked=self.registry.revoked.__contains__,
+            max_message_bytes=self.site.message_limit,
         )
 
     def _tick(self) -> None:

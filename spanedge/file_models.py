@@ -51,7 +51,7 @@ def convert(
     *,
     title: str,
     prefix: Place = (),
-    lines: Mapping[Place, int] | None = None,
+    lines: Mapping[Place, int] | Callable[[], Mapping[Place, int]] | None = None,
     dec_hook: Callable[[type, Any], Any] | None = None,
 ) -> T:
     """Validate ``data`` into ``model``.
@@ -62,7 +62,8 @@ def convert(
         where: the file name for errors.
         title: what the document is, for errors ("invalid <title>:").
         prefix: the place of ``data`` in its file, e.g. ``("simulation",)``.
-        lines: the line of every place in the file, if known (see :func:`yaml_lines`).
+        lines: the line of every place in the file, if known (see :func:`yaml_lines`), or what finds
+            them, called only for an error.
         dec_hook: builds the custom types of ``model`` (see :func:`msgspec.convert`).
 
     Raises:
@@ -71,7 +72,8 @@ def convert(
     try:
         return msgspec.convert(data, model, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
-        problem = _describe(str(exc), data, model, dec_hook, where, prefix, lines or {})
+        found = lines() if callable(lines) else lines
+        problem = _describe(str(exc), data, model, dec_hook, where, prefix, found or {})
     msg = f"invalid {title}:\n  {problem}"
     raise InvalidSites(msg) from None
 

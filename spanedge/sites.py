@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import enum
 import os
 import ssl
@@ -29,16 +30,20 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import msgspec
-import yaml
 
 from spanedge import topics
 from spanedge.errors import InvalidSites
-from spanedge.file_models import FileModel, Place, convert, key_path, yaml_lines
+from spanedge.file_models import FileModel, Place, convert, key_path
 from spanedge.files import read_text
 from spanedge.names import label_problem, name_problem, stream_name_problem
+from spanedge.yaml_text import read_yaml
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Bytes = Annotated[int, msgspec.Meta(gt=0)]
+
+MAX_MESSAGE_BYTES = 2**20
+"""The default largest message: a stream's sensor message at its agent, an edge batch at the hub's ingest (1 MiB)."""
 
 
 class Tier(enum.StrEnum):
@@ -76,12 +81,15 @@ class StreamBinding(FileModel, frozen=True):
         rate: expected records/s.
         record_bytes: mean record size in bytes.
         qos: MQTT QoS of the sensors' messages (0 or 1).
+        max_message_bytes: the largest message the agent takes on this stream; a larger one is
+            dead-lettered with its size and topic, unread.
     """
 
     topic: Annotated[str, msgspec.Meta(min_length=1)]
     rate: Positive
     record_bytes: Positive = 200.0
     qos: Annotated[int, msgspec.Meta(ge=0, le=1)] = 1
+    max_message_bytes: Bytes = MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         """Check that ``topic`` is an MQTT topic filter the broker accepts (:func:`spanedge.topics.filter_problem`)."""
@@ -131,6 +139,8 @@ class Site(FileModel, frozen=True):
         name: the site's key in ``sites:`` (filled in by :class:`Sites`).
         cpu: CPU cores available to SpanEdge.
         labels: ``key: value`` pairs that select the site (``fleet: north``), each following the site name rule.
+        max_message_bytes: a hub's only: the largest edge batch its ingest takes (``None``:
+            :data:`MAX_MESSAGE_BYTES`, see :attr:`message_limit`); the agents send none larger.
     """
 
     tier: Tier
@@ -142,9 +152,16 @@ class Site(FileModel, frozen=True):
     tls: TLS | None = None
     streams: dict[str, StreamBinding] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    max_message_bytes: Bytes | None = None
 
     def __post_init__(self) -> None:
         """Check the broker URL, that an ``mqtts://`` broker has TLS settings, the stream names and the labels."""
+        if self.max_message_bytes is not None and self.tier is not Tier.HUB:
+            msg = (
+                "max_message_bytes: only a hub takes one (its ingest's limit); a spoke's limits are per stream, "
+                "e.g. streams: {readings: {topic: ..., rate: ..., max_message_bytes: 4194304}}"
+            )
+            raise ValueError(msg)
         for key, value in self.labels.items():
             problem = label_problem(key, value)
             if problem is not None:
@@ -165,6 +182,11 @@ class Site(FileModel, frozen=True):
         if parts.scheme == "mqtts" and self.tls is None:
             msg = "an mqtts:// broker needs tls: {ca_file: <path to CA certificate>}"
             raise ValueError(msg)
+
+    @property
+    def message_limit(self) -> int:
+        """The largest edge batch, in bytes, that this hub's ingest takes."""
+        return self.max_message_bytes or MAX_MESSAGE_BYTES
 
     def mqtt(self) -> Broker:
         """The broker of this site, parsed."""
@@ -220,7 +242,7 @@ class Sites(FileModel, frozen=True):
             if problem is not None:
                 msg = f"{key_path('sites', name)}: {problem}"
                 raise ValueError(msg)
-        named = {k: v if v.name == k else msgspec.structs.replace(v, name=k) for k, v in self.sites.items()}
+        named = {k: v if v.name == k else _named(v, k) for k, v in self.sites.items()}
         msgspec.structs.force_setattr(self, "sites", named)
         if not any(s.tier is Tier.HUB for s in named.values()):
             msg = "sites: at least one site must have tier: hub"
@@ -310,6 +332,13 @@ class Sites(FileModel, frozen=True):
                 raise InvalidSites(msg)
 
 
+def _named(site: Site, name: str) -> Site:
+    """A copy of ``site`` called ``name``, its checks not run again (they passed, and the name is not theirs)."""
+    renamed = copy.copy(site)
+    msgspec.structs.force_setattr(renamed, "name", name)
+    return renamed
+
+
 def load_sites(path: str | Path) -> Sites:
     """Parse and validate a ``sites.yaml``; errors name the file, line and field."""
     path = Path(path)
@@ -318,18 +347,11 @@ def load_sites(path: str | Path) -> Sites:
 
 def parse_sites(text: str, where: str = "<sites.yaml>") -> Sites:
     """Parse sites from YAML text; ``where`` names the file in errors, which give its line and field."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        msg = f"{where}{line}: not valid YAML: {getattr(exc, 'problem', exc)}"
-        raise InvalidSites(msg) from None
-    if not isinstance(data, dict):
-        msg = f"{where}: expected a mapping with a 'sites:' key, got {type(data).__name__}"
+    document = read_yaml(text, where, InvalidSites)
+    if not isinstance(document.data, dict):
+        msg = f"{where}: expected a mapping with a 'sites:' key, got {type(document.data).__name__}"
         raise InvalidSites(msg)
-    return convert(data, Sites, where, title="sites file", lines=yaml_lines(node))
+    return convert(document.data, Sites, where, title="sites file", lines=document.lines)
 
 
 DEFAULT_STREAM_RATE = 1.0
@@ -356,9 +378,6 @@ def parse_stream(text: str, where: str = "--stream") -> tuple[str, StreamBinding
         raise InvalidSites(msg)
     data: Any = {"topic": value, "rate": DEFAULT_STREAM_RATE}
     if value.startswith("{"):
-        try:
-            data = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            msg = f"{where}: stream {name!r}: {value!r} is not a YAML mapping: {getattr(exc, 'problem', exc)}"
-            raise InvalidSites(msg) from None
+        invalid = f"{value!r} is not a YAML mapping"
+        data = read_yaml(value, f"{where}: stream {name!r}", InvalidSites, invalid=invalid, show_line=False).data
     return name, convert(data, StreamBinding, where, title=f"stream {name!r}", prefix=("streams", name))

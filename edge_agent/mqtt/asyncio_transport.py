@@ -4,6 +4,9 @@
 connection: no network thread, no per-message callback. Each chunk read from
 the socket is parsed in one pass and its messages go to the inbox together;
 the agent, on the same event loop, takes them without a thread hand-off.
+A message cut across chunks is gathered in linear time, and one over the
+connection's ``max_message_bytes`` is skipped as it arrives, unbuffered: the
+agent gets its topic and size only (:attr:`~edge_agent.mqtt.transport.Message.oversize`).
 Acknowledgements keep the agent's rule: an incoming QoS 1 message gets its
 PUBACK only when the agent calls :meth:`AsyncioTransport.ack`, after its
 effect is committed; the PUBACKs of one commit leave in one socket write.
@@ -76,7 +79,16 @@ class _Connection(asyncio.Protocol):
         def publish(topic: str, payload: bytes, qos: int, mid: int) -> None:
             received.append(Message(topic, payload, qos, mid, owner, arrival))
 
-        self._frames.feed(data, publish, owner._control)
+        def oversize(topic: str, size: int, qos: int, mid: int) -> None:
+            received.append(Message(topic, b"", qos, mid, owner, arrival, size))
+
+        try:
+            self._frames.feed(data, publish, owner._control, oversize, owner.max_message_bytes)
+        except codec.MalformedPacket as exc:
+            log.error("%s (%s) sent what is no MQTT (%s); reconnecting", owner.name, owner.broker.url, exc)
+            if self.transport is not None:
+                self.transport.abort()
+            return
         if received and not owner._stopping:  # stopping: unacknowledged, the broker redelivers them
             owner._received(received, self)
 

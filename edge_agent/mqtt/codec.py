@@ -91,29 +91,100 @@ def packet_id(body: bytes) -> int:
     return (body[0] << 8) | body[1]
 
 
+class MalformedPacket(ValueError):
+    """The byte stream holds something that is no MQTT packet (a remaining length of more than four bytes)."""
+
+
+#: Called with the topic, payload, QoS and message id (0 for QoS 0) of each PUBLISH.
+OnPublish = Callable[[str, bytes, int, int], object]
+#: Called with the first byte and the body of every other packet.
+OnControl = Callable[[int, bytes], object]
+#: Called with the topic, payload size, QoS and message id of each PUBLISH over the limit, whose payload is skipped.
+OnOversize = Callable[[str, int, int, int], object]
+
+
 class FrameReader:
-    """Splits a connection's byte stream into packets; a packet cut between two chunks waits for the next."""
+    """Splits a connection's byte stream into packets, in time linear in the bytes received.
+
+    A packet cut between chunks is gathered in a buffer that each chunk extends by what it
+    adds, so every byte is copied in once (:attr:`buffered` counts them), however many chunks
+    a large message takes. A PUBLISH whose payload is over the ``limit`` given to :meth:`feed`
+    is not gathered at all: once its topic and message id are in, the rest of it is skipped as
+    it arrives, and ``on_oversize`` hears of it.
+    """
 
     def __init__(self) -> None:
-        self._rest = b""
+        self._buf = bytearray()  # the start of a packet the last chunk cut
+        self._need = 0  # the bytes of that packet needed before it can be decoded further
+        self._skip = 0  # the bytes of an oversize PUBLISH still to come, to discard
+        self.buffered = 0
 
     def feed(
         self,
         data: bytes,
-        on_publish: Callable[[str, bytes, int, int], object],
-        on_control: Callable[[int, bytes], object],
+        on_publish: OnPublish,
+        on_control: OnControl,
+        on_oversize: OnOversize | None = None,
+        limit: int | None = None,
     ) -> None:
         """Decode every whole packet of what was received so far, in order.
 
         Args:
             data: the bytes just received.
-            on_publish: called with the topic, payload, QoS and message id (0 for QoS 0) of each PUBLISH.
-            on_control: called with the first byte and the body of every other packet.
+            on_publish: called for each PUBLISH (:data:`OnPublish`).
+            on_control: called for every other packet (:data:`OnControl`).
+            on_oversize: called instead of ``on_publish`` for a PUBLISH whose payload is over ``limit``.
+            limit: the largest payload kept, in bytes (``None``: any; ignored without ``on_oversize``).
+
+        Raises:
+            MalformedPacket: the stream is no MQTT; the connection cannot go on.
         """
-        if self._rest:
-            data = self._rest + data
+        if on_oversize is None:
+            limit = None
         end = len(data)
-        pos = 0
+        pos = min(self._skip, end)
+        self._skip -= pos
+        while self._buf:
+            if pos == end:
+                return
+            take = min(self._need - len(self._buf), end - pos)
+            self._buf += memoryview(data)[pos : pos + take]
+            self.buffered += take
+            pos += take
+            if len(self._buf) < self._need:
+                return
+            done, need = self._decode(bytes(self._buf), 0, on_publish, on_control, on_oversize, limit)
+            if done == 0:  # its header is whole now, and says how much more it needs
+                self._need = need
+                continue
+            self._buf = bytearray()
+            skip = min(self._skip, end - pos)
+            self._skip -= skip
+            pos += skip
+        if pos == end:
+            return
+        done, need = self._decode(data, pos, on_publish, on_control, on_oversize, limit)
+        if done < end:
+            self._buf = bytearray(memoryview(data)[done:])
+            self._need = need
+            self.buffered += end - done
+
+    def _decode(
+        self,
+        data: bytes,
+        pos: int,
+        on_publish: OnPublish,
+        on_control: OnControl,
+        on_oversize: OnOversize | None,
+        limit: int | None,
+    ) -> tuple[int, int]:
+        """Decode the whole packets of ``data`` from ``pos``.
+
+        Returns:
+            Where decoding stopped, and the bytes the packet cut there needs from its start before it can be
+            decoded further (0 when nothing is cut).
+        """
+        end = len(data)
         while end - pos >= 2:
             head = data[pos]
             length = data[pos + 1]
@@ -131,10 +202,30 @@ class FrameReader:
                         complete = True
                         break
                 if not complete:
-                    break
+                    if shift > 21:
+                        msg = "a remaining length of more than four bytes"
+                        raise MalformedPacket(msg)
+                    return pos, start - pos + 1
             stop = start + length
+            if limit is not None and length > limit and head >> 4 == PUBLISH:
+                qos = (head >> 1) & 3
+                if end - start < 2:
+                    return pos, start - pos + 2
+                size = (data[start] << 8) | data[start + 1]
+                body = start + 2 + size + (2 if qos else 0)
+                if body > end:
+                    return pos, body - pos
+                if stop - body > limit:
+                    assert on_oversize is not None
+                    mid = (data[body - 2] << 8) | data[body - 1] if qos else 0
+                    on_oversize(data[start + 2 : start + 2 + size].decode(), stop - body, qos, mid)
+                    if stop > end:
+                        self._skip = stop - end
+                        return end, 0
+                    pos = stop
+                    continue
             if stop > end:
-                break
+                return pos, stop - pos
             if head >> 4 == PUBLISH:
                 qos = (head >> 1) & 3
                 size = (data[start] << 8) | data[start + 1]
@@ -149,4 +240,4 @@ class FrameReader:
             else:
                 on_control(head, data[start:stop])
             pos = stop
-        self._rest = data[pos:] if pos < end else b""
+        return pos, 2 if pos < end else 0

@@ -32,7 +32,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class Message:
-    """One message received from a broker."""
+    """One message received from a broker.
+
+    ``oversize`` is the size of a payload the connection did not keep, being over its
+    ``max_message_bytes`` (``payload`` is then empty); 0 when ``payload`` is whole.
+    """
 
     topic: str
     payload: bytes
@@ -40,6 +44,12 @@ class Message:
     mid: int
     source: Transport
     arrival: float
+    oversize: int = 0
+
+    @property
+    def size(self) -> int:
+        """The payload's size in bytes, kept or not."""
+        return self.oversize or len(self.payload)
 
 
 class Inbox:
@@ -166,6 +176,8 @@ class Transport(Protocol):
 
     ``on_connected`` (if set) is called after every (re)connection;
     ``subscribed`` is set once the broker acknowledged the subscriptions.
+    A received message larger than ``max_message_bytes`` (``None``: no limit) may come
+    without its payload (:attr:`Message.oversize`).
     """
 
     name: str
@@ -173,6 +185,7 @@ class Transport(Protocol):
     subscribed: threading.Event
     on_connected: Callable[[], None] | None
     on_published: Callable[[int], None] | None
+    max_message_bytes: int | None
 
     @property
     def connected(self) -> bool:
@@ -212,11 +225,14 @@ class ConnectionOptions(TypedDict, total=False):
         settings: the connection's role (:mod:`spanedge.mqtt`): session, queue, in-flight, keep-alive
             and reconnect limits; the default is a site-broker intake with a persistent session.
         on_published: called with the message id of each acknowledged publish.
+        max_message_bytes: received payloads larger than this may be dropped unread, their message
+            passed on with its size only (:attr:`Message.oversize`); ``None`` (the default): no limit.
     """
 
     inbox: Inbox | None
     settings: ClientSettings
     on_published: Callable[[int], None] | None
+    max_message_bytes: int | None
 
 
 class TransportFactory(Protocol):
@@ -247,6 +263,7 @@ class TransportBase:
         self.inbox = options.get("inbox")
         self.settings = options.get("settings", AGENT_INTAKE)
         self.on_published = options.get("on_published")
+        self.max_message_bytes = options.get("max_message_bytes")
         self.on_connected: Callable[[], None] | None = None
         self.subscribed = threading.Event()
         self._filters: list[tuple[str, int]] = []

@@ -133,7 +133,7 @@ def _add_ingest(out: Exposition, ingest: Mapping[str, Any]) -> None:
     """The ingest's connection and counters, and per app, site and stream its records and lag."""
     for key in ("connected", "queued"):
         out.add(f"spanedge_ingest_{key}", ingest.get(key))
-    for key in ("messages", "records", "duplicates", "malformed", "site_mismatch", "commits", "connects"):
+    for key in ("messages", "records", "duplicates", "malformed", "oversize", "site_mismatch", "commits", "connects"):
         out.add(f"spanedge_ingest_{key}_total", ingest.get(key))
     for app_name, per_site in (ingest.get("apps") or {}).items():
         for site_name, per_stream in per_site.items():

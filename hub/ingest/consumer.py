@@ -23,7 +23,9 @@ A batch's ``complete`` (the publisher's frontier) goes to ``on_complete``
 once the batch's records are in the log (:mod:`hub.handover.frontiers`).
 Records a source site recomputed for a spoke gone for good, and those the
 spoke sent for other sites, pass :class:`hub.handover.recovered.Recovered`, which
-keeps one of each twin.
+keeps one of each twin. A message over ``max_message_bytes`` (the hub site's in
+``sites.yaml``, 1 MiB by default; the agents send no larger batch) is
+dead-lettered with its size and topic, unread, and counted as ``oversize``.
 """
 
 from __future__ import annotations
@@ -43,13 +45,13 @@ from hub.handover.recovered import Recovered
 from hub.ingest.log import SEAL_INTERVAL_S, AppLog, Hold, encode_records
 from hub.ingest.publishers import PublishPolicy, SiteMismatch, check_batch, own_sites_only
 from hub.ingest.seal_points import Closings
-from hub.ingest.stats import IngestCounters
+from hub.ingest.stats import Event, IngestCounters
 from spanedge import topics
 from spanedge.errors import InvalidName
 from spanedge.mqtt import HUB_INGEST, connect, make_client
 from spanedge.names import check_app_name, check_site_name
 from spanedge.runtime.outputs import excerpt
-from spanedge.sites import Broker
+from spanedge.sites import MAX_MESSAGE_BYTES, Broker
 from spanedge.wire.batch import Record
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ class Ingest:
     its records are durable in the log. ``seal_interval`` and ``batch_every``
     (the engine's trigger intervals, where known) are each log's (:class:`hub.ingest.log.AppLog`).
     ``recovered`` drops the twins of recomputed records (:mod:`hub.handover.recovered`).
+    A message larger than ``max_message_bytes`` is dead-lettered unread.
     """
 
     def __init__(
@@ -83,9 +86,11 @@ class Ingest:
         batch_every: Sequence[float] = (),
         recovered: Recovered | None = None,
         revoked: Callable[[str], bool] | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         """Prepare the client; nothing connects until :meth:`start`; messages of a site ``revoked`` names are refused."""
         self.revoked = revoked if revoked is not None else (lambda site: False)
+        self.max_message_bytes = max_message_bytes
         self.recovered = recovered if recovered is not None else Recovered()
         self.seal_interval = seal_interval
         self.batch_every = tuple(batch_every)
@@ -301,6 +306,10 @@ class Ingest:
             log.warning("ingest: refusing a message on %s: site %r was revoked", message.topic, topic_site)
             self._counters.add("site_mismatch")
             return
+        if (size := len(message.payload)) > (limit := self.max_message_bytes):
+            reason = f"message of {size} bytes is over the hub's limit of {limit} bytes (max_message_bytes of the hub)"
+            self._dead_letter(topic_app, topic_site, message, reason, unread=True)
+            return
         try:
             app, records, complete = check_batch(message.topic, parsed, bytes(message.payload), self.may_publish)
         except ValueError as exc:
@@ -318,24 +327,14 @@ class Ingest:
             completes[(app, topic_site)] = max(complete, completes.get((app, topic_site), complete))
         self._counters.count(app, records, fresh, now)
 
-    def _dead_letter(self, app: str, site: str, message: mqtt.MQTTMessage, reason: str) -> None:
-        log.warning("ingest: dropping malformed message on %s: %s", message.topic, reason)
-        self._counters.add("malformed")
-        client = self._client
-        if client is None:
-            return
-        cut = excerpt(bytes(message.payload))  # a bounded excerpt of a large payload, with its size and hash
-        payload = orjson.dumps(
-            {
-                "topic": message.topic,
-                "reason": reason,
-                "payload": cut["excerpt"],
-                "size": cut["size"],
-                "sha256": cut["sha256"],
-                "truncated": cut["truncated"],
-            }
-        )
-        client.publish(topics.dlq(app, site), payload, qos=1)
+    def _dead_letter(
+        self, app: str, site: str, message: mqtt.MQTTMessage, reason: str, *, unread: bool = False
+    ) -> None:
+        kind: Event = "oversize" if unread else "malformed"
+        log.warning("ingest: dropping %s message on %s: %s", kind, message.topic, reason)
+        self._counters.add(kind)
+        if self._client is not None:
+            self._client.publish(topics.dlq(app, site), dead_letter(message, reason, unread=unread), qos=1)
 
     # -- introspection -------------------------------------------------------
 
@@ -348,11 +347,30 @@ class Ingest:
         """Counters overall and per app, site and stream.
 
         Returns:
-            ``{"connected", "messages", "records", "duplicates", "malformed",
+            ``{"connected", "messages", "records", "duplicates", "malformed", "oversize",
             "site_mismatch", "commits", "connects", "queued", "apps": {app: {site: {stream:
             {"records", "duplicates", "last_seq", "last_event_time",
             "lag_s"}}}}}``, per the envelope's site; ``lag_s`` is arrival time minus event time of the
             last accepted record; ``site_mismatch`` counts refused batches whose records name another
-            site than their topic's, which no plan lets that site publish.
+            site than their topic's, which no plan lets that site publish; ``oversize`` counts messages
+            over ``max_message_bytes``.
         """
         return self._counters.to_dict(connected=self.connected, queued=self._queue.qsize())
+
+
+def dead_letter(message: mqtt.MQTTMessage, reason: str, *, unread: bool = False) -> bytes:
+    """The DLQ body for ``message``: its topic, the reason and a bounded excerpt with size and hash (only its size if ``unread``)."""
+    if unread:
+        cut = {"excerpt": "", "size": len(message.payload), "sha256": "", "truncated": True}
+    else:
+        cut = excerpt(bytes(message.payload))  # a bounded excerpt of a large payload, with its size and hash
+    return orjson.dumps(
+        {
+            "topic": message.topic,
+            "reason": reason,
+            "payload": cut["excerpt"],
+            "size": cut["size"],
+            "sha256": cut["sha256"],
+            "truncated": cut["truncated"],
+        }
+    )

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from spanedge.wire.batch import Record
 
 #: The counters that count single events.
-Event = Literal["malformed", "site_mismatch", "commits", "connects"]
+Event = Literal["malformed", "oversize", "site_mismatch", "commits", "connects"]
 
 
 @dataclass
@@ -32,6 +32,7 @@ class IngestCounters:
     records: int = 0
     duplicates: int = 0
     malformed: int = 0
+    oversize: int = 0
     site_mismatch: int = 0
     commits: int = 0
     connects: int = 0
@@ -73,6 +74,7 @@ class IngestCounters:
                 "records": self.records,
                 "duplicates": self.duplicates,
                 "malformed": self.malformed,
+                "oversize": self.oversize,
                 "site_mismatch": self.site_mismatch,
                 "commits": self.commits,
                 "connects": self.connects,

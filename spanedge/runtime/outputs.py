@@ -20,7 +20,8 @@ class DeadLetter:
 
     ``payload`` is a bounded excerpt of the original message (see :func:`excerpt`);
     ``size`` and ``sha256`` describe the whole original, and ``truncated`` says
-    whether the excerpt is shorter. Build one with :meth:`of`.
+    whether the excerpt is shorter. Build one with :meth:`of`, or with
+    :meth:`oversize` for a message refused unread (then ``topic`` says where it came).
     """
 
     reason: str
@@ -31,6 +32,16 @@ class DeadLetter:
     size: int = 0
     sha256: str = ""
     truncated: bool = False
+    topic: str = ""
+
+    @classmethod
+    def oversize(cls, operator: str, size: int, limit: int, topic: str, site: str, ts: float) -> DeadLetter:
+        """A dead letter for a message of ``size`` bytes on ``topic``, over its stream's ``limit``: no excerpt, no hash."""
+        reason = (
+            f"message of {size} bytes on topic {topic!r} is over the stream's limit of {limit} bytes; "
+            "raise the stream's max_message_bytes in sites.yaml to take such messages"
+        )
+        return cls(reason, operator, "", site, ts, size, "", True, topic)
 
     @classmethod
     def of(
@@ -41,19 +52,20 @@ class DeadLetter:
         return cls(reason, operator, cut["excerpt"], site, ts, cut["size"], cut["sha256"], cut["truncated"])
 
     def to_json(self) -> bytes:
-        """The DLQ message body."""
-        return orjson.dumps(
-            {
-                "reason": self.reason,
-                "operator": self.operator,
-                "payload": self.payload,
-                "size": self.size,
-                "sha256": self.sha256,
-                "truncated": self.truncated,
-                "site": self.site,
-                "ts": self.ts,
-            }
-        )
+        """The DLQ message body (with ``topic`` when known)."""
+        body = {
+            "reason": self.reason,
+            "operator": self.operator,
+            "payload": self.payload,
+            "size": self.size,
+            "sha256": self.sha256,
+            "truncated": self.truncated,
+            "site": self.site,
+            "ts": self.ts,
+        }
+        if self.topic:
+            body["topic"] = self.topic
+        return orjson.dumps(body)
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,6 +138,15 @@ class Pipeline:
                     return
         self.process_value(source, value, arrival, raw=payload)
 
+    def refuse(self, source: str, size: int, limit: int, topic: str) -> None:
+        """Dead-letter a message of source replica ``source`` unread: its ``size`` is over its stream's ``limit``."""
+        node = self.sources[source]
+        node.n_in += 1
+        if node.shadow:
+            return  # the site that runs the replica itself reports it
+        self.dlq_count += 1
+        self.out.dlq.append(DeadLetter.oversize(node.op.name, size, limit, topic, self.site, self.clock()))
+
     def process_value(
         self, source: str, value: Any, arrival: float | None = None, raw: bytes | str | None = None
     ) -> None:

@@ -121,3 +121,30 @@ async def test_qos1_publish_is_confirmed_and_reaches_a_subscriber(mosquitto: Any
     await link.closed()
     watcher.disconnect()
     watcher.loop_stop()
+
+
+@pytest.mark.timeout(120)
+async def test_a_message_over_the_limit_is_skipped_and_a_large_one_under_it_arrives_whole(mosquitto: Any) -> None:
+    port = mosquitto.port
+    transport, inbox = await intake(port, "cams/#", 1)
+    transport.max_message_bytes = 2**20
+    frame = bytes(range(256)) * (2**20 // 256)
+    payloads = [b"x" * (20 * 2**20), frame, b'{"n": 1}']  # 20 MiB over the limit, then 1 MiB at it
+    await asyncio.to_thread(publish, port, "cams/1/jpeg", payloads, 1)
+    got = await take(inbox, 3)
+    assert [(m.payload == p, m.size, m.oversize) for m, p in zip(got, [b"", *payloads[1:]], strict=True)] == [
+        (True, 20 * 2**20, 20 * 2**20),
+        (True, 2**20, 0),
+        (True, 8, 0),
+    ]
+    for m in got:
+        transport.ack(m.mid, m.qos)
+    await asyncio.sleep(0)
+    transport.stop()
+    await transport.closed()
+
+    again, inbox = await intake(port, "cams/#", 1)
+    await asyncio.to_thread(publish, port, "cams/1/jpeg", [b"after"], 1)
+    assert [m.payload for m in await take(inbox, 1)] == [b"after"]  # the oversize one was acknowledged too
+    again.stop()
+    await again.closed()

@@ -34,3 +34,18 @@ async def test_frames_split_anywhere_are_parsed_whole() -> None:
             ("s/a", 20_000, 0, 0),
             ("s/a", 3, 1, 5),
         ]
+
+
+async def test_a_message_over_the_connections_limit_reaches_the_inbox_with_its_size_only() -> None:
+    inbox = Inbox()
+    broker = Broker(scheme="mqtt", host="127.0.0.1", port=1)
+    transport = AsyncioTransport(broker, "c", "test", inbox=inbox, max_message_bytes=1000)
+    conn = _Connection(transport)
+    stream = publish_frame("s/cam", b"x" * 5000, 1, 4) + publish_frame("s/a", b"y" * 1000, 1, 5)
+    for at in range(0, len(stream), 512):
+        conn.data_received(stream[at : at + 512])
+    got = inbox.drain(10)
+    assert [(m.topic, m.payload, m.oversize, m.size, m.mid) for m in got] == [
+        ("s/cam", b"", 5000, 5000, 4),
+        ("s/a", b"y" * 1000, 0, 1000, 5),
+    ]
