@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from spanedge.app import App
 from spanedge.errors import InvalidPlan
 from spanedge.loader import load_app_source
+from spanedge.logsafe import escaped
 from spanedge.plan import Plan
 from spanedge.plan_checks import SitePlan, check_plan_envelope
 from spanedge.private_files import write_private
@@ -96,7 +97,7 @@ class PlanIntake:
         try:
             self._hold(payload, self.verify(payload))
         except InvalidPlan as exc:
-            log.warning("ignoring the saved plan %s: %s", saved, exc)
+            log.warning("ignoring the saved plan %s: %s", saved, escaped(exc))
             return False
         return True
 
@@ -120,7 +121,7 @@ class PlanIntake:
         try:
             site_plan = self.verify(payload)
         except InvalidPlan as exc:
-            log.warning("rejected plan message: %s", exc)
+            log.warning("rejected plan message: %s", escaped(exc))
             return None
         self._hold(payload, site_plan)
         self.applied = payload

@@ -17,6 +17,7 @@ from edge_agent.checkpoint import Committed
 from edge_agent.intake import Intake
 from edge_agent.mqtt.transport import Transport, TransportFactory
 from spanedge import topics
+from spanedge.logsafe import escaped
 from spanedge.mqtt import AGENT_SINK
 from spanedge.private_files import open_private
 from spanedge.result_latency import ResultLatency
@@ -182,7 +183,7 @@ class LocalSinks:
         for app, dead in done.dlq:
             self.dlq_count += 1
             if self.dlq_count <= 10 or self.dlq_count % 1000 == 0:
-                log.info("dead letter #%d (%s, %s): %s", self.dlq_count, app, dead.operator, dead.reason)
+                log.info("dead letter #%d (%s, %s): %s", self.dlq_count, app, dead.operator, escaped(dead.reason))
             self.hub.publish(topics.dlq(app, self.site), dead.to_json(), 1)
         for app, dead in done.late:
             self.late_count += 1

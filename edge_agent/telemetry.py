@@ -18,6 +18,7 @@ from edge_agent.outbox import Outbox
 from edge_agent.probes import ClockOffset, PublishProbe, RttStats, mqtt_roundtrip_ms
 from spanedge import topics
 from spanedge.errors import InvalidSites
+from spanedge.logsafe import escaped
 from spanedge.runtime import Pipeline
 from spanedge.sites import Broker, Sites, Tier
 from spanedge.wire.heartbeat import Heartbeat
@@ -173,7 +174,9 @@ class Telemetry:
         try:
             sent, hub_ts = float(echo["echo_ts"]), float(echo["hub_ts"])
         except (KeyError, TypeError, ValueError) as exc:
-            log.warning("rejected probe echo: needs numbers hub_ts and echo_ts (%s: %s)", type(exc).__name__, exc)
+            log.warning(
+                "rejected probe echo: needs numbers hub_ts and echo_ts (%s: %s)", type(exc).__name__, escaped(exc)
+            )
             return
         if not (math.isfinite(sent) and math.isfinite(hub_ts)):
             log.warning("rejected probe echo: hub_ts and echo_ts must be finite, got %r and %r", hub_ts, sent)

@@ -9,7 +9,8 @@
     <state_dir>/fleet.json, join-tokens.json  sites added and revoked, join tokens (hub.control.enrolment)
     <state_dir>/hub-id.json, hub.lock       the hub's instance id and its lock (hub.control.identity, state_lock)
 
-and :meth:`Hub.serve` runs uvicorn (HTTPS unless ``plain_http``) in the foreground until SIGINT/SIGTERM.
+and :meth:`Hub.serve` runs uvicorn (HTTPS unless ``plain_http``; slow and greedy clients bounded by
+:mod:`hub.api.serving`) in the foreground until SIGINT/SIGTERM.
 Before anything else, :meth:`Hub.claim` locks the state directory, claims the
 hub site on its broker (:mod:`hub.control.presence`) and binds the REST port;
 a hub that cannot gets an error naming what holds it, before it touches a
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hub.api.listener import bind_listener
+from hub.api.serving.limits import ClientLimits
 from hub.api.tls import ServerTls, check_plain_http, server_tls
 from hub.control.brokers import BrokerFiles
 from hub.control.coordinator import Coordinator
@@ -114,6 +116,8 @@ class HubConfig:
     tls_names: tuple[str, ...] = ()
     #: serve the REST API over plain HTTP (only on a loopback ``host``)
     plain_http: bool = False
+    #: how long a REST client may take to send a request, and how many connections it may hold (hub.api.serving)
+    client_limits: ClientLimits = field(default_factory=ClientLimits)
 
 
 class Hub:
@@ -329,8 +333,8 @@ class Hub:
             out["ingest_connected"] = bool(self.ingest.connected)
         return out
 
-    def api(self) -> Any:
-        """The FastAPI app over this hub."""
+    def api(self, dashboard_stream_s: float = 30.0) -> Any:
+        """The FastAPI app over this hub; a dashboard's event stream ends after ``dashboard_stream_s``."""
         from hub.api.app import create_app
 
         return create_app(
@@ -339,6 +343,7 @@ class Hub:
             ingest_stats=(lambda: self.ingest.stats()) if self.ingest is not None else None,
             engine_metrics=(lambda: self.engine.metrics()) if self.engine is not None else None,
             health=self.health,
+            dashboard_stream_s=dashboard_stream_s,
             enrolment=self.enrolment,
         )
 
@@ -370,12 +375,11 @@ class Hub:
     def serve(self) -> None:
         """Start everything, serve the API until SIGINT or SIGTERM, then stop everything."""
         try:
-            import uvicorn
-        except ImportError:
+            from hub.api.serving.run import ApiServer
+        except ImportError as exc:
             from spanedge.errors import MissingExtra
 
-            module = "uvicorn"
-            raise MissingExtra(module, "hub") from None
+            raise MissingExtra(exc.name or "uvicorn", "hub") from None
         # uvicorn shuts down gracefully on a signal, then raises it again with the previous
         # handler; turning SIGTERM into an exception lets the data plane stop cleanly too
         main = threading.current_thread() is threading.main_thread()
@@ -385,7 +389,7 @@ class Hub:
             try:
                 tls = self.tls()
                 self.start()
-                server = uvicorn.Server(uvicorn.Config(self.api(), **uvicorn_options(self.config, tls)))
+                server = ApiServer(self.api(), uvicorn_options(self.config, tls), self.config.client_limits)
                 server.run(sockets=[self.listener] if self.listener is not None else None)
             finally:
                 self.stop()

@@ -36,11 +36,28 @@ def read_app_source(path: str | Path) -> str:
 
 
 def load_app_source(source: str, filename: str = "<app>", attribute: str | None = None) -> App:
-    """Execute app source code and return its :class:`App`."""
+    """Execute app source code and return its :class:`App`.
+
+    Its module is in ``sys.modules`` while it runs (dataclasses look their module up there) and stays there
+    only if it defines the app: a source that fails to load leaves nothing behind.
+    """
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     module = types.ModuleType(f"spanedge_app_{digest}")
     module.__file__ = filename
+    earlier = sys.modules.get(module.__name__)
     sys.modules[module.__name__] = module
+    try:
+        return _load(module, source, filename, attribute)
+    except BaseException:
+        if sys.modules.get(module.__name__) is module:
+            if earlier is None:
+                del sys.modules[module.__name__]
+            else:
+                sys.modules[module.__name__] = earlier
+        raise
+
+
+def _load(module: types.ModuleType, source: str, filename: str, attribute: str | None) -> App:
     try:
         code = compile(source, filename, "exec")
     except SyntaxError as exc:

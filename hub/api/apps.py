@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, WithJsonSchema
 
@@ -26,7 +26,8 @@ from hub.control.distribution import sites_of
 from hub.control.state import AppRecord
 from spanedge.errors import InvalidName, SpanEdgeError
 from spanedge.loader import source_hash
-from spanedge.names import check_app_name
+from spanedge.logsafe import escaped
+from spanedge.names import APP_NAME_PATTERN, check_app_name
 from spanedge.placement_settings import MAX_SLO_MS, MAX_WEIGHT, WEIGHTS
 from spanedge.plan import Plan
 
@@ -41,6 +42,9 @@ _WEIGHTS_SCHEMA = {
     "anyOf": [{"type": "object", "properties": _WEIGHT_PROPERTIES, "additionalProperties": False}, {"type": "null"}]
 }
 
+#: The file name a deploy gives its app: any text without control characters (it names the app's module).
+FILENAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
+
 
 class DeployRequest(BaseModel):
     """``POST /apps``: an app's source and placement options.
@@ -52,7 +56,12 @@ class DeployRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: str = Field(min_length=1, description="Python source that defines the App")
-    filename: str = Field(default="app.py", description="file name used in error messages")
+    filename: str = Field(
+        default="app.py",
+        max_length=255,
+        pattern=FILENAME_PATTERN,
+        description="file name used in error messages (no control characters)",
+    )
     app_name: str | None = Field(default=None, description="which App in the source, if it defines several")
     slo_ms: Annotated[StrictFloat | None, WithJsonSchema(_SLO_SCHEMA)] = Field(
         default=None, description="worst source-to-sink latency allowed, in milliseconds"
@@ -187,7 +196,7 @@ def deployed(coordinator: Coordinator, body: DeployRequest, request: Request) ->
         return error(500, exc)
     audit.info(
         "deployed app %s v%d, source sha256 %s, by %s",
-        record.name,
+        escaped(record.name),
         record.plan.version,
         source_hash(body.source),
         _who(request),
@@ -209,8 +218,12 @@ def deleted(coordinator: Coordinator, name: str, request: Request) -> dict[str, 
         distribution = coordinator.delete(name)
     except KeyError:
         return not_found(name, coordinator)
-    audit.info("deleted app %s, by %s", name, _who(request))
+    audit.info("deleted app %s, by %s", escaped(name), _who(request))
     return {"deleted": name, "distribution": distribution}
+
+
+#: An app's name in a path; the pattern is documented, and checked by :func:`_bad_name` with a message that helps.
+AppName = Annotated[str, Path(description="the app's name", json_schema_extra={"pattern": APP_NAME_PATTERN})]
 
 
 def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRouter:
@@ -231,7 +244,7 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
         return {"apps": [summary(r) for r in coordinator.records()]}
 
     @router.get("/apps/{name}", response_model=AppDetail, responses=one_app)
-    def get_app(name: str) -> dict[str, Any] | JSONResponse:
+    def get_app(name: AppName) -> dict[str, Any] | JSONResponse:
         """One app: its summary and full plan."""
         record = _lookup(coordinator, name)
         return record if isinstance(record, JSONResponse) else {**summary(record), "plan": record.plan.to_dict()}
@@ -239,7 +252,7 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
     placements = PlacementAnswers()
 
     @router.get("/apps/{name}/placement", response_model=PlacementView, responses=one_app)
-    def get_placement(name: str) -> Response:
+    def get_placement(name: AppName) -> Response:
         """Where every replica runs and why, the totals against the baselines, and the plan history."""
         record = _lookup(coordinator, name)
         if isinstance(record, JSONResponse):
@@ -252,7 +265,7 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
         dependencies=list(admin),
         responses={**one_app, **errors(403, 500)},
     )
-    def delete_app(name: str, request: Request) -> dict[str, Any] | JSONResponse:
+    def delete_app(name: AppName, request: Request) -> dict[str, Any] | JSONResponse:
         """Stop an app everywhere and forget it."""
         return deleted(coordinator, name, request)
 

@@ -21,6 +21,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from spanedge.loader import source_hash
+from spanedge.logsafe import escaped
 from spanedge.tokens import Grant, Tokens, TokenScope
 
 audit = logging.getLogger("spanedge.audit")
@@ -62,7 +63,13 @@ def scope_dependency(tokens: Tokens, needed: TokenScope) -> Callable[..., Awaita
         if needed is TokenScope.ADMIN:
             code = source_sha256(await request.body())
             carried = f", app source sha256 {code}" if code else ""
-            audit.info("%s %s by the admin token of %s%s", request.method, request.url.path, grant.source, carried)
+            audit.info(
+                "%s %s by the admin token of %s%s",
+                escaped(request.method),
+                escaped(request.scope["path"]),  # as decoded: request.url drops newlines and tabs
+                grant.source,
+                carried,
+            )
         return grant
 
     return require

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
 from hub.api.errors import error, http_error_name
@@ -27,6 +27,8 @@ from hub.api.models import errors
 from hub.control.enrolment import Enrolment
 from hub.control.join_tokens import JoinRefused
 from spanedge.errors import SpanEdgeError
+from spanedge.logsafe import escaped
+from spanedge.names import SITE_NAME_PATTERN
 
 audit = logging.getLogger("spanedge.audit")
 
@@ -92,6 +94,10 @@ class RevokeResponse(BaseModel):
     replanned: list[str] = Field(description="the apps re-planned without the site")
 
 
+#: A site's name in a path; the pattern is documented, and the enrolment checks it with a message that helps.
+SiteName = Annotated[str, Path(description="the site's name", json_schema_extra={"pattern": SITE_NAME_PATTERN})]
+
+
 def _who(request: Request) -> str:
     grant = getattr(request.state, "grant", None)
     return f"the admin token of {grant.source}" if grant is not None else "a caller with no token check"
@@ -119,10 +125,13 @@ def enrolment_router(enrolment: Enrolment, admin: Sequence[Any]) -> APIRouter:
                 body.site, broker=body.broker, labels=body.labels, cpu=body.cpu, streams=body.streams, ttl_s=body.ttl_s
             )
         except (SpanEdgeError, ValueError) as exc:
-            audit.warning("site add %r by %s refused: %s", body.site, _who(request), exc)
+            audit.warning("site add '%s' by %s refused: %s", escaped(body.site), _who(request), escaped(exc))
             return error(422, exc)
         audit.info(
-            "site add %s by %s: join token issued, expires at %.0f", body.site, _who(request), invitation.expires_at
+            "site add %s by %s: join token issued, expires at %.0f",
+            escaped(body.site),
+            _who(request),
+            invitation.expires_at,
         )
         return SiteAddResponse(**invitation.__dict__)
 
@@ -131,28 +140,42 @@ def enrolment_router(enrolment: Enrolment, admin: Sequence[Any]) -> APIRouter:
         """The hub CA's certificate, which a joining gateway checks against the hash its token pins."""
         return CaResponse(ca=enrolment.ca.cert_pem.decode())
 
-    @router.post("/join", response_model=JoinResponse, responses=errors(422))
+    @router.post(
+        "/join",
+        response_model=JoinResponse,
+        responses=errors(
+            400,
+            403,
+            422,
+            429,
+            e400="the join token or the certificate signing request is malformed",
+            e403="the join token is unknown, altered, expired, used, another site's or its site's revoked",
+            e429="too many refused joins from this address lately; wait a minute",
+        ),
+    )
     def join(body: JoinRequest, request: Request) -> Any:
         """Enrol a gateway: redeem its join token and sign its certificate signing request."""
         try:
             answer = enrolment.join(body.token, body.csr, _client(request))
         except JoinRefused as exc:
-            audit.warning("join from %s refused (%d): %s", _client(request), exc.status, exc)
+            audit.warning("join from %s refused (%d): %s", escaped(_client(request)), exc.status, escaped(exc))
             return error(exc.status, exc, http_error_name(exc.status))
-        audit.info("join of site %s from %s: certificate issued", answer["site"], _client(request))
+        audit.info("join of site %s from %s: certificate issued", escaped(answer["site"]), escaped(_client(request)))
         return answer
 
     @router.post(
         "/sites/{site}/revoke", response_model=RevokeResponse, dependencies=list(admin), responses=errors(401, 403, 422)
     )
-    def revoke(site: str, request: Request) -> Any:
+    def revoke(site: SiteName, request: Request) -> Any:
         """Revoke a site: its certificates, broker rules, messages and placements."""
         try:
             done = enrolment.revoke(site)
         except (SpanEdgeError, ValueError) as exc:
-            audit.warning("site revoke %r by %s refused: %s", site, _who(request), exc)
+            audit.warning("site revoke '%s' by %s refused: %s", escaped(site), _who(request), escaped(exc))
             return error(422, exc)
-        audit.warning("site revoke %s by %s: %d certificates revoked", site, _who(request), len(done["serials"]))
+        audit.warning(
+            "site revoke %s by %s: %d certificates revoked", escaped(site), _who(request), len(done["serials"])
+        )
         return done
 
     return router

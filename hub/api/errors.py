@@ -47,11 +47,13 @@ def install_error_handlers(api: FastAPI) -> None:
     An HTTP error raised by a route, a dependency or the router (401 without a token,
     403 for a token of too narrow a scope, 404 for an unknown path, 405 for a method
     a path does not take) keeps its status and headers; a malformed request is a 422
-    and an unexpected exception a 500.
+    (a body that is not UTF-8 too, which FastAPI answers 400) and an unexpected exception a 500.
     """
 
     @api.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            return error(422, f"invalid request: body: not UTF-8 ({exc.__cause__.reason})", "InvalidRequest")
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         response = error(exc.status_code, detail, http_error_name(exc.status_code))
         response.headers.update(exc.headers or {})

@@ -384,11 +384,13 @@ class LatencyResponse(BaseModel):
 # -- error responses per route ---------------------------------------------------------------------
 
 _MEANING = {
+    400: "the request is malformed",
     401: "no bearer token, or an unknown one",
     403: "the token's scope does not allow this",
     404: "no such app is deployed",
     413: "the request body is over 4 MiB",
     422: "the request, the app, its sites or its placement is invalid",
+    429: "too many refused attempts lately; wait a minute",
     500: "the hub failed; the message says why",
 }
 

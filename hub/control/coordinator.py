@@ -34,6 +34,7 @@ from hub.handover.frontiers import SiteFrontiers
 from hub.handover.holds import DEFAULT_LIMIT_S, HandoverHolds, Mark
 from hub.handover.switches import DEFAULT_DELAY_S
 from hub.ingest.seal_points import Closings
+from spanedge.logsafe import escaped
 from spanedge.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,10 @@ class Coordinator:
             True if the registry accepted it (see :meth:`hub.control.registry.SiteRegistry.heartbeat`).
         """
         if site in self.registry.revoked:
-            log.warning("ignoring a heartbeat on site %r's topic: the site was revoked ('spanedge site revoke')", site)
+            log.warning(
+                "ignoring a heartbeat on site '%s''s topic: the site was revoked ('spanedge site revoke')",
+                escaped(site),
+            )
             return False
         data: Any = payload
         if isinstance(payload, bytes | bytearray):

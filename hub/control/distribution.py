@@ -41,6 +41,7 @@ import orjson
 from hub.control.state import StateStore
 from spanedge import topics
 from spanedge.loader import source_hash
+from spanedge.logsafe import escaped
 from spanedge.plan import Plan
 from spanedge.signing import PlanSigningKey, sign_plan
 from spanedge.sites import Broker
@@ -342,7 +343,7 @@ class MqttControl:
         try:
             self._on_heartbeat(parts[3], bytes(message.payload))
         except Exception:
-            log.exception("heartbeat from %s could not be processed", parts[3])
+            log.exception("heartbeat from %s could not be processed", escaped(parts[3]))
 
     @staticmethod
     def _echo_probe(client: Any, topic: str, payload: bytes) -> None:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from placement.latency import LatencyMatrix
+from spanedge.logsafe import escaped
 from spanedge.sites import Sites
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,9 @@ class Links:
             p95 = float(m["p95_ms"]) if m.get("p95_ms") is not None else rtt
             samples = int(m.get("samples", 1))
         except (KeyError, TypeError, ValueError):
-            log.warning("site %r reported a malformed latency to %r: %r", site, peer, m)
+            log.warning(
+                "site '%s' reported a malformed latency to '%s': %s", escaped(site), escaped(peer), escaped(repr(m))
+            )
             return
         if samples <= 0 or rtt < 0:
             return

@@ -41,6 +41,7 @@ from typing import Any
 
 from spanedge import topics
 from spanedge.errors import SpanEdgeError
+from spanedge.logsafe import escaped
 from spanedge.mqtt import HUB_PRESENCE, connect, make_client
 from spanedge.sites import Broker
 from spanedge.wire.presence import Presence, decode, encode
@@ -233,7 +234,7 @@ class HubPresence:
         try:
             record = decode(bytes(message.payload))
         except ValueError as exc:
-            log.warning("ignoring a message on %s: %s", message.topic, exc)
+            log.warning("ignoring a message on %s: %s", escaped(message.topic), escaped(exc))
             return
         with self._cond:
             claimed = self._claimed
@@ -243,10 +244,14 @@ class HubPresence:
         if not claimed or record.same_process(self.me):
             return
         if self._blocks(record) and record.senior_to(self.me):
-            log.error("another hub claims this hub site, and claimed it first: %s; stop one of them", record.describe())
+            log.error(
+                "another hub claims this hub site, and claimed it first: %s; stop one of them",
+                escaped(record.describe()),
+            )
             return
         if not message.retain:  # a retained record comes after a (re)subscription: this hub's own follows it
             log.warning(
-                "another hub wrote this hub site's presence (%s); publishing this hub's again", record.describe()
+                "another hub wrote this hub site's presence (%s); publishing this hub's again",
+                escaped(record.describe()),
             )
             client.publish(self.topic, encode(self.me), qos=1, retain=True)

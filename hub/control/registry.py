@@ -22,6 +22,7 @@ from typing import Any
 from hub.control.links import WINDOW_S, Links, pair
 from placement.latency import LatencyMatrix
 from spanedge.keyrange import KEY_BUCKETS
+from spanedge.logsafe import escaped
 from spanedge.plan import Plan
 from spanedge.sites import Site, Sites
 from spanedge.wire.heartbeat import Heartbeat
@@ -36,6 +37,11 @@ class _SiteState:
     heartbeat: Heartbeat = field(default_factory=Heartbeat)
     rejected: int = 0
     revision: int = 0  # counts the changes of what ``status`` shows from the heartbeat
+
+
+def _listed(problems: list[str]) -> str:
+    """``problems`` on one line, escaped: they name the fields a heartbeat sent."""
+    return escaped("; ".join(problems))
 
 
 class SiteRegistry:
@@ -112,10 +118,10 @@ class SiteRegistry:
         if site not in self._state:
             if site not in self._unknown:
                 self._unknown.add(site)
-                log.warning("heartbeat from site %r, which sites.yaml does not define; ignoring it", site)
+                log.warning("heartbeat from site '%s', which sites.yaml does not define; ignoring it", escaped(site))
             return False
         if dropped:
-            log.warning("heartbeat of site %r: ignoring fields of the wrong type: %s", site, "; ".join(dropped))
+            log.warning("heartbeat of site %r: ignoring fields of the wrong type: %s", site, _listed(dropped))
         now = self._clock()
         with self._lock:
             state = self._state[site]
@@ -144,7 +150,7 @@ class SiteRegistry:
             if site in self._state:
                 self._state[site].rejected += 1
                 self._state[site].revision += 1
-        log.warning("ignoring a heartbeat on site %r's topic: %s", site, reason)
+        log.warning("ignoring a heartbeat on site '%s''s topic: %s", escaped(site), escaped(reason))
         return False
 
     # -- queries -------------------------------------------------------------------------------

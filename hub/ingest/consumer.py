@@ -48,6 +48,7 @@ from hub.ingest.seal_points import Closings
 from hub.ingest.stats import Event, IngestCounters
 from spanedge import topics
 from spanedge.errors import InvalidName
+from spanedge.logsafe import escaped
 from spanedge.mqtt import HUB_INGEST, connect, make_client
 from spanedge.names import check_app_name, check_site_name
 from spanedge.runtime.outputs import excerpt
@@ -299,11 +300,13 @@ class Ingest:
             check_app_name(topic_app, f"topic {message.topic}")
             check_site_name(topic_site, f"topic {message.topic}")
         except InvalidName as exc:  # never a file name or a DLQ topic: count and log only
-            log.warning("ingest: dropping a message on %s: %s", message.topic, exc)
+            log.warning("ingest: dropping a message on %s: %s", escaped(message.topic), escaped(exc))
             self._counters.add("malformed")
             return
         if self.revoked(topic_site):
-            log.warning("ingest: refusing a message on %s: site %r was revoked", message.topic, topic_site)
+            log.warning(
+                "ingest: refusing a message on %s: site '%s' was revoked", escaped(message.topic), escaped(topic_site)
+            )
             self._counters.add("site_mismatch")
             return
         if (size := len(message.payload)) > (limit := self.max_message_bytes):
@@ -331,7 +334,7 @@ class Ingest:
         self, app: str, site: str, message: mqtt.MQTTMessage, reason: str, *, unread: bool = False
     ) -> None:
         kind: Event = "oversize" if unread else "malformed"
-        log.warning("ingest: dropping %s message on %s: %s", kind, message.topic, reason)
+        log.warning("ingest: dropping %s message on %s: %s", kind, escaped(message.topic), escaped(reason))
         self._counters.add(kind)
         if self._client is not None:
             self._client.publish(topics.dlq(app, site), dead_letter(message, reason, unread=unread), qos=1)

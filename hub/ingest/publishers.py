@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from spanedge.errors import InvalidName
+from spanedge.logsafe import escaped
 from spanedge.names import check_site_name
 from spanedge.plan import Plan, replica_id
 from spanedge.wire.batch import Batch, Record, decode_batch
@@ -113,5 +114,9 @@ def _may_carry(may_publish: PublishPolicy, app: str, topic_stream: str, topic_si
     try:
         return bool(may_publish(app, topic_site, record.site, record.stream))
     except Exception:
-        log.exception("ingest: the publish policy failed on app %s, site %s; refusing the batch", app, topic_site)
+        log.exception(
+            "ingest: the publish policy failed on app %s, site %s; refusing the batch",
+            escaped(app),
+            escaped(topic_site),
+        )
         return False

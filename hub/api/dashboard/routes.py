@@ -80,10 +80,22 @@ async def snapshot_events(
 
 
 def _events_responses() -> dict[int | str, dict[str, Any]]:
-    """The OpenAPI ``responses`` of the event stream: Server-Sent Events, or a JSON error."""
+    """The OpenAPI ``responses`` of the event stream: Server-Sent Events, or a JSON error.
+
+    In OpenAPI 3.1 the schema of ``text/event-stream`` describes one event: its fields ``event`` and ``data``.
+    """
     stream = {
-        "type": "string",
-        "description": "Server-Sent Events: `event: snapshot` or `event: problem`, each with one `data:` line of JSON",
+        "type": "object",
+        "description": "one Server-Sent Event: `event: snapshot` or `event: problem`, with one `data:` line of JSON",
+        "properties": {
+            "event": {"type": "string", "enum": ["snapshot", "problem"]},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "description": "the snapshot, or {detail} of a snapshot that could not be read",
+            },
+        },
+        "required": ["event", "data"],
     }
     return {
         200: {"description": "a stream of snapshot events", "content": {"text/event-stream": {"schema": stream}}},

@@ -87,3 +87,17 @@ def test_an_error_without_a_message_has_no_dangling_colon() -> None:
     with pytest.raises(InvalidDataflow) as info:
         load_app_source("raise RuntimeError\n", "app.py")
     assert str(info.value) == "app.py:1: the app raised RuntimeError while loading"
+
+
+def test_a_source_that_fails_to_load_leaves_no_module_behind() -> None:
+    import sys
+
+    before = set(sys.modules)
+    for source, filename in [("raise SystemExit(3)", "exits.py"), ("x = (", "broken.py"), ("y = 1", "no_app.py")]:
+        with pytest.raises(InvalidDataflow):
+            load_app_source(source, filename)
+    assert set(sys.modules) == before
+    app = load_app_source(APP + "# kept\n", "ok.py")
+    (kept,) = set(sys.modules) - before  # the module of an app that loaded stays, for its dataclasses
+    assert sys.modules[kept].__file__ == "ok.py"
+    assert app.name

@@ -362,6 +362,41 @@ def test_the_schema_documents_the_range_of_the_placement_settings(client: TestCl
     assert weights["properties"] == {name: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT} for name in WEIGHTS}
 
 
+def test_a_body_that_is_not_utf8_is_a_malformed_request(client: TestClient) -> None:
+    headers = {**AUTH, "Content-Type": "application/json"}
+    answer = client.post("/apps", content=b'{"source": "\xff\xfe"}', headers=headers)
+    assert answer.status_code == 422
+    assert answer.json() == {
+        "error": "InvalidRequest",
+        "detail": "invalid request: body: not UTF-8 (invalid start byte)",
+    }
+
+
+@pytest.mark.parametrize("filename", ["app\x00.py", "app\n.py", "\x1b[2J.py", "a" * 256])
+def test_a_file_name_with_control_characters_is_a_malformed_request(client: TestClient, filename: str) -> None:
+    import sys
+
+    before = set(sys.modules)
+    answer = deploy(client, filename=filename)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == "InvalidRequest"
+    assert "body.filename" in answer.json()["detail"]
+    assert set(sys.modules) == before
+
+
+def test_the_schema_says_what_names_and_events_look_like(client: TestClient) -> None:
+    from spanedge.names import APP_NAME_PATTERN
+
+    spec = client.get("/openapi.json").json()
+    for path in ("/apps/{name}", "/apps/{name}/placement"):
+        for op in spec["paths"][path].values():
+            (name,) = op["parameters"]
+            assert (name["in"], name["schema"]["pattern"]) == ("path", APP_NAME_PATTERN), path
+    events = spec["paths"]["/dashboard/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    assert events["required"] == ["event", "data"]  # OpenAPI 3.1: the schema of one event
+    assert events["properties"]["event"]["enum"] == ["snapshot", "problem"]
+
+
 def test_sites_and_latency_show_heartbeats(client: TestClient, coordinator: Coordinator) -> None:
     hb = {"site": "a", "ts": 1, "latency": {"cloud": {"rtt_ms": 30, "p95_ms": 50, "samples": 4}}}
     coordinator.registry.heartbeat("a", orjson.dumps(hb))
@@ -636,3 +671,25 @@ def test_deploy_and_delete_are_audited_with_who_and_which_code(
     assert f"deployed app demo v1, source sha256 {digest}, by the admin token of test" in lines
     assert "deleted app demo, by the admin token of test" in lines
     assert TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        ("/apps/%00", "/apps/\\x00"),
+        ("/apps/evil%E2%80%AEgpj", "/apps/evil\\u202egpj"),
+        ("/apps/x%0AINFO%20spanedge.audit:%20deleted%20app%20demo", "/apps/x\\nINFO spanedge.audit: deleted app demo"),
+    ],
+)
+def test_the_audit_log_escapes_what_a_request_sent(
+    client: TestClient, caplog: pytest.LogCaptureFixture, path: str, shown: str
+) -> None:
+    import logging
+
+    from tests.logtext import raw_controls
+
+    caplog.set_level(logging.DEBUG)
+    assert client.delete(path, headers=AUTH).status_code == 422
+    audited = [r.getMessage() for r in caplog.records if r.name == "spanedge.audit"]
+    assert audited == [f"DELETE {shown} by the admin token of test"]
+    assert [r.getMessage() for r in caplog.records if raw_controls(r.getMessage())] == []

@@ -84,6 +84,13 @@ def test_a_join_and_its_replay_with_the_audit_log(client: TestClient, caplog: py
     assert all(token.split(".")[3] not in m for m in audit)  # the secret is never logged
 
 
+def test_the_schema_documents_every_answer_of_a_join(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    assert set(spec["paths"]["/join"]["post"]["responses"]) == {"200", "400", "403", "422", "429"}
+    (site,) = spec["paths"]["/sites/{site}/revoke"]["post"]["parameters"]
+    assert site["schema"]["pattern"] == "^[a-z0-9][a-z0-9_-]{0,62}$"
+
+
 def test_a_bad_label_or_a_revoked_site_is_a_422(client: TestClient) -> None:
     bad = client.post("/sites", json={"site": "truck-12", "labels": {"Kind": "truck"}}, headers=_bearer(ADMIN))
     assert bad.status_code == 422
@@ -105,3 +112,19 @@ def test_a_site_added_with_its_streams_is_joining_until_heard(client: TestClient
     refused = client.post("/sites", json={"site": "truck-14", "streams": bad}, headers=_bearer(ADMIN))
     assert refused.status_code == 422
     assert "topic filter 'trucks/#/temp' is invalid" in refused.json()["detail"]
+
+
+def test_the_audit_log_escapes_the_site_names_a_request_sent(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.logtext import raw_controls
+
+    caplog.set_level(logging.DEBUG)
+    added = client.post("/sites", json={"site": "truck\u202e21-kcurt"}, headers=_bearer(ADMIN))
+    assert added.status_code == 422
+    assert client.post("/sites/a%00b/revoke", headers=_bearer(ADMIN)).status_code == 422
+    audited = [r.getMessage() for r in caplog.records if r.name == "spanedge.audit"]
+    assert audited[0].startswith("POST /sites by the admin token of SPANEDGE_TOKEN")
+    assert audited[1].startswith("site add 'truck\\u202e21-kcurt' by the admin token of SPANEDGE_TOKEN refused: ")
+    assert audited[3].startswith("site revoke 'a\\x00b' by the admin token of SPANEDGE_TOKEN refused: ")
+    assert [r.getMessage() for r in caplog.records if raw_controls(r.getMessage())] == []

@@ -198,6 +198,28 @@ def test_malformed_and_misaddressed_heartbeats_are_ignored(sites: Sites, clock: 
     assert {s["site"]: s for s in registry.status()}["a"]["rejected_heartbeats"] == 3
 
 
+def test_what_a_heartbeat_carries_is_escaped_in_the_log(
+    sites: Sites, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.logtext import raw_controls
+
+    caplog.set_level(logging.DEBUG, logger="hub")
+    coordinator, _, _ = make(sites, clock)
+    coordinator.registry.revoked.add("b")
+    assert not coordinator.heartbeat("evil\u202e", heartbeat("evil\u202e"))
+    assert not coordinator.heartbeat("a", heartbeat("a\nINFO fake"))
+    assert not coordinator.heartbeat("b", heartbeat("b"))
+    assert coordinator.heartbeat("a", heartbeat("a", operators={"x\x1b[2J\u2066": {"rate_in": "fast"}}))
+    assert coordinator.registry.heartbeat("a", heartbeat("a", latency={"b": {"rtt_ms": "\u202efar"}}))
+    logged = [r.getMessage() for r in caplog.records]
+    assert "heartbeat from site 'evil\\u202e', which sites.yaml does not define; ignoring it" in logged
+    assert any(
+        line.startswith("heartbeat of site 'a': ignoring fields of the wrong type: operators.x\\x1b[2J\\u2066")
+        for line in logged
+    )
+    assert [line for line in logged if raw_controls(line)] == []
+
+
 def test_latency_is_half_the_rtt_smoothed_with_declared_fallback(sites: Sites, clock: Clock) -> None:
     registry = SiteRegistry(sites, alpha=0.5, stale_after_s=60, clock=clock)
     registry.heartbeat("a", heartbeat("a", latency={"cloud": {"rtt_ms": None, "p95_ms": None, "samples": 0}}))
