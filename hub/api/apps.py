@@ -24,7 +24,7 @@ from hub.api.models import (
 from hub.control.coordinator import Coordinator
 from hub.control.distribution import sites_of
 from hub.control.state import AppRecord
-from spanedge.errors import InvalidName, SpanEdgeError
+from spanedge.errors import InvalidName, MissingExtra, SpanEdgeError
 from spanedge.loader import source_hash
 from spanedge.logsafe import escaped
 from spanedge.names import APP_NAME_PATTERN, check_app_name
@@ -177,8 +177,9 @@ DEPLOY_ERRORS = errors(
     422,
     500,
     e422="the request is malformed, its placement settings are out of range (InvalidSettings), "
-    "or the app, its sites or its placement is invalid "
-    "(the message spanedge deploy --dry-run prints)",
+    "the app, its sites or its placement is invalid "
+    "(the message spanedge deploy --dry-run prints), "
+    "or the app needs an extra the hub does not have installed (MissingExtra, naming the pip install)",
 )
 """The error answers of ``POST /apps``."""
 
@@ -190,7 +191,8 @@ def deployed(coordinator: Coordinator, body: DeployRequest, request: Request) ->
             body.source, body.filename, app_name=body.app_name, slo_ms=body.slo_ms, weights=body.weights
         )
     except (SpanEdgeError, ValueError) as exc:
-        if isinstance(exc, ValueError):
+        if isinstance(exc, ValueError | MissingExtra):
+            # the app is refused as it stands: invalid, or needing an extra this hub lacks (the message says which)
             return error(422, exc)
         log.exception("deploy failed")
         return error(500, exc)

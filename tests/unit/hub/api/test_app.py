@@ -23,7 +23,7 @@ from hub.control.registry import SiteRegistry
 from hub.control.state import StateStore
 from spanedge.app import App
 from spanedge.cli.status import render_status
-from spanedge.errors import InfeasiblePlacement, InvalidDataflow, SpanEdgeError
+from spanedge.errors import InfeasiblePlacement, InvalidDataflow, MissingExtra, SpanEdgeError
 from spanedge.loader import load_app_source
 from spanedge.operators import Kind
 from spanedge.placement_settings import MAX_SLO_MS, MAX_WEIGHT, WEIGHTS
@@ -100,6 +100,7 @@ class Recorder:
         self.messages: list[tuple[str, bytes]] = []
         self.engine: list[str] = []
         self.reject: str | None = None
+        self.missing: MissingExtra | None = None
 
     def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
         self.messages.extend(messages)
@@ -108,6 +109,8 @@ class Recorder:
     def deploy(self, app: App, plan: Plan) -> None:
         if self.reject:
             raise InvalidDataflow(self.reject)
+        if self.missing:
+            raise self.missing
         self.engine.append(f"deploy {app.name} v{plan.version}")
 
     def undeploy(self, name: str) -> None:
@@ -299,6 +302,18 @@ def test_an_app_the_engine_rejects_is_a_422_and_is_neither_kept_nor_sent(
     assert recorder.messages == []
     assert client.get("/apps", headers=AUTH).json() == {"apps": []}
     assert StateStore(tmp_path).load_apps() == []
+
+
+def test_an_app_needing_an_extra_the_hub_lacks_is_a_422_naming_the_install(
+    client: TestClient, recorder: Recorder
+) -> None:
+    recorder.missing = MissingExtra("psycopg", "postgres")
+    answer = deploy(client)
+    assert answer.status_code == 422
+    assert answer.json() == {"error": "MissingExtra", "detail": str(recorder.missing)}
+    assert "pip install 'spanedge[postgres]'" in answer.json()["detail"]
+    assert recorder.messages == []
+    assert client.get("/apps", headers=AUTH).json() == {"apps": []}
 
 
 def test_a_malformed_request_is_a_422(client: TestClient) -> None:
