@@ -31,6 +31,21 @@ from spanedge.sites import Sites
 log = logging.getLogger(__name__)
 
 
+#: A re-plan's reason names at most this many changes; the rest are counted.
+MOST_REASONS = 10
+
+
+def reason_text(reasons: list[str], most: int = MOST_REASONS) -> str:
+    """The reasons for a re-plan in one line: the first ``most`` distinct ones and how many more there were.
+
+    A fleet-wide change (every site's link to the hub slower) would otherwise
+    name a thousand links in one log line and in the app's history.
+    """
+    distinct = list(dict.fromkeys(reasons))
+    shown = "; ".join(distinct[:most])
+    return f"{shown}; and {len(distinct) - most} more" if len(distinct) > most else shown
+
+
 class Replanner:
     """Places apps when they are deployed, and again when a site change or a drift calls for it.
 
@@ -133,7 +148,7 @@ class Replanner:
                 forced = self.analysis.forced(name)
             outcome: AppRecord | None
             try:
-                outcome = self.replan(name, "; ".join(dict.fromkeys(reasons)), forced=forced)
+                outcome = self.replan(name, reason_text(reasons), forced=forced)
             except Exception:
                 log.exception("re-planning app %r failed; it keeps its current plan", name)
                 outcome = current
@@ -164,7 +179,7 @@ class Replanner:
             reasons = self.drift(record.name)
             if reasons:
                 try:
-                    if self.replan(record.name, "; ".join(reasons)) is None:
+                    if self.replan(record.name, reason_text(reasons)) is None:
                         continue  # it would drop a handover that is not over: tried again at the next check
                 except Exception:
                     log.exception("re-planning app %r failed; it keeps its current plan", record.name)
