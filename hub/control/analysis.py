@@ -128,7 +128,7 @@ class Analysis:
 
     def drift(self, record: AppRecord, app: App) -> list[str]:
         """What moved beyond the threshold since ``record`` was planned, for people."""
-        return self.drift_policy.reasons(record.basis, basis(self.registry, app))
+        return self.drift_policy.reasons(record.basis, basis(self.registry, app), self.registry.declared_latency)
 
     def drift_due(self, record: AppRecord) -> bool:
         """True if the app of ``record`` was last planned (or tried) long enough ago and no spoke of it is silent."""

@@ -43,16 +43,22 @@ class DriftPolicy:
         """True if an app last planned (or tried) at ``last`` may be re-planned at ``now``."""
         return now - last >= self.min_replan_interval_s
 
-    def reasons(self, planned: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    def reasons(
+        self, planned: dict[str, Any], now: dict[str, Any], declared: Callable[[str], float | None]
+    ) -> list[str]:
         """What moved beyond the threshold from the ``planned`` basis to the ``now`` one, for people.
 
-        Both are :func:`hub.control.planning.basis` results; a latency or rate the plan
-        did not know is no drift.
+        Both are :func:`hub.control.planning.basis` results, which hold measured
+        latencies only: a pair missing from one has its ``declared`` latency
+        there. A rate the plan did not know is no drift.
         """
         reasons = []
-        for key, new in now["latency"].items():
-            old = planned.get("latency", {}).get(key)
-            if old is not None and _drift(old, new, self.latency_floor_ms) > self.threshold:
+        then, current = planned.get("latency", {}), now["latency"]
+        for key in sorted(current.keys() | then.keys()):
+            old, new = then.get(key), current.get(key)
+            old = declared(key) if old is None else old
+            new = declared(key) if new is None else new
+            if old is not None and new is not None and _drift(old, new, self.latency_floor_ms) > self.threshold:
                 a, b = key.split("|")
                 reasons.append(f"latency {a}–{b} {old:.1f}→{new:.1f} ms ({(new - old) / max(old, 1e-9):+.0%})")
         for key, new in now["rates"].items():

@@ -141,8 +141,12 @@ def planned_latency_rows(registry: SiteRegistry) -> list[dict[str, Any]]:
 
 
 def basis(registry: SiteRegistry, app: App) -> dict[str, Any]:
-    """The latencies and stream rates an app is planned with, kept to detect drift."""
-    latency = registry.pair_latencies()
+    """The measured latencies and the stream rates an app is planned with, kept to detect drift.
+
+    Only measured pairs are kept: every other pair has its declared latency
+    (:meth:`~hub.control.registry.SiteRegistry.declared_latency`), which the drift check reads.
+    """
+    latency = registry.measured_latencies()
     sites = planned_sites(registry, app)
     rates = {f"{s}@{site.name}": b.rate for site in sites.sites.values() for s, b in site.streams.items()}
     return {"latency": latency, "rates": rates}

@@ -87,17 +87,17 @@ class SiteRegistry:
         self.joining: set[str] = set()  # sites added (spanedge site add) and not heard yet: planned nowhere
         self._rows: dict[str, tuple[int, dict[str, Any]]] = {}  # per site: revision, status row without live fields
         self._declared_links: dict[tuple[str, str], tuple[float, float, float, str]] = {}
-        self._declared_pairs = _declared_pairs(sites)
+        self._declared = _Declared(sites)
 
     # -- the fleet -----------------------------------------------------------------------------
 
     def grow(self, sites: Sites) -> None:
         """Track ``sites``, the fleet with sites added (``spanedge site add``); what is known of the others stays."""
-        pairs = _declared_pairs(sites)
+        declared = _Declared(sites)
         with self._lock:
             self._state.update({name: _SiteState() for name in sites.sites if name not in self._state})
             self._links.redeclare(sites)
-            self.sites, self._declared_pairs = sites, pairs
+            self.sites, self._declared = sites, declared
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -217,21 +217,22 @@ class SiteRegistry:
                 )
         return rows
 
-    def pair_latencies(self) -> dict[str, float]:
-        """The current one-way latency of every unordered site pair (key ``hub.control.links.pair``), as :meth:`link` gives it.
-
-        Declared values (links, paths, default) come from a table made once; fresh measurements replace them.
-        """
+    def measured_latencies(self) -> dict[str, float]:
+        """The fresh one-way latency of each pair agents measure (key ``hub.control.links.pair``), a few of n(n-1)/2."""
         now = self._clock()
-        latencies = dict(self._declared_pairs)
-        for a in self.sites.sites:
+        known = self.sites.sites
+        latencies: dict[str, float] = {}
+        for a in known:
             with self._lock:
                 measured = [(b, self._links.measured(a, b)) for b in self._links.peers(a)]
             for b, m in measured:
-                key = pair(a, b)
-                if m is not None and key in latencies and now - m.updated_at <= self.stale_after_s:
-                    latencies[key] = round(m.p50_ms, 3)
+                if m is not None and b in known and now - m.updated_at <= self.stale_after_s:
+                    latencies[pair(a, b)] = round(m.p50_ms, 3)
         return latencies
+
+    def declared_latency(self, key: str) -> float | None:
+        """The declared one-way latency of pair ``key`` (``hub.control.links.pair``); None for an unknown site."""
+        return self._declared.latency(key)
 
     def state_bytes(self, app: str, plan: Plan) -> dict[str, float]:
         """The bytes of state each replica of ``plan`` holds where the plan runs it, as that site last reported.
@@ -353,10 +354,20 @@ def _check_options(alpha: float, latency_window_s: float) -> None:
         raise ValueError(msg)
 
 
-def _declared_pairs(sites: Sites) -> dict[str, float]:
-    """The declared one-way latency of every unordered pair of ``sites`` (key ``hub.control.links.pair``)."""
-    names, declared = list(sites.sites), LatencyMatrix.from_sites(sites)
-    return {pair(a, b): declared.latency(a, b) for i, a in enumerate(names) for b in names[i + 1 :]}
+class _Declared:
+    """The declared one-way latency of a pair of sites, looked up when asked (a fleet has too many pairs to list)."""
+
+    def __init__(self, sites: Sites) -> None:
+        self._order = {name: i for i, name in enumerate(sites.sites)}
+        self._matrix = LatencyMatrix.from_sites(sites)
+
+    def latency(self, key: str) -> float | None:
+        """The latency of pair ``key`` from the site declared first to the other, as the planner reads it."""
+        a, _, b = key.partition("|")
+        if a not in self._order or b not in self._order:
+            return None
+        first, second = (a, b) if self._order[a] < self._order[b] else (b, a)
+        return self._matrix.latency(first, second)
 
 
 def _smoothed(current: float | None, value: float | None, alpha: float) -> float | None:

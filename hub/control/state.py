@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,33 +52,16 @@ def write_json_atomic(path: Path, data: Any) -> None:
         os.close(dir_fd)
 
 
-def pack_latency(latency: dict[str, float]) -> dict[str, Any] | None:
-    """Every pair's latency as ``{"sites", "common_ms", "other_ms"}``, or None if ``latency`` is not one per pair.
-
-    ``latency`` maps ``"a|b"`` (``a < b``, :func:`hub.control.links.pair`) to milliseconds;
-    it packs only when it has exactly every pair of the sites it names.
-    """
-    ends = [key.split("|") for key in latency]
-    if not latency or any(len(e) != 2 or e[0] >= e[1] for e in ends):
-        return None
-    sites = sorted({site for e in ends for site in e})
-    if len(latency) != len(sites) * (len(sites) - 1) // 2:
-        return None
-    common = Counter(latency.values()).most_common(1)[0][0]
-    return {"sites": sites, "common_ms": common, "other_ms": {k: v for k, v in latency.items() if v != common}}
-
-
 def unpack_latency(packed: dict[str, Any]) -> dict[str, float]:
-    """The latency of every pair from :func:`pack_latency` output."""
+    """The latency of every pair from a basis stored packed (``{"sites", "common_ms", "other_ms"}``).
+
+    Earlier hubs stored every pair's latency in a record's basis, packed so;
+    a basis holds the measured pairs only now (:func:`hub.control.planning.basis`), stored as they are.
+    """
     sites, common = packed["sites"], float(packed["common_ms"])
     latency = {f"{a}|{b}": common for i, a in enumerate(sites) for b in sites[i + 1 :]}
     latency.update({str(k): float(v) for k, v in packed["other_ms"].items()})
     return latency
-
-
-def _stored_basis(basis: dict[str, Any]) -> dict[str, Any]:
-    packed = pack_latency(basis["latency"]) if isinstance(basis.get("latency"), dict) else None
-    return basis if packed is None else {**{k: v for k, v in basis.items() if k != "latency"}, "latency_packed": packed}
 
 
 def _loaded_basis(stored: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +105,7 @@ class AppRecord:
     deployed_at: float = 0.0
     history: list[HistoryEntry] = field(default_factory=list)
     basis: dict[str, Any] = field(default_factory=dict)
-    """The latencies and rates the current plan was computed from (for drift detection)."""
+    """The measured latencies and the rates the current plan was computed from (for drift detection)."""
     replaced: Plan | None = None
     """The plan the current plan replaced, if this hub replaced one: its owners may still publish (:mod:`hub.ingest.publishers`)."""
 
@@ -139,7 +121,7 @@ class AppRecord:
             "deployed_at": self.deployed_at,
             "plan": self.plan.to_dict(),
             "history": [asdict(h) for h in self.history],
-            "basis": _stored_basis(self.basis),
+            "basis": self.basis,
             **({"replaced": self.replaced.to_dict()} if self.replaced is not None else {}),
         }
 

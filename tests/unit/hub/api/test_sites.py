@@ -47,13 +47,16 @@ def registry_with_beats(clock: Clock) -> SiteRegistry:
     return registry
 
 
-def test_pair_latencies_and_latency_rows_match_the_whole_matrix() -> None:
+def test_measured_and_declared_latencies_and_latency_rows_match_the_whole_matrix() -> None:
     clock = Clock()
     registry = registry_with_beats(clock)
     names = list(registry.sites.sites)
-    for _ in range(2):  # both measurements fresh, then a's gone stale
+    for fresh in ({pair("a", "b"), pair("c", "cloud")}, {pair("c", "cloud")}):  # both fresh, then a's gone stale
         whole = {pair(a, b): registry.link(a, b)["latency_ms"] for i, a in enumerate(names) for b in names[i + 1 :]}
-        assert registry.pair_latencies() == whole
+        measured_pairs = registry.measured_latencies()
+        assert set(measured_pairs) == fresh
+        current = {key: measured_pairs.get(key, registry.declared_latency(key)) for key in whole}
+        assert current == whole
         measured = [
             {k: r[k2] for k, k2 in (("src", "src"), ("dst", "dst"), ("latency_p50_ms", "latency_ms"))}
             | {"latency_p95_ms": r["p95_ms"], "latency_spread_ms": r["spread_ms"], "measured_at": r["measured_at"]}
@@ -62,8 +65,10 @@ def test_pair_latencies_and_latency_rows_match_the_whole_matrix() -> None:
         ]
         assert registry.latency_rows() == measured
         clock.now += 30
-    assert registry.pair_latencies()[pair("a", "b")] == 70  # stale: the declared path through the hub again
-    assert registry.pair_latencies()[pair("c", "cloud")] == 50
+    assert pair("a", "b") not in registry.measured_latencies()
+    assert registry.declared_latency(pair("a", "b")) == 70  # stale: the declared path through the hub again
+    assert registry.measured_latencies()[pair("c", "cloud")] == 50
+    assert registry.declared_latency(pair("a", "nowhere")) is None
 
 
 def test_a_status_row_follows_the_clock_and_changes_revision_with_a_heartbeat() -> None:

@@ -15,7 +15,7 @@ from hub.control.coordinator import Coordinator
 from hub.control.distribution import PlanDistributor, SiteApp, site_view
 from hub.control.planning import load_app
 from hub.control.registry import SiteRegistry
-from hub.control.state import StateStore
+from hub.control.state import AppRecord, StateStore
 from spanedge.app import App
 from spanedge.errors import InvalidPlan
 from spanedge.operators import Kind
@@ -565,26 +565,27 @@ def test_a_site_view_holds_what_its_agent_builds_from_and_nothing_that_only_desc
     assert site_view(moved, "cloud") != site_view(first, "cloud")
 
 
-def test_the_pair_latencies_of_a_record_are_stored_packed_and_load_back(tmp_path: Path) -> None:
+def test_a_basis_keeps_measured_pairs_only_and_a_packed_one_still_loads(tmp_path: Path) -> None:
     import json
 
-    from hub.control.state import AppRecord, pack_latency
-
-    names = ["cloud", *(f"s{i:02d}" for i in range(30))]
-    latency = {f"{a}|{b}": 40.0 for i, a in enumerate(names) for b in names[i + 1 :]}
-    latency |= {"cloud|s03": 61.25, "s01|s02": 12.5, "s07|s08": float("inf")}
     demo = fake_planner(load_app(APP, "app.py"), parse_sites(SITES), **NO_OPTIONS)
-    record = AppRecord("demo", APP, "app.py", demo, basis={"latency": latency, "rates": {"readings@a": 10.0}})
+    record = AppRecord(
+        "demo", APP, "app.py", demo, basis={"latency": {"a|cloud": 61.25}, "rates": {"readings@a": 10.0}}
+    )
     StateStore(tmp_path).save_app(record)
     stored = json.loads((tmp_path / "apps" / "demo.json").read_text())["basis"]
-    assert set(stored) == {"latency_packed", "rates"}
-    assert len(stored["latency_packed"]["other_ms"]) == 3
+    assert stored == {"latency": {"a|cloud": 61.25}, "rates": {"readings@a": 10.0}}
+    # a record stored by an earlier hub, with every pair's latency packed
+    stored_file = tmp_path / "apps" / "demo.json"
+    old = json.loads(stored_file.read_text())
+    names = ["cloud", *(f"s{i:02d}" for i in range(30))]
+    other = {"cloud|s03": 61.25, "s01|s02": 12.5}
+    old["basis"] = {"latency_packed": {"sites": names, "common_ms": 40.0, "other_ms": other}, "rates": {}}
+    stored_file.write_text(json.dumps(old))
     (loaded,) = StateStore(tmp_path).load_apps()
-    assert loaded.basis == record.basis
-    assert pack_latency({"a|b": 1.0, "b|c": 2.0}) is None  # not every pair: stored as it is
-    plain = AppRecord("plain", APP, "app.py", demo, basis={"latency": {"a|b": 1.0, "b|c": 2.0}, "rates": {}})
-    StateStore(tmp_path).save_app(plain)
-    assert StateStore(tmp_path).load_apps()[1].basis == plain.basis
+    assert len(loaded.basis["latency"]) == 31 * 30 // 2
+    assert loaded.basis["latency"]["cloud|s03"] == 61.25
+    assert loaded.basis["latency"]["s05|s06"] == 40.0
 
 
 def _fast_again(coordinator: Coordinator, clock: Clock, **extra: Any) -> None:
