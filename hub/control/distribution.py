@@ -91,10 +91,16 @@ def sites_of(plan: Plan) -> set[str]:
 
 @dataclass
 class _Index:
-    """The flows of one plan by their ends, to cut each site's view without scanning every flow per site."""
+    """One plan's flows, assignments and handovers by site and replica, to cut each site's view without scanning the plan."""
 
     into: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
     out_of: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
+    on_site: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    placed: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))  # replica: assignment positions
+    moves_at: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))  # site: handover positions
+    moves_of: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))  # replica: handover positions
+    from_hub_at: dict[float, list[int]] = field(default_factory=lambda: defaultdict(list))  # switch: positions
+    parts_at: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
     @classmethod
     def of(cls, plan: Plan) -> _Index:
@@ -102,6 +108,18 @@ class _Index:
         for f in plan.flows:
             index.into[f.dst].append((f.src, f.dst))
             index.out_of[f.src].append((f.src, f.dst))
+        for i, a in enumerate(plan.assignments):
+            index.on_site[a.site].add(a.replica)
+            index.placed[a.replica].append(i)
+        for i, h in enumerate(plan.handovers):
+            for site in {h.source, h.target, h.recoverer}:
+                if site is not None:
+                    index.moves_at[site].append(i)
+            index.moves_of[h.replica].append(i)
+            if h.source == plan.hub:
+                index.from_hub_at[h.switch_at].append(i)
+        for p in plan.parts:
+            index.parts_at[p.site].add(p.replica)
         return index
 
 
@@ -118,25 +136,26 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
     agent does nothing with them.
     """
     index = index or _Index.of(plan)
-    local = {a.replica for a in plan.assignments if a.site == site}
-    local |= {h.replica for h in plan.handovers if site in (h.source, h.target, h.recoverer)}
-    for replica in {p.replica for p in plan.parts if p.site == site} | {
-        h.replica for h in plan.handovers if h.keyed and h.source == site
-    }:
+    moves = [plan.handovers[i] for i in index.moves_at.get(site, ())]
+    local = set(index.on_site.get(site, ())) | {h.replica for h in moves}
+    for replica in set(index.parts_at.get(site, ())) | {h.replica for h in moves if h.keyed and h.source == site}:
         local.add(replica)
         local.update(*plan.part_chain(replica))  # a part's chain runs here too
     feeders = {src for r in local for src, _ in index.into.get(r, ())}
     flows = {f for r in local for f in index.into.get(r, ())}
     flows |= {f for r in local | feeders for f in index.out_of.get(r, ())}
     ends = local | {end for f in flows for end in f}
-    placed = tuple((a.replica, a.operator, a.group, a.site, a.since) for a in plan.assignments if a.replica in ends)
+    positions = sorted(i for r in ends for i in index.placed.get(r, ()))
+    assignments = [plan.assignments[i] for i in positions]
+    placed = tuple((a.replica, a.operator, a.group, a.site, a.since) for a in assignments)
     # the handovers of those replicas, and every move from the hub at their switch times (they set how long
     # a source keeps feeding the hub: spanedge.runtime.build.hub_feeds)
-    switches = {h.switch_at for h in plan.handovers if h.replica in ends and h.source == plan.hub}
+    of_ends = {i for r in ends for i in index.moves_of.get(r, ())}
+    switches = {plan.handovers[i].switch_at for i in of_ends if plan.handovers[i].source == plan.hub}
+    chosen = sorted(of_ends | {i for at in switches for i in index.from_hub_at.get(at, ())})
     handovers = tuple(
         (h.replica, h.source, h.target, h.switch_at, h.epoch, h.recover_from, h.recoverer)
-        for h in plan.handovers
-        if h.replica in ends or (h.source == plan.hub and h.switch_at in switches)
+        for h in (plan.handovers[i] for i in chosen)
     )
     view = (plan.app, plan.hub, plan.app_file, placed, tuple(sorted(flows)), handovers)
     if not plan.parts and not any(h.keyed for h in plan.handovers):
