@@ -6,6 +6,7 @@
     <state_dir>/ingest/<app>/               the durable ingest logs (hub.ingest.consumer)
     <state_dir>/checkpoints/<app>/          Spark checkpoints and sink state (hub.engine.engine)
     <state_dir>/ca/, tls/                   the hub's CA (spanedge.ca) and the REST API's certificate (hub.api.tls)
+    <state_dir>/models/<app>/<model>/       trained model versions, signed (hub.models.registry)
     <state_dir>/fleet.json, join-tokens.json  sites added and revoked, join tokens (hub.control.enrolment)
     <state_dir>/hub-id.json, hub.lock       the hub's instance id and its lock (hub.control.identity, state_lock)
 
@@ -161,6 +162,8 @@ class Hub:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self._holder: threading.Thread | None = None
+        self._trainer: threading.Thread | None = None
+        self._models: Any = None
         self._lock: StateDirLock | None = None
         self._presence: HubPresence | None = None
         self.listener: socket.socket | None = None
@@ -241,7 +244,30 @@ class Hub:
         if self.engine is not None and self.ingest is not None:
             self._holder = threading.Thread(target=self._hold_windows, name="spanedge-window-holds", daemon=True)
             self._holder.start()
+        if self.engine is not None:
+            self._trainer = threading.Thread(target=self._train_on_schedule, name="spanedge-models", daemon=True)
+            self._trainer.start()
         return self
+
+    def models(self) -> Any:
+        """The apps' models (:class:`hub.models.service.ModelService`), trained with the engine's Spark if it runs."""
+        if self._models is None:
+            from hub.api.model_routes import coordinator_apps
+            from hub.models.registry import ModelRegistry
+            from hub.models.service import ModelService
+
+            registry = ModelRegistry(self.state_dir / "models", self.config.plan_key)
+            spark = (lambda: self.engine.spark) if self.engine is not None else None
+            self._models = ModelService(registry, coordinator_apps(self.coordinator), self.state_dir / "ingest", spark)
+        return self._models
+
+    def _train_on_schedule(self) -> None:
+        """Train every model whose ``every=`` is due, checking once a minute."""
+        while not self._stop.wait(60.0):
+            try:
+                self.models().run_schedule([r.name for r in self.coordinator.records()])
+            except Exception:
+                log.exception("the scheduled training of models failed")
 
     def _start_data_plane(self) -> None:
         try:
@@ -314,7 +340,7 @@ class Hub:
     def stop(self) -> None:
         """Stop drift checks, the engine, ingest and the control connection."""
         self._stop.set()
-        for thread in (self._ticker, self._holder):
+        for thread in (self._ticker, self._holder, self._trainer):
             if thread is not None:
                 thread.join(timeout=5)
         for part in (self.engine, self.ingest):
@@ -345,6 +371,7 @@ class Hub:
             health=self.health,
             dashboard_stream_s=dashboard_stream_s,
             enrolment=self.enrolment,
+            models=self.models(),
         )
 
     def tls(self) -> ServerTls | None:

@@ -13,6 +13,8 @@ from spanedge.aggregations import Agg
 from spanedge.dag import OperatorGraph, build_graph
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidDataflow
+from spanedge.models.predict import Predictor
+from spanedge.models.spec import FIELD_PATTERN, ModelSpec, check_model
 from spanedge.names import check_app_name, check_stream_name
 from spanedge.numbers import require_number
 from spanedge.operators import Kind, Operator, SinkSpec, WindowKind, WindowSpec
@@ -76,12 +78,60 @@ class App:
         """Create an empty app; ``name`` (see :mod:`spanedge.names`) appears in MQTT topics, REST paths and file names."""
         self.name = check_app_name(name, f"App(...) at {_caller_location()}")
         self._ops: dict[str, Operator] = {}
+        self._models: dict[str, ModelSpec] = {}
         self._auto: dict[str, int] = {}
 
     @property
     def operators(self) -> Mapping[str, Operator]:
         """Operators by name, in the order they were added."""
         return dict(self._ops)
+
+    @property
+    def models(self) -> Mapping[str, ModelSpec]:
+        """Models by name, in the order they were declared."""
+        return dict(self._models)
+
+    def model(
+        self,
+        name: str,
+        *,
+        algorithm: str,
+        features: Iterable[str],
+        train_on: Stream,
+        label: str | None = None,
+        every: str | float | None = None,
+        min_rows: int = 100,
+        **params: int,
+    ) -> ModelSpec:
+        """Declare a model the hub trains with Spark MLlib on the records of ``train_on``.
+
+        ``algorithm`` is one of :class:`spanedge.models.Algorithm`; ``features``
+        and ``label`` are record fields (``label`` for the supervised kinds only);
+        ``every`` is the schedule (e.g. ``"1h"``; None: on demand only); a
+        training needs ``min_rows`` records; ``params`` are the algorithm's
+        (``k``, ``trees``, ``depth``, ``max_iter``). Score with :meth:`Stream.predict`.
+        """
+        location = _caller_location()
+        if not isinstance(train_on, Stream) or train_on.app is not self:
+            msg = f"model {name!r} ({location}): train_on must be a stream of app '{self.name}', got {train_on!r}"
+            raise InvalidDataflow(msg)
+        spec = check_model(
+            name=name,
+            algorithm=algorithm,
+            features=list(features) if not isinstance(features, str) else features,
+            label=label,
+            train_on=train_on.name,
+            every=every,
+            min_rows=min_rows,
+            params=params,
+            location=location,
+        )
+        existing = self._models.get(spec.name)
+        if existing is not None:
+            msg = f"model '{spec.name}' ({location}) is already declared at {existing.location}; rename one"
+            raise InvalidDataflow(msg)
+        self._models[spec.name] = spec
+        return spec
 
     def source_streams(self) -> set[str]:
         """The sensor streams the app's sources read."""
@@ -254,6 +304,51 @@ class Stream:
     ) -> Stream:
         """Replace each record by the records ``func`` returns (placement hints as in :meth:`map`)."""
         return self._record_op(Kind.FLAT_MAP, func, name, 1.0, (cost, selectivity))
+
+    def predict(
+        self,
+        model: ModelSpec,
+        *,
+        output: str,
+        name: str | None = None,
+        scope: str | None = None,
+        cost: float | None = None,
+    ) -> Stream:
+        """Add field ``output`` to every record: what ``model`` predicts from its features.
+
+        Classifiers give the probability of label 1, regressions their value,
+        k-means the index of the nearest cluster. The operator runs wherever the
+        placement puts it, with the newest version trained by the hub; ``cost``
+        (CPU core-seconds per record) overrides the model's estimate.
+        """
+        location = _caller_location()
+        op_name = name or self.app._auto_name("predict")
+        where = f"predict '{op_name}' ({location})"
+        if not isinstance(model, ModelSpec) or self.app._models.get(model.name) is not model:
+            msg = f"{where}: expected a model declared with app.model(...) of app '{self.app.name}', got {model!r}"
+            raise InvalidDataflow(msg)
+        if not isinstance(output, str) or not FIELD_PATTERN.match(output):
+            msg = (
+                f"{where}: output must be a record field name for the prediction, e.g. output='p_fail', got {output!r}"
+            )
+            raise InvalidDataflow(msg)
+        if output in model.features:
+            msg = f"{where}: output {output!r} would overwrite feature {output!r} of {model.describe()}; pick another name"
+            raise InvalidDataflow(msg)
+        cost = _estimates(where, cost, None)[0]
+        op = Operator(
+            name=op_name,
+            kind=Kind.PREDICT,
+            inputs=(self.name,),
+            scope=_parse_scope(scope, where),
+            location=location,
+            func=Predictor(self.app.name, model, output),
+            cost=_first(cost, model.cost_per_record),
+            selectivity=1.0,
+            model=model,
+            output=output,
+        )
+        return self.app._add(op)
 
     def transform(self, func: Callable[[Any], Any], *, name: str | None = None) -> Stream:
         """Apply a PySpark ``DataFrame -> DataFrame`` function; runs at the hub only."""

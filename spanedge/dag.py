@@ -152,6 +152,8 @@ def build_graph(app_name: str, ops: Mapping[str, Operator]) -> OperatorGraph:
                     raise InvalidDataflow(msg)
         if op.window is not None:
             _check_window(graph, op)
+        if op.model is not None:
+            _check_features(graph, op)
     return graph
 
 
@@ -167,7 +169,29 @@ def known_fields(graph: OperatorGraph, name: str) -> dict[str, str] | None:
         return out
     if op.kind in (Kind.FILTER, Kind.SINK) and op.inputs:
         return known_fields(graph, op.inputs[0])
+    if op.kind is Kind.PREDICT and op.output is not None:
+        upstream = known_fields(graph, op.inputs[0])
+        return None if upstream is None else {**upstream, op.output: "DOUBLE"}
     return None
+
+
+def _check_features(graph: OperatorGraph, op: Operator) -> None:
+    assert op.model is not None
+    spec = op.model
+    checks = [(op.inputs[0], spec.features, "scores")]
+    if spec.train_on in graph:
+        wanted = spec.features + ((spec.label,) if spec.label else ())
+        checks.append((spec.train_on, wanted, "trains on"))
+    for stream, wanted, role in checks:
+        available = known_fields(graph, stream)
+        missing = [f for f in wanted if available is not None and f not in available]
+        if missing:
+            msg = (
+                f"{op.kind.value} {op.describe()}: {spec.describe()} {role} '{stream}', whose records lack "
+                f"{', '.join(repr(f) for f in missing)} (they have: {', '.join(sorted(available or {}))}); "
+                "fix the field names or the declared schema"
+            )
+            raise InvalidDataflow(msg)
 
 
 def _check_window(graph: OperatorGraph, op: Operator) -> None:

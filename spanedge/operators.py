@@ -1,7 +1,7 @@
 """Operators: frozen dataclasses, one per node of the dataflow DAG.
 
-The runtime core is small: record-level operators (``map``, ``filter`` and
-``flat_map`` all run as a flat-map), windows, unions, hub-only transforms,
+The runtime core is small: record-level operators (``map``, ``filter``,
+``flat_map`` and ``predict`` all run as a flat-map), windows, unions, hub-only transforms,
 sources and sinks.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spanedge.aggregations import Agg
+from spanedge.models.spec import ModelSpec
 from spanedge.scope import Scope
 
 
@@ -23,13 +24,14 @@ class Kind(enum.StrEnum):
     MAP = "map"
     FILTER = "filter"
     FLAT_MAP = "flat_map"
+    PREDICT = "predict"
     WINDOW = "window"
     UNION = "union"
     TRANSFORM = "transform"
     SINK = "sink"
 
 
-RECORD_LEVEL = frozenset({Kind.MAP, Kind.FILTER, Kind.FLAT_MAP})
+RECORD_LEVEL = frozenset({Kind.MAP, Kind.FILTER, Kind.FLAT_MAP, Kind.PREDICT})
 
 
 class WindowKind(enum.StrEnum):
@@ -104,7 +106,8 @@ class Operator:
     core-seconds per input record, ``selectivity`` output records per input
     record, ``record_bytes`` the estimated size of an output record (``None``:
     same as the input). ``schema`` is a Spark DDL string describing the
-    output records' fields, if declared.
+    output records' fields, if declared. A ``predict`` operator's ``model``
+    is the model it scores with and ``output`` the field it adds.
     """
 
     name: str
@@ -121,6 +124,8 @@ class Operator:
     sink: SinkSpec | None = None
     stream: str | None = None
     time_field: str | None = None
+    model: ModelSpec | None = None
+    output: str | None = None
 
     @property
     def hub_only(self) -> bool:
@@ -129,7 +134,7 @@ class Operator:
 
     @property
     def record_level(self) -> bool:
-        """True for map, filter and flat_map."""
+        """True for map, filter, flat_map and predict."""
         return self.kind in RECORD_LEVEL
 
     @property

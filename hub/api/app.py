@@ -13,6 +13,9 @@ placement rejects is a 422 whose message is the one ``spanedge deploy
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from fastapi import Depends, FastAPI
 
 from hub.api.apps import apps_router
@@ -23,9 +26,12 @@ from hub.api.dashboard.snapshot import build_snapshot
 from hub.api.enrolment import enrolment_router
 from hub.api.errors import install_error_handlers
 from hub.api.health import StatsSource, health_router, metrics_router
+from hub.api.model_routes import coordinator_apps, model_router
 from hub.api.sites import sites_router
 from hub.control.coordinator import Coordinator
 from hub.control.enrolment import Enrolment
+from hub.models.registry import ModelRegistry
+from hub.models.service import ModelService
 from spanedge.tokens import Tokens, TokenScope
 
 
@@ -38,6 +44,7 @@ def create_app(
     health: StatsSource | None = None,
     dashboard_stream_s: float = 30.0,
     enrolment: Enrolment | None = None,
+    models: ModelService | None = None,
 ) -> FastAPI:
     """Build the REST API over ``coordinator``.
 
@@ -49,6 +56,7 @@ def create_app(
         health: extra fields for ``/healthz`` (e.g. broker connectivity).
         dashboard_stream_s: a dashboard's event stream ends after this many seconds and the page reconnects.
         enrolment: adds, enrols and revokes sites (None: no enrolment routes).
+        models: trains and keeps the apps' models (None: read-only, kept in memory, no Spark to train with).
     """
     api = FastAPI(
         title="SpanEdge hub",
@@ -66,6 +74,10 @@ def create_app(
     api.include_router(apps_router(coordinator, admin), dependencies=authorized)
     if enrolment is not None:
         api.include_router(enrolment_router(enrolment, admin))
+    if models is None:  # declarations only: no versions to read (the path is never a folder), no Spark to train
+        nowhere = Path(os.devnull)
+        models = ModelService(ModelRegistry(nowhere / "models"), coordinator_apps(coordinator), nowhere, None)
+    api.include_router(model_router(coordinator, models, admin), dependencies=authorized)
     api.include_router(sites_router(coordinator), dependencies=authorized)
     api.include_router(metrics_router(coordinator, ingest_stats, engine_metrics), dependencies=authorized)
     # the page at / is public (it holds no data); its event stream checks the token itself

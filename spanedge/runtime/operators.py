@@ -17,8 +17,11 @@ from spanedge.operators import Kind, Operator
 WINDOW_TIME_OFFSET = 0.001
 
 
-def apply(op: Operator, value: Any) -> Sequence[Any]:
-    """Run a map, filter or flat_map on one record value and return its outputs.
+def apply(op: Operator, value: Any, event_time: float | None = None) -> Sequence[Any]:
+    """Run a map, filter, flat_map or predict on one record value and return its outputs.
+
+    A predict scores with the version its model has for ``event_time``
+    (None: the newest; see :mod:`spanedge.models.predict`).
 
     Raises:
         TypeError: if ``op`` is not a record-level operator.
@@ -35,6 +38,8 @@ def apply(op: Operator, value: Any) -> Sequence[Any]:
         return (value,) if func(value) else ()
     if kind is Kind.FLAT_MAP:
         return list(func(value))
+    if kind is Kind.PREDICT:
+        return (func(value, event_time),)
     msg = f"operator {op.describe()} of kind {kind} is not record-level"
     raise TypeError(msg)
 

@@ -218,9 +218,9 @@ class Pipeline:
         node.n_in += 1
         op = node.op
         kind = op.kind
-        if kind is Kind.FILTER or kind is Kind.MAP or kind is Kind.FLAT_MAP:
+        if op.record_level:
             try:
-                results = apply(op, value)
+                results = apply(op, value, t)
             except Exception as exc:
                 self._dead(failure(op, exc), op.name, raw, node.shadow)
                 return

@@ -1,0 +1,159 @@
+"""Training on demand and on schedule from the records the hub holds for a model's ``train_on`` stream.
+
+The records are those of the app's ingest log (:mod:`hub.ingest.log`) on
+that stream, newest :data:`MAX_ROWS` at most: the log keeps what its readers
+have not yet consumed, so the history a model sees is a window the hub holds.
+One model trains at a time per hub.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from hub.models.registry import ModelRegistry
+from hub.models.training import TrainingFailed, train
+from spanedge.app import App
+from spanedge.models.spec import ModelSpec
+from spanedge.models.version import ModelVersion
+
+log = logging.getLogger(__name__)
+
+#: A training reads at most this many records (the newest).
+MAX_ROWS = 200_000
+
+
+class TrainingBusy(RuntimeError):
+    """Another training runs; try again when it ends."""
+
+
+class NoSpark(RuntimeError):
+    """This hub runs without Spark, so it cannot train."""
+
+
+class ModelService:
+    """The models of the deployed apps: their specs, versions and trainings.
+
+    Args:
+        registry: where versions are kept.
+        app_of: the loaded :class:`~spanedge.app.App` of a deployed app (``KeyError`` if none).
+        ingest_dir: ``<state_dir>/ingest``, the apps' ingest logs.
+        spark: the SparkSession to train with (None: no training).
+        clock: seconds since the epoch.
+    """
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        app_of: Callable[[str], App],
+        ingest_dir: Path,
+        spark: Callable[[], Any] | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Wire the service."""
+        self.registry = registry
+        self.app_of = app_of
+        self.ingest_dir = Path(ingest_dir)
+        self.spark = spark
+        self.clock = clock
+        self._training = threading.Lock()
+
+    def spec(self, app: str, model: str) -> ModelSpec:
+        """The declaration of ``app``'s ``model``; ``KeyError`` saying what exists if there is none."""
+        models = self.app_of(app).models
+        if model not in models:
+            msg = f"app '{app}' has no model '{model}' (it has: {', '.join(models) or 'none'})"
+            raise KeyError(msg)
+        return models[model]
+
+    def records(self, app: str, stream: str) -> list[dict[str, Any]]:
+        """The newest :data:`MAX_ROWS` record values of ``stream`` in ``app``'s ingest log, with ``event_time``."""
+        from hub.ingest.log import head, iter_lines, tail
+
+        folder = self.ingest_dir / app
+        if not folder.is_dir():
+            return []
+        rows: list[dict[str, Any]] = []
+        for line in iter_lines(folder, head(folder), tail(folder)):
+            if line["stream"] != stream:
+                continue
+            value = orjson.loads(line["value"])
+            if isinstance(value, dict):
+                rows.append({**value, "event_time": line["event_time"]})
+        return rows[-MAX_ROWS:]
+
+    def train(self, app: str, model: str, reason: str) -> ModelVersion:
+        """Train and store the next version of ``app``'s ``model``.
+
+        Raises:
+            KeyError: no such app or model.
+            NoSpark: the hub runs without Spark.
+            TrainingBusy: another training runs.
+            TrainingFailed: too few records, a bad label.
+        """
+        spec = self.spec(app, model)
+        if self.spark is None:
+            msg = "this hub runs without Spark (--no-spark), so it cannot train models; start it with Spark"
+            raise NoSpark(msg)
+        if not self._training.acquire(blocking=False):
+            msg = "another model is training at this hub; try again when it ends"
+            raise TrainingBusy(msg)
+        try:
+            session = self.spark()
+            columns = [*spec.features, *([spec.label] if spec.label else []), "event_time"]
+            rows = [tuple(_number(r.get(c)) for c in columns) for r in self.records(app, spec.train_on)]
+            if len(rows) < spec.min_rows:
+                msg = (
+                    f"{spec.describe()}: the hub holds {len(rows)} records of '{spec.train_on}', "
+                    f"fewer than min_rows={spec.min_rows}; wait for more labelled records or lower min_rows"
+                )
+                raise TrainingFailed(msg)
+            schema = ", ".join(f"`{c}` double" for c in columns)
+            df = session.createDataFrame(rows, schema)
+            number = self.registry.next_number(app, model)
+            trained = train(session, spec, df, app=app, version=number, reason=reason, now=self.clock())
+            trained.held_out.unpersist()
+            self.registry.save(trained.version)
+            log.info("trained version %d of model %s of app %s (%s)", number, model, app, reason)
+            return trained.version
+        finally:
+            self._training.release()
+
+    def due(self, apps: list[str]) -> list[tuple[str, str]]:
+        """The ``(app, model)`` pairs whose schedule (``every=``) calls for a training now."""
+        now = self.clock()
+        out = []
+        for app in apps:
+            try:
+                models = self.app_of(app).models
+            except KeyError:
+                continue
+            for name, spec in models.items():
+                if spec.every is None:
+                    continue
+                latest = self.registry.latest(app, name)
+                if latest is None or now - latest.trained_at >= spec.every:
+                    out.append((app, name))
+        return out
+
+    def run_schedule(self, apps: list[str]) -> list[ModelVersion]:
+        """Train every model that is due; a training that fails is logged and retried at the next call."""
+        made = []
+        for app, model in self.due(apps):
+            try:
+                made.append(self.train(app, model, "scheduled"))
+            except (TrainingFailed, TrainingBusy, NoSpark) as exc:
+                log.warning("scheduled training of model %s of app %s skipped: %s", model, app, exc)
+        return made
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, int | float) else None
