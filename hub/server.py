@@ -245,8 +245,7 @@ class Hub:
             self._holder = threading.Thread(target=self._hold_windows, name="spanedge-window-holds", daemon=True)
             self._holder.start()
         if self.engine is not None:
-            self._trainer = threading.Thread(target=self._train_on_schedule, name="spanedge-models", daemon=True)
-            self._trainer.start()
+            self._trainer = self.models().start_training(self._stop, self.coordinator.app_names)
         return self
 
     def models(self) -> Any:
@@ -260,14 +259,6 @@ class Hub:
             spark = (lambda: self.engine.spark) if self.engine is not None else None
             self._models = ModelService(registry, coordinator_apps(self.coordinator), self.state_dir / "ingest", spark)
         return self._models
-
-    def _train_on_schedule(self) -> None:
-        """Train every model whose ``every=`` is due, checking once a minute."""
-        while not self._stop.wait(60.0):
-            try:
-                self.models().run_schedule([r.name for r in self.coordinator.records()])
-            except Exception:
-                log.exception("the scheduled training of models failed")
 
     def _start_data_plane(self) -> None:
         try:

@@ -33,28 +33,38 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BrokerSecurity:
-    """What a secured broker enforces: TLS with these files, the password file and the ACL file."""
+    """What a secured broker enforces: TLS with these files, the ACL file, and the password file or certificates.
+
+    Without a password file (``None``) every client presents a certificate of the CA, whose common name is its
+    username, checked against ``crl_file``.
+    """
 
     tls: TlsFiles
-    password_file: Path
+    password_file: Path | None
     acl_file: Path
+    crl_file: Path | None = None
 
 
 @dataclass(frozen=True)
 class Login:
-    """How a client of the simulator (a sensor, a watcher) logs in to a secured broker."""
+    """How a client of the simulator (a sensor, a watcher) logs in to a secured broker.
+
+    With a password, as ``username``; with ``cert_file`` and ``key_file`` instead, as its certificate's name.
+    """
 
     username: str
-    password: str
+    password: str | None
     ca_file: Path
+    cert_file: Path | None = None
+    key_file: Path | None = None
 
     def aiomqtt_options(self) -> dict[str, Any]:
         """Keyword arguments of ``aiomqtt.Client``: the credentials and a TLS context that verifies the broker."""
-        return {
-            "username": self.username,
-            "password": self.password,
-            "tls_context": ssl.create_default_context(cafile=str(self.ca_file)),
-        }
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.cert_file is not None:
+            context.load_cert_chain(str(self.cert_file), None if self.key_file is None else str(self.key_file))
+            return {"tls_context": context}
+        return {"username": self.username, "password": self.password, "tls_context": context}
 
 
 def mosquitto_path() -> str:
@@ -189,7 +199,7 @@ class Mosquitto(BrokerProcess):
     """A Mosquitto broker on 127.0.0.1 with persistence, started and stopped on demand.
 
     With ``security``, the only listener speaks TLS, refuses anonymous clients
-    and applies the password and ACL files (``mqtts://``); without it, the broker
+    and applies the password (or requires a client certificate) and ACL files (``mqtts://``); without it, the broker
     is plain and anonymous (``mqtt://``), for tests and development only.
     Use as a context manager, or call :meth:`start`, :meth:`stop` and
     :meth:`restart` (the port and the persisted sessions are kept).
@@ -231,14 +241,17 @@ class Mosquitto(BrokerProcess):
                 f"max_inflight_messages {MAX_INFLIGHT_MESSAGES}\n"
             )
         else:
+            passwords = security.password_file
             listener = mosquitto_conf(
                 port=self.port,
                 bind=self.bind,
                 acl_file=str(security.acl_file),
-                password_file=str(security.password_file),
+                password_file=None if passwords is None else str(passwords),
                 cafile=str(security.tls.ca_file),
                 certfile=str(security.tls.cert_file),
                 keyfile=str(security.tls.key_file),
+                crlfile=None if security.crl_file is None else str(security.crl_file),
+                certificate_identity=passwords is None,
             )
         self.config.write_text(
             listener + "persistence true\n"

@@ -13,19 +13,21 @@ records in flight in its own agent and in the replicas it ran for other sites,
 until a re-plan moved them (:mod:`simulate.site_losses`). A result that
 depends on such a record (it differs in a reference run without them) and
 did not arrive whole is counted as ``destroyed``, not lost nor wrong; every
-other result is checked as usual.
+other result is checked as usual. A site that joined mid-run is checked from
+the switch of its join on, where the hub starts counting its data.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict, deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from simulate.joins import counted
 from simulate.reference import Expected, Item, evaluate
 from simulate.report import Latency, SinkCheck, SiteCount, StreamCount, epoch
 from simulate.results import Collector, Result
@@ -69,12 +71,23 @@ class Reference:
     items: dict[str, list[Item]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, app: App, sent: Iterable[Sent], settle: float, t0: float, dead: Iterable[str] = ()) -> Reference:
+    def of(
+        cls,
+        app: App,
+        sent: Iterable[Sent],
+        settle: float,
+        t0: float,
+        dead: Iterable[str] = (),
+        joined: Mapping[str, float] | None = None,
+    ) -> Reference:
         """Run the reference over the well-formed messages in ``sent``.
 
         The cutoff is the last event time of the site that sent the least far,
         less ``settle`` (``t0`` less ``settle`` if nothing was sent); sites in
         ``dead`` (killed for good, their sensors stopped) do not hold it back.
+        A site that joined mid-run counts from the switch time of its join on
+        (``joined``, site: switch): the hub takes none of its records before it
+        (:func:`simulate.joins.counted`).
         """
         items: dict[str, list[Item]] = {}
         max_event: dict[str, float] = {}
@@ -87,6 +100,8 @@ class Reference:
                 count.malformed += 1
                 continue
             assert m.event_time is not None, "well-formed messages carry their event time"
+            if not counted(m.site, m.event_time, joined or {}):
+                continue
             items.setdefault(m.stream, []).append(Item(m.site, m.event_time, m.value))
             max_event[m.site] = max(max_event.get(m.site, 0.0), m.event_time)
         alive = [t for site, t in max_event.items() if site not in set(dead)]

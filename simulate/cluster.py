@@ -20,11 +20,12 @@ from edge_agent.heartbeat import CPU_BUDGET_FILE
 from hub.api.client import HubClient
 from simulate.broker import Mosquitto, free_port
 from simulate.errors import SimulationError
+from simulate.joins import enrol
 from simulate.processes import Child, spanedge_command
 from simulate.readiness import wait_healthy
-from simulate.topology import OBSERVER, Topology
+from simulate.topology import OBSERVER, Topology, hub_ca_dir
 from spanedge.errors import SpanEdgeError
-from spanedge.signing import PlanSigningKey
+from spanedge.signing import ENV_PUBLIC_KEY_FILE, PlanSigningKey
 
 #: Seconds a spoke is silent before the simulated hub counts it as gone (``kill-site``).
 SITE_GRACE_S = 20.0
@@ -110,11 +111,12 @@ class Cluster:
         self.agents: dict[str, Child] = {}
         self.dead: set[str] = set()  # spokes killed for good
         self.client: HubClient | None = None
+        self.heartbeat_interval = 2.0
 
     @property
     def hub_ca(self) -> Path:
         """The CA certificate of the managed hub's REST API (in its state directory, ``<run>/hub/ca``)."""
-        return self.run_dir / "hub" / "ca" / "ca.pem"
+        return hub_ca_dir(self.run_dir) / "ca.pem"
 
     @property
     def hub_url(self) -> str:
@@ -157,9 +159,7 @@ class Cluster:
         )
         rest = self.topology.host(self.hub_site)
         if mode == "managed":
-            argv += self._broker_files()
-            if rest != "127.0.0.1":  # the hub has a host of its own: its REST API listens on its address there
-                argv += ["--host", rest]
+            argv += self._broker_files() + self.topology.rest_options(self.hub_site)
             # the hub makes its CA at its first start: the client reads the CA certificate at its first request
             self.client = HubClient(f"https://{rest}:{port}", self.token, timeout=120, ca_file=self.hub_ca)
         env = {**self.env, **self.topology.env(self.hub_site)}  # the hub logs in to the brokers as its site
@@ -179,6 +179,7 @@ class Cluster:
 
     def start_agents(self, heartbeat_interval: float, plan_file: Path | None = None) -> None:
         """Start one agent per spoke."""
+        self.heartbeat_interval = heartbeat_interval
         for site in self.spokes:
             argv = agent_argv(
                 site, self.topology.files[site], self.run_dir / "agents" / site, heartbeat_interval, plan_file
@@ -324,6 +325,24 @@ class Cluster:
             *answer.get("brokers_reloaded", []),
             f"apps re-planned: {', '.join(answer.get('replanned', [])) or 'none'}",
         ]
+
+    async def join_site(self, site: str) -> list[str]:
+        """Add ``site`` at the managed hub and enrol it with ``spanedge agent join``, then run its agent.
+
+        See :func:`simulate.joins.enrol`; what was done, one line each.
+
+        Raises:
+            SimulationError: standalone mode, the hub refused, or the join failed.
+        """
+        client = self._client()
+        port = int(client.url.rsplit(":", 1)[1])
+        joined = await enrol(self.topology, client, site, self.hub_site, port, self.run_dir, self.logs)
+        argv = agent_argv(site, joined.sites_file, joined.state_dir, self.heartbeat_interval)
+        env = {"PYTHONUNBUFFERED": "1", ENV_PUBLIC_KEY_FILE: str(joined.plan_key_file)}  # only what the join gave it
+        agent = Child(f"agent-{site}", self.topology.wrap(site, argv), self.logs / f"agent-{site}.log", env)
+        self.agents[site] = agent.start()
+        self.spokes.append(site)
+        return [*joined.lines, f"its agent runs with the sites.yaml and plan key the hub answered ({joined.state_dir})"]
 
     def agent_cpu_seconds(self, site: str) -> float:
         """CPU seconds the agent of ``site`` used so far."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from simulate.faults import NEW_OWNER, OLD_OWNER, Anchor, Fault, FaultKind, fault_order
+from simulate.joins import join_switch
 
 
 class FaultTarget(Protocol):
@@ -52,6 +53,9 @@ class FaultTarget(Protocol):
 
     def revoke_site(self, site: str) -> list[str]:
         """Revoke ``site`` at the hub (``spanedge site revoke``); what the hub did, one line each."""
+
+    async def join_site(self, site: str) -> list[str]:
+        """Add ``site`` at the hub and enrol it with ``spanedge agent join``, then run its agent; one line each."""
 
     def agent_cpu_seconds(self, site: str) -> float:
         """CPU seconds the agent of ``site`` used so far."""
@@ -121,9 +125,10 @@ class FaultSchedule:
     begun so far, with when it began and, once healed, when it ended;
     ``killed`` the sites killed for good or revoked, with when; ``stopped`` the sites
     whose agent was killed, for good or to come back, or revoked; ``revoked`` the sites
-    revoked at the hub (their agents and sensors go on, refused); ``move`` the first move
-    once seen (faults with a relative time only); ``skipped`` a line for each
-    fault with a relative time that could not be applied, and why.
+    revoked at the hub (their agents and sensors go on, refused); ``joined`` the sites
+    that joined, with the switch time from which the hub counts their data; ``move`` the
+    first move once seen (faults with a relative time only); ``skipped`` a line for each
+    fault that could not be applied (or, for a join, was never planned in), and why.
     """
 
     def __init__(
@@ -138,6 +143,7 @@ class FaultSchedule:
         measure_s: float = 2.0,
         placement: Callable[[], Awaitable[Any]] | None = None,
         poll_s: float = 1.0,
+        start_sensors: Callable[[str, float], Awaitable[None]] | None = None,
     ) -> None:
         """Schedule ``faults`` (sorted by time); ``hub`` is the site of faults that name none.
 
@@ -152,7 +158,8 @@ class FaultSchedule:
             measure_s: seconds over which ``overload`` measures the CPU an agent uses.
             placement: returns the hub's placement answer of the app (or None), for faults
                 timed relative to the first move; without it such faults are skipped.
-            poll_s: seconds between two looks at the placement while waiting for the first move.
+            poll_s: seconds between two looks at the placement while waiting for the first move or a join.
+            start_sensors: starts the sensors of a site that joined, given the switch time of its join.
         """
         self.faults = sorted(faults, key=fault_order)
         self.target = target
@@ -164,6 +171,9 @@ class FaultSchedule:
         self.measure_s = measure_s
         self.placement = placement
         self.poll_s = poll_s
+        self.start_sensors = start_sensors
+        self.until: float | None = None
+        self.joined: dict[str, float] = {}
         self.down: set[str] = set()
         self.killed: dict[str, float] = {}
         self.stopped: set[str] = set()
@@ -179,6 +189,7 @@ class FaultSchedule:
         move; if no move shows by ``until`` (event-loop time), it is skipped.
         """
         loop = asyncio.get_running_loop()
+        self.until = until
         running: list[asyncio.Task[None]] = []
         relative = [f for f in self.faults if f.anchor is not None]
         if relative:
@@ -294,6 +305,39 @@ class FaultSchedule:
             self.note(f"revoked site {site}; its agent and sensors keep running: {'; '.join(done)}")
         elif fault.kind is FaultKind.OVERLOAD:
             await self._overload(site, fault, record)
+        elif fault.kind is FaultKind.JOIN:
+            await self._join(site, fault, record)
+
+    async def _join(self, site: str, fault: Fault, record: AppliedFault) -> None:
+        """Enrol ``site``; once the hub planned it in, start its sensors from the switch of its join."""
+        done = await self.target.join_site(site)
+        self.note(f"site {site} added at the hub and joined with its one-time token: {'; '.join(done)}")
+        switch = await self._wait_join(site)
+        if switch is None:
+            line = f"fault {fault.describe()}: the hub planned {site} in no app before the sensors stopped"
+            self.skipped.append(line)
+            self.note(line)
+            return
+        self.joined[site] = switch
+        self.note(
+            f"the hub planned {site} in: it counts its data from the join switch, {switch - self.clock():.1f} s on"
+        )
+        if self.start_sensors is not None:
+            await self.start_sensors(site, switch)
+        record.ended = self.clock()
+
+    async def _wait_join(self, site: str) -> float | None:
+        """Poll the hub's placement until it lists the join of ``site``; its switch time (None: none by ``until``)."""
+        if self.placement is None:
+            return None
+        loop = asyncio.get_running_loop()
+        while True:
+            switch = join_switch(await self.placement(), site)
+            if switch is not None:
+                return switch
+            if self.until is not None and loop.time() >= self.until:
+                return None
+            await asyncio.sleep(self.poll_s)
 
     async def _overload(self, site: str, fault: Fault, record: AppliedFault) -> None:
         """Shrink the CPU budget of ``site`` to 1/factor of what its agent uses; restore it after the duration."""

@@ -4,14 +4,15 @@
 re-plan that moves something: ``replan+3s`` (the hub's re-plan) or
 ``switch-2s`` / ``switch+2s`` (the switch time of the handovers it stamped).
 With such a time the site may be ``old-owner`` or ``new-owner``: the source
-or target of that re-plan's first handover.
+or target of that re-plan's first handover. ``join:<spoke>@<t>`` enrols a spoke
+of ``sites.yaml`` that the hub is not told of at the start (:mod:`simulate.joins`).
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from spanedge.durations import parse_duration
@@ -27,6 +28,7 @@ FORMS = (
     "overload:<spoke>[:<factor>][:<duration>]@<t>",
     "kill-site:<spoke>@<t>",
     "revoke:<spoke>@<t>",
+    "join:<spoke>@<t>",
 )
 
 #: Site names that stand for the source or target of the first handover (with a relative time only).
@@ -58,6 +60,7 @@ class FaultKind(enum.StrEnum):
     OVERLOAD = "overload"
     KILL_SITE = "kill-site"
     REVOKE = "revoke"
+    JOIN = "join"
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         FaultKind.OVERLOAD: 2,
         FaultKind.KILL_SITE: 2,
         FaultKind.REVOKE: 2,
+        FaultKind.JOIN: 2,
     }[kind]
     fits = (
         len(parts) == expected
@@ -131,6 +135,8 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
     site = parts[1] if len(parts) > 1 else None
     if site is not None and not site:
         raise _bad(spec, "empty site name")
+    if kind is FaultKind.JOIN and anchor is not None:
+        raise _bad(spec, "a join happens at a time after the sensors start, such as join:<spoke>@30s")
     if site in (OLD_OWNER, NEW_OWNER) and anchor is None:
         raise _bad(spec, f"{site!r} stands for a site of the first handover: give a time like switch+2s or replan+3s")
     fault = Fault(kind=kind, at=at, site=site, anchor=anchor, text=spec.strip())
@@ -168,7 +174,7 @@ def _when(spec: str, when: str) -> tuple[float, Anchor | None]:
     return (-offset if relative["sign"] == "-" else offset), Anchor(relative["anchor"])
 
 
-_AGENT_FAULTS = (FaultKind.KILL_AGENT, FaultKind.KILL_SITE, FaultKind.OVERLOAD, FaultKind.REVOKE)
+_AGENT_FAULTS = (FaultKind.KILL_AGENT, FaultKind.KILL_SITE, FaultKind.OVERLOAD, FaultKind.REVOKE, FaultKind.JOIN)
 
 
 def _overload(spec: str, args: list[str]) -> tuple[float, float | None]:
@@ -195,8 +201,44 @@ def _overload(spec: str, args: list[str]) -> tuple[float, float | None]:
 
 
 def parse_faults(specs: Iterable[str], sites: Sites | None = None) -> list[Fault]:
-    """Parse several faults, ordered by time: those after the sensors start, then those after a re-plan, a switch."""
-    return sorted((parse_fault(s, sites) for s in specs), key=fault_order)
+    """Parse several faults, ordered by time: those after the sensors start, then those after a re-plan, a switch.
+
+    Raises:
+        InvalidFault: one is malformed, or a fault hits a spoke before it joins (see :func:`check_joins`).
+    """
+    faults = sorted((parse_fault(s, sites) for s in specs), key=fault_order)
+    check_joins(faults)
+    return faults
+
+
+def joining(faults: Iterable[Fault]) -> dict[str, float]:
+    """The spokes that join mid-run (``join`` faults), with the time of their join."""
+    return {f.site: f.at for f in faults if f.kind is FaultKind.JOIN and f.site is not None}
+
+
+def check_joins(faults: Sequence[Fault]) -> None:
+    """Refuse a spoke joining twice, and a fault that hits a joining spoke before its join or without a known time.
+
+    Raises:
+        InvalidFault: the message names both faults.
+    """
+    joins: dict[str, Fault] = {}
+    for fault in faults:
+        site = fault.site
+        if fault.kind is not FaultKind.JOIN or site is None:
+            continue
+        if site in joins:
+            raise _bad(fault.describe(), f"{site} already joins with {joins[site].describe()!r}")
+        joins[site] = fault
+    for fault in faults:
+        join = joins.get(fault.site or "")
+        if join is None or fault is join:
+            continue
+        if fault.anchor is not None or fault.at <= join.at:
+            raise _bad(
+                fault.describe(),
+                f"{fault.site} joins only at {join.at:g}s ({join.describe()!r}); time this fault after it",
+            )
 
 
 def fault_order(fault: Fault) -> tuple[int, float]:

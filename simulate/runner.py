@@ -9,7 +9,7 @@ the agents with that plan: the way to compare placements on the same data.
 :class:`Run` only orchestrates; the parts live in :mod:`simulate.scenario`
 (inputs), :mod:`simulate.topology` and :mod:`simulate.cluster` (brokers, WAN
 links, processes), :mod:`simulate.readiness`, :mod:`simulate.sensor_fleet`,
-:mod:`simulate.fault_schedule`, :mod:`simulate.drain` and
+:mod:`simulate.fault_schedule` (with :mod:`simulate.joins`), :mod:`simulate.drain` and
 :mod:`simulate.checking` (results against the reference).
 """
 
@@ -32,6 +32,7 @@ from simulate.drain import drain_problems, wait_drained
 from simulate.errors import InvalidOption, SimulationError
 from simulate.fault_schedule import FaultSchedule
 from simulate.faults import FaultKind
+from simulate.joins import first_offset
 from simulate.netns.topology import NetnsTopology
 from simulate.progress import EventLog, SiteStatus, Status
 from simulate.readiness import plan_sites, subscription_baseline, wait_heartbeats, wait_subscribed
@@ -92,16 +93,24 @@ class Run:
         charts.require()
         self.opts = opts
         self.scenario = scenario = Scenario.load(opts)
-        revokes = [f.describe() for f in scenario.faults if f.kind is FaultKind.REVOKE]
-        if revokes and insecure_brokers:
-            msg = (
-                f"{', '.join(revokes)} shows the brokers refusing a revoked site, "
-                "which plain anonymous brokers cannot: drop --insecure-brokers"
-            )
-            raise InvalidOption(msg)
+        for fault_kind, why in (
+            (FaultKind.REVOKE, "shows the brokers refusing a revoked site"),
+            (FaultKind.JOIN, "enrols a site that logs in with the certificate the hub issues it"),
+        ):
+            named = [f.describe() for f in scenario.faults if f.kind is fault_kind]
+            if named and insecure_brokers:
+                msg = f"{', '.join(named)} {why}, which plain anonymous brokers cannot: drop --insecure-brokers"
+                raise InvalidOption(msg)
         kind = NetnsTopology if opts.hosts == "netns" else Topology
-        self.topology = kind(scenario.sites, scenario.sim, scenario.run_dir, opts.broker, secure=not insecure_brokers)
-        self.cluster = Cluster(self.topology, scenario.run_dir, scenario.hub, scenario.spokes)
+        self.topology = kind(
+            scenario.sites,
+            scenario.sim,
+            scenario.run_dir,
+            opts.broker,
+            secure=not insecure_brokers,
+            joining=scenario.joining,
+        )
+        self.cluster = Cluster(self.topology, scenario.run_dir, scenario.hub, scenario.starting)
         self.collector = Collector(scenario.app.name, mqtt_sinks(scenario.app))
         self.events = EventLog()
         self.faults = FaultSchedule(
@@ -111,6 +120,7 @@ class Run:
             self.events.note,
             stop_sensors=lambda s: self.fleet.stop(s),
             placement=(lambda: self.cluster.placement(scenario.app.name)) if scenario.mode == "managed" else None,
+            start_sensors=self._start_joined,
         )
         self.fleet = SensorFleet()
         self.wan = WanSampler(self.topology.wan_bytes)
@@ -120,6 +130,7 @@ class Run:
         self.problems: list[str] = []
         self.drained = True
         self.placement: dict[str, Any] | None = None
+        self.baseline: dict[str, int] = {}
 
     async def run(self) -> Outcome:
         """Run the whole simulation and return its outcome; everything started is stopped."""
@@ -142,7 +153,11 @@ class Run:
         kind = topology.broker_kind
         note = " (embedded Python broker: Mosquitto is not installed)" if kind == "amqtt" else ""
         security = (
-            "TLS, per-site credentials and ACLs" if topology.secure else "plain and anonymous (--insecure-brokers)"
+            "TLS, client certificates of the hub's CA and ACLs"
+            if topology.certificates
+            else "TLS, per-site credentials and ACLs"
+            if topology.secure
+            else "plain and anonymous (--insecure-brokers)"
         )
         self.events.note(
             f"brokers: {len(topology.brokers)} x {kind}{note}, {security}; "
@@ -157,7 +172,7 @@ class Run:
                 tasks, self.collector.watch(name, topology.host(name), broker.port, hub, self.stop_event, login)
             )
         self._spawn(tasks, self._report_status())
-        baseline = await subscription_baseline(self.collector, kind, len(scenario.sites.sites))
+        self.baseline = baseline = await subscription_baseline(self.collector, kind, len(scenario.sites.sites))
         plan_file = None
         if scenario.mode == "standalone":
             plan_file, summary = place(scenario)
@@ -177,16 +192,18 @@ class Run:
             assert plan_file is not None
             plan = json.loads(plan_file.read_text())
         app = scenario.app.name
-        running = plan_sites(plan, scenario.spokes)
+        running = plan_sites(plan, scenario.starting)
         await wait_heartbeats(
-            self.collector, scenario.spokes, app, opts.ready_timeout, cluster.check_agents, cluster.logs, running
+            self.collector, scenario.starting, app, opts.ready_timeout, cluster.check_agents, cluster.logs, running
         )
-        idle = [s for s in scenario.spokes if s not in running]
+        idle = [s for s in scenario.starting if s not in running]
         self.events.note(
             f"agents run the app at {', '.join(running)}"
             + (f"; up with nothing to run: {', '.join(idle)}" if idle else "")
+            + (f"; joining later: {', '.join(scenario.joining)}" if scenario.joining else "")
         )
-        for sites, what in (([scenario.hub], "the hub ingest"), (scenario.source_sites, "the agents")):
+        sources = [s for s in scenario.source_sites if s not in scenario.joining]
+        for sites, what in (([scenario.hub], "the hub ingest"), (sources, "the agents")):
             await wait_subscribed(self.collector, kind, sites, baseline, opts.ready_timeout, cluster.check_alive, what)
         await asyncio.sleep(1.0)
         self.events.note("ready: agents and hub subscribed")
@@ -203,8 +220,12 @@ class Run:
         ports = {name: broker.port for name, broker in self.topology.brokers.items()}
         logins = {name: self.topology.login(name) for name in ports}  # sensors log in as their site
         hosts = {name: self.topology.host(name) for name in ports}
-        self.fleet = SensorFleet.build(scenario.sites, scenario.sim, ports, self.t0, hosts, logins=logins)
-        self.events.note(f"sensors started: {self.fleet.devices} devices")
+        held = set(scenario.joining)  # a site that joins sends from the switch of its join on
+        self.fleet = SensorFleet.build(scenario.sites, scenario.sim, ports, self.t0, hosts, logins=logins, held=held)
+        self.events.note(
+            f"sensors started: {self.fleet.devices} devices"
+            + (f" (held until they join: {', '.join(held)})" if held else "")
+        )
         faults = asyncio.ensure_future(self.faults.run(start_mono, until=start_mono + scenario.duration))
         await self.fleet.run(start_mono, scenario.duration)
         sensors_done = time.time()
@@ -217,6 +238,20 @@ class Run:
         await self._drain(sensors_done)
         self.placement = await self.cluster.placement(scenario.app.name)
         self.problems += self.faults.skipped + self.cluster.stopped()
+
+    async def _start_joined(self, site: str, switch: float) -> None:
+        """Start the sensors of ``site``, which joined, once its agent subscribed: from its join ``switch`` on."""
+        cluster = self.cluster
+        what = f"the agent of {site}, which joined,"
+        await wait_subscribed(
+            self.collector, self.topology.broker_kind, [site], self.baseline, self.opts.ready_timeout,
+            cluster.check_alive, what,
+        )  # fmt: skip
+        begin = first_offset(switch, self.t0, self.scenario.sim.sensors.get(site, {}).values())
+        self.fleet.release(site, begin)
+        self.events.note(
+            f"sensors of {site} start at {begin:.1f} s, its agent subscribed: every record they send counts"
+        )
 
     async def _drain(self, sensors_done: float) -> None:
         reference = self._reference()
@@ -301,7 +336,14 @@ class Run:
 
     def _reference(self) -> Reference:
         sim = self.scenario.sim
-        return Reference.of(self.scenario.app, self.fleet.sent(), sim.settle, self.t0, dead=self.faults.killed)
+        return Reference.of(
+            self.scenario.app,
+            self.fleet.sent(),
+            sim.settle,
+            self.t0,
+            dead=self.faults.killed,
+            joined=self.faults.joined,
+        )
 
     def _destroyed(self) -> list[Destroyed]:
         """The source records the sites killed for good took with them (see :mod:`simulate.site_losses`)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from simulate.config import Simulation, parse_simulation, sites_file_lines
 from simulate.errors import InvalidOption, SimulationError
-from simulate.faults import Fault, FaultKind, parse_faults
+from simulate.faults import Fault, FaultKind, joining, parse_faults
 from simulate.progress import Status
 from spanedge.app import App
 from spanedge.loader import load_app
@@ -35,7 +35,7 @@ HOSTS = ("loopback", "netns")
 #: What a simulation writes to its run directory (:func:`clear_run_dir` removes these, nothing else).
 RUN_OUTPUT = frozenset(
     {
-        *("agents", "brokers", "hub", "logs", "revocations", "sites"),
+        *("agents", "brokers", "hub", "joins", "logs", "revocations", "sites"),
         *("deploy.json", "events.log", "netns.json", "placement.json", "plan.json", "plan-key.pem"),
         *("report.html", "report.json", "timeline.json"),
     }
@@ -171,10 +171,11 @@ class Scenario:
         sites.check_app_streams(app.source_streams(), app.name, str(opts.sites), lines)
         faults = tuple(parse_faults(opts.faults, sites))
         mode = opts.resolved_mode()
-        revokes = [f.describe() for f in faults if f.kind is FaultKind.REVOKE]
-        if revokes and mode != "managed":
-            msg = f"{', '.join(revokes)} revokes a site at the hub's REST API: it needs --mode managed"
-            raise InvalidOption(msg)
+        for kind, what in ((FaultKind.REVOKE, "revokes a site"), (FaultKind.JOIN, "enrols a site")):
+            named = [f.describe() for f in faults if f.kind is kind]
+            if named and mode != "managed":
+                msg = f"{', '.join(named)} {what} at the hub's REST API: it needs --mode managed"
+                raise InvalidOption(msg)
         label = opts.label or opts.placement
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = (opts.run_dir or Path(".spanedge") / "sim" / f"{stamp}-{label}").resolve()
@@ -205,6 +206,16 @@ class Scenario:
     def spokes(self) -> list[str]:
         """The spoke sites, in ``sites.yaml`` order."""
         return [s.name for s in self.sites.spokes]
+
+    @property
+    def joining(self) -> dict[str, float]:
+        """The spokes that join mid-run (``join`` faults), with the time of their join."""
+        return joining(self.faults)
+
+    @property
+    def starting(self) -> list[str]:
+        """The spokes whose agents start with the run: every spoke but those that join later."""
+        return [s for s in self.spokes if s not in self.joining]
 
     @property
     def source_sites(self) -> list[str]:

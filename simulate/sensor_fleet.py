@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from simulate.broker import Login
 from simulate.config import Simulation
@@ -27,6 +27,7 @@ class SensorFleet:
         start: float,
         host: str | Mapping[str, str] = "127.0.0.1",
         logins: Mapping[str, Login | None] | None = None,
+        held: Collection[str] = (),
     ) -> SensorFleet:
         """The devices of every sensor spec, publishing to the broker of their site at ``host:ports[site]``.
 
@@ -35,7 +36,8 @@ class SensorFleet:
         ``logins`` gives, per site, the credentials and CA its sensors use on a secured broker.
 
         ``start`` is the wall-clock time event times count from; the QoS of a
-        stream is the sensor spec's, else the stream binding's.
+        stream is the sensor spec's, else the stream binding's. The sensors of
+        the ``held`` sites send nothing until :meth:`release`.
         """
         sensors = {}
         for site, streams in sim.sensors.items():
@@ -47,7 +49,7 @@ class SensorFleet:
                 devices += [Device(site, stream, i, spec, binding.topic, sim.seed, start) for i in range(spec.count)]
             login = (logins or {}).get(site)
             address = host if isinstance(host, str) else host[site]
-            sensors[site] = SiteSensors(site, address, ports[site], devices, qos, login=login)
+            sensors[site] = SiteSensors(site, address, ports[site], devices, qos, login=login, held=site in held)
         return cls(sensors)
 
     @property
@@ -77,6 +79,12 @@ class SensorFleet:
     def recent(self, since: float) -> int:
         """Messages sent after wall-clock time ``since`` (among the last 2000 of each site)."""
         return sum(1 for s in self.sensors.values() for x in s.sent[-2000:] if x.sent_at > since)
+
+    def release(self, site: str, begin: float) -> None:
+        """Let the held sensors of ``site`` send what falls due from ``begin`` seconds after the start on."""
+        sensors = self.sensors.get(site)
+        if sensors is not None:
+            sensors.release(begin)
 
     def stop(self, site: str) -> None:
         """Stop the sensors of ``site`` for good (a site killed with them)."""

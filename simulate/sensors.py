@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -86,6 +87,10 @@ class Device:
     def offset(self, seq: int) -> float:
         """Seconds after the start at which message ``seq`` is due."""
         return self.phase + seq / self.rate
+
+    def skip_to(self, begin: float) -> None:
+        """Skip the messages due before ``begin`` seconds after the start: they are never made."""
+        self.seq = max(self.seq, math.ceil((begin - self.phase) * self.rate))
 
     def _field(self, name: str, fs: FieldSpec | str | bool | int | float, event_time: float) -> Any:
         if not isinstance(fs, FieldSpec):
@@ -190,10 +195,19 @@ class SiteSensors:
     done: bool = False
     login: Login | None = None
     stopped: bool = False  # set by stop(): the site's devices are gone, nothing more is sent
+    held: bool = False  # nothing is sent until release() (a site that joins mid-run)
+    begin: float = 0.0  # seconds after the start before which nothing is sent
+    _released: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def stop(self) -> None:
         """Stop sending: the messages not yet accepted by the broker are never sent."""
         self.stopped = True
+        self._released.set()
+
+    def release(self, begin: float) -> None:
+        """Let held sensors send what falls due from ``begin`` seconds after the start (and not before now) on."""
+        self.begin = begin
+        self._released.set()
 
     async def run(self, start_monotonic: float, duration: float, on_sent: Callable[[Sent], None] | None = None) -> None:
         """Send every message due before ``duration``, reconnecting (and retrying) while the broker is down."""
@@ -201,7 +215,16 @@ class SiteSensors:
 
         loop = asyncio.get_running_loop()
         options = {} if self.login is None else self.login.aiomqtt_options()
-        heap = [(d.offset(0), i) for i, d in enumerate(self.devices)]
+        if self.held:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._released.wait(), max(0.0, start_monotonic + duration - loop.time()))
+            if not self._released.is_set():
+                self.done = True
+                return
+            begin = max(self.begin, loop.time() - start_monotonic)  # nothing overdue comes in a burst
+            for device in self.devices:
+                device.skip_to(begin)
+        heap = [(d.offset(d.seq), i) for i, d in enumerate(self.devices)]
         heapq.heapify(heap)
         backlog: list[Message] = []
         while (heap or backlog) and not self.stopped:

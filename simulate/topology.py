@@ -12,6 +12,16 @@ its own site as the username on every broker, the CA, and the environment
 variable :data:`PASSWORD_ENV` that holds its password (:meth:`Topology.env`).
 The simulator's own clients log in as :data:`OBSERVER` (read-only) or, for
 sensors, as their site. ``secure=False`` runs plain anonymous brokers instead.
+
+A run with spokes that join mid-run (``joining``) uses certificate identities
+instead of passwords, since a gateway that enrols gets a client certificate: the
+CA is the managed hub's own, made in its state directory (:func:`hub_ca_dir`)
+before the hub first starts, so the hub finds and keeps it; every identity gets
+a client certificate of it, and every broker requires one
+(``require_certificate``, ``use_identity_as_username``) and checks the CA's
+revocation list, which the hub rewrites into the ACL directory. A joining spoke
+is in no process's sites file until it joins (its broker, links and sensors
+exist from the start).
 """
 
 from __future__ import annotations
@@ -19,9 +29,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
 import yaml
 
 from simulate.broker import BrokerSecurity, Login, Mosquitto, mosquitto_path
@@ -29,8 +42,9 @@ from simulate.config import Simulation, resolve_links
 from simulate.tls import make_tls
 from simulate.wan import LinkProxy, WanLink
 from spanedge.broker_acl import acl_text, identities, new_password, password_file
+from spanedge.ca import CertificateAuthority, new_request
 from spanedge.errors import SpanEdgeError
-from spanedge.sites import Sites
+from spanedge.sites import TLS, Sites
 
 #: The read-only MQTT identity of the simulator's watchers.
 OBSERVER = "spanedge-sim-observer"
@@ -41,6 +55,11 @@ _NO_SECURE_EMBEDDED = (
     "install Mosquitto ('apt-get install mosquitto' or 'brew install mosquitto'), "
     "or run plain anonymous brokers with --insecure-brokers (development only)"
 )
+
+
+def hub_ca_dir(run_dir: Path) -> Path:
+    """The managed hub's certificate authority: ``ca`` in its state directory ``<run>/hub``."""
+    return run_dir / "hub" / "ca"
 
 
 class BrokerProcess(Protocol):
@@ -108,9 +127,18 @@ class Topology:
     """Brokers, WAN links and proxies of a simulated set of sites."""
 
     def __init__(
-        self, sites: Sites, sim: Simulation, run_dir: Path, broker: str = "auto", *, secure: bool = True
+        self,
+        sites: Sites,
+        sim: Simulation,
+        run_dir: Path,
+        broker: str = "auto",
+        *,
+        secure: bool = True,
+        joining: Collection[str] = (),
     ) -> None:
-        """Plan the topology and, if ``secure``, make its CA, passwords and ACLs; :meth:`start` starts brokers and proxies.
+        """Plan the topology and, if ``secure``, make its CA, credentials and ACLs; :meth:`start` starts brokers and proxies.
+
+        ``joining`` are the spokes that join mid-run: left out of every sites file, with certificate identities.
 
         Raises:
             SpanEdgeError: ``secure`` with the embedded broker, or a site name that cannot be an MQTT identity.
@@ -120,8 +148,12 @@ class Topology:
         self.run_dir = run_dir
         self.broker_kind = broker_kind(broker)
         self.secure = secure
+        self.joining = frozenset(joining)
+        self.certificates = secure and bool(self.joining)
         self.passwords: dict[str, str] = {}
+        self.identities: dict[str, TLS] = {}
         self.ca_file: Path | None = None
+        self.relays: list[LinkProxy] = []
         security = self._secure_brokers(run_dir / "brokers") if secure else {}
         self.brokers: dict[str, BrokerProcess] = {
             name: make_broker(self.broker_kind, name, run_dir / "brokers" / name, security.get(name))
@@ -139,18 +171,29 @@ class Topology:
         """Make the run's CA and server certificate, a password per identity and each broker's ACL."""
         if self.broker_kind != "mosquitto":
             raise SpanEdgeError(_NO_SECURE_EMBEDDED)
-        self.passwords = {user: new_password() for user in identities(self.sites, [OBSERVER])}
-        tls = make_tls(directory / "tls", self.tls_hosts())
+        users = identities(self.sites, [OBSERVER])
+        passwords: Path | None = None
+        crl: Path | None = None
+        if self.certificates:
+            ca = CertificateAuthority.open(hub_ca_dir(self.run_dir))
+            tls = ca.write_server_files(directory / "tls", self.tls_hosts())
+            self.identities = {user: _identity(ca, user, directory / "identities") for user in users}
+            crl = self.acl_dir / "crl.pem"  # where the hub's --broker-dir keeps it (hub.control.brokers)
+            crl.parent.mkdir(parents=True, exist_ok=True)
+            crl.write_bytes(ca.crl_file.read_bytes())
+        else:
+            self.passwords = {user: new_password() for user in users}
+            tls = make_tls(directory / "tls", self.tls_hosts())
+            passwords = directory / "passwords"
+            passwords.touch(mode=0o600)
+            passwords.write_text(password_file(self.passwords))
         self.ca_file = tls.ca_file
-        passwords = directory / "passwords"
-        passwords.touch(mode=0o600)
-        passwords.write_text(password_file(self.passwords))
         security = {}
         for name in self.sites.sites:
             acl = self.acl_file(name)
             acl.parent.mkdir(parents=True, exist_ok=True)
             acl.write_text(acl_text(self.sites, [name], observers=[OBSERVER], per_site=True))
-            security[name] = BrokerSecurity(tls, passwords, acl)
+            security[name] = BrokerSecurity(tls, passwords, acl, crl)
         return security
 
     @property
@@ -182,15 +225,22 @@ class Topology:
             "delay, jitter, bandwidth, partitions: the simulator's TCP proxies (simulate.wan)",
         ]
 
+    def rest_options(self, hub: str) -> list[str]:
+        """The options of ``spanedge hub`` that make its REST API listen where the simulator and relays reach it."""
+        return []
+
     def env(self, site: str) -> dict[str, str]:
-        """The environment a process of ``site`` needs to log in to the brokers (empty when not secure)."""
-        return {PASSWORD_ENV: self.passwords[site]} if self.secure else {}
+        """The environment a process of ``site`` needs to log in to the brokers (empty without passwords)."""
+        return {PASSWORD_ENV: self.passwords[site]} if self.secure and not self.certificates else {}
 
     def login(self, user: str) -> Login | None:
         """How the simulator's client ``user`` (:data:`OBSERVER` or a site) logs in; None when not secure."""
         if not self.secure:
             return None
         assert self.ca_file is not None
+        if self.certificates:
+            tls = self.identities[user]
+            return Login(user, None, self.ca_file, Path(str(tls.cert_file)), Path(str(tls.key_file)))
         return Login(user, self.passwords[user], self.ca_file)
 
     def link(self, a: str, b: str) -> WanLink:
@@ -210,11 +260,18 @@ class Topology:
                 if src != dst:
                     self.proxies[(src, dst)] = await self.proxy(src, dst).start()
         for name in self.sites.sites:
-            self.files[name] = self.write_sites_file(name)
+            if name not in self.joining:  # a spoke that joins gets its sites file from the hub
+                self.files[name] = self.write_sites_file(name)
 
-    def proxy(self, src: str, dst: str) -> LinkProxy:
-        """The (stopped) proxy that carries connections from ``src`` to the broker of ``dst``."""
-        return LinkProxy(self.link(src, dst), src, dst, self.brokers[dst].port)
+    def proxy(self, src: str, dst: str, port: int | None = None) -> LinkProxy:
+        """The (stopped) proxy that carries connections from ``src`` to the broker of ``dst`` (or its ``port``)."""
+        return LinkProxy(self.link(src, dst), src, dst, self.brokers[dst].port if port is None else port)
+
+    async def relay(self, src: str, dst: str, port: int) -> str:
+        """Start a proxy over the WAN link from ``src`` to the server on ``port`` at ``dst``; the ``host:port`` to use."""
+        proxy = await self.proxy(src, dst, port).start()
+        self.relays.append(proxy)
+        return f"{proxy.listen_host}:{proxy.port}"
 
     def broker_url(self, seen_from: str, site: str) -> str:
         """The URL of ``site``'s broker as a process at ``seen_from`` must use."""
@@ -226,16 +283,34 @@ class Topology:
     def write_sites_file(self, seen_from: str) -> Path:
         """Write the sites file for processes at ``seen_from`` and return its path."""
         data = self.sites.replace(simulation=None).to_data()
+        data["sites"] = {n: site for n, site in data["sites"].items() if n not in self.joining}
+        data["links"] = [lk for lk in data.get("links", []) if not self.joining & set(lk["between"])]
         for name, site in data["sites"].items():
             site.pop("name", None)
             site["broker"] = self.broker_url(seen_from, name)
-            if self.secure:  # every broker sees this process as its own site
+            if self.certificates:  # every broker takes the name of this process's certificate as its username
+                site["tls"] = msgspec.to_builtins(self.identities[seen_from])
+            elif self.secure:  # every broker sees this process as its own site
                 site.update(username=seen_from, password_env=PASSWORD_ENV, tls={"ca_file": str(self.ca_file)})
         path = self.run_dir / "sites" / f"{seen_from}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         header = f"# sites as seen from {seen_from}: remote brokers go through the emulated WAN\n"
         path.write_text(header + yaml.safe_dump(data, sort_keys=False))
         return path
+
+    def rebase_sites_file(self, path: Path, seen_from: str) -> None:
+        """Point every broker of the sites file at ``path`` (one the hub gave a joined spoke) at its address from ``seen_from``.
+
+        The hub's file names the brokers as the hub reaches them; here each process reaches them over its own
+        emulated WAN links. Everything else in the file stays as written.
+        """
+        data = yaml.safe_load(path.read_text())
+        for name, site in data["sites"].items():
+            site["broker"] = self.broker_url(seen_from, name)
+        text = f"# as the hub answered the join, each broker as seen from {seen_from}\n" + yaml.safe_dump(
+            data, sort_keys=False
+        )
+        _write_private(path, text.encode())
 
     def partition(self, site: str) -> None:
         """Cut every link of ``site``."""
@@ -263,7 +338,7 @@ class Topology:
 
     async def stop(self) -> None:
         """Stop the proxies and the brokers."""
-        for proxy in self.proxies.values():
+        for proxy in [*self.proxies.values(), *self.relays]:
             with contextlib.suppress(Exception):
                 await proxy.stop()
         loop = asyncio.get_running_loop()
@@ -273,3 +348,20 @@ class Topology:
         for broker in self.brokers.values():
             with contextlib.suppress(Exception):
                 broker.stop()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``path`` readable by its owner only (0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _identity(ca: CertificateAuthority, user: str, directory: Path) -> TLS:
+    """A key and a client certificate of ``ca`` for ``user`` in ``directory``: its TLS settings in a sites file."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    csr, key = new_request(user)
+    cert_file, key_file = directory / f"{user}.pem", directory / f"{user}-key.pem"
+    _write_private(key_file, key)
+    cert_file.write_bytes(ca.issue_client(user, csr))
+    return TLS(ca_file=str(ca.cert_file), cert_file=str(cert_file), key_file=str(key_file))

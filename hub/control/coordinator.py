@@ -203,6 +203,10 @@ class Coordinator:
         """Deployed apps, by name."""
         return self.deployments.records()
 
+    def app_names(self) -> list[str]:
+        """The names of the deployed apps."""
+        return [r.name for r in self.records()]
+
     def record(self, name: str) -> AppRecord:
         """The record of app ``name``; raise ``KeyError`` if it is not deployed."""
         with self._lock:

@@ -152,6 +152,22 @@ class ModelService:
                 log.warning("scheduled training of model %s of app %s skipped: %s", model, app, exc)
         return made
 
+    def start_training(
+        self, stop: threading.Event, apps: Callable[[], list[str]], every_s: float = 60.0
+    ) -> threading.Thread:
+        """Start a thread that trains what is due among ``apps()`` every ``every_s`` seconds until ``stop`` is set."""
+
+        def keep_training() -> None:
+            while not stop.wait(every_s):
+                try:
+                    self.run_schedule(apps())
+                except Exception:
+                    log.exception("the scheduled training of models failed")
+
+        thread = threading.Thread(target=keep_training, name="spanedge-models", daemon=True)
+        thread.start()
+        return thread
+
 
 def _number(value: object) -> float | None:
     if isinstance(value, bool):

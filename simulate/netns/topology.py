@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import secrets
+from collections.abc import Collection
 from pathlib import Path
 
 from simulate.broker import Mosquitto
@@ -59,7 +60,14 @@ class NetnsTopology(Topology):
     """Brokers and processes in one network namespace per site, linked through a router namespace."""
 
     def __init__(
-        self, sites: Sites, sim: Simulation, run_dir: Path, broker: str = "auto", *, secure: bool = True
+        self,
+        sites: Sites,
+        sim: Simulation,
+        run_dir: Path,
+        broker: str = "auto",
+        *,
+        secure: bool = True,
+        joining: Collection[str] = (),
     ) -> None:
         """Plan the namespaces (nothing is created until :meth:`start`).
 
@@ -70,7 +78,7 @@ class NetnsTopology(Topology):
         if reason is not None:
             raise SimulationError(reason)
         self.layout = new_layout(sites)
-        super().__init__(sites, sim, run_dir, broker, secure=secure)
+        super().__init__(sites, sim, run_dir, broker, secure=secure, joining=joining)
         if self.broker_kind != "mosquitto":
             msg = "--hosts netns runs Mosquitto in each site's namespace: install it (apt-get install mosquitto)"
             raise SimulationError(msg)
@@ -95,6 +103,14 @@ class NetnsTopology(Topology):
     def host(self, site: str) -> str:
         """The site's address on its lab link."""
         return self.layout.lab_address(site)
+
+    def rest_options(self, hub: str) -> list[str]:
+        """Listen on every address of the hub's namespace: its lab link, and its WAN link for the joiners' relays.
+
+        The REST certificate names the lab address and the relay address of each spoke that joins.
+        """
+        names = [self.layout.lab_address(hub), *(self.layout.relay_address(s, hub) for s in sorted(self.joining))]
+        return ["--host", "0.0.0.0", *(arg for name in names for arg in ("--tls-name", name))]
 
     def wrap(self, site: str, argv: list[str]) -> list[str]:
         """``ip netns exec <site's namespace> argv``."""
@@ -141,14 +157,14 @@ class NetnsTopology(Topology):
             return Shape(wan.bandwidth_mbps)
         return Shape(wan.bandwidth_mbps, wan.delay_ms if delay_ms is None else delay_ms, wan.jitter_ms)
 
-    def proxy(self, src: str, dst: str) -> LinkProxy:
-        """The relay in the router namespace from ``src``'s link to ``dst``'s broker."""
+    def proxy(self, src: str, dst: str, port: int | None = None) -> LinkProxy:
+        """The relay in the router namespace from ``src``'s link to ``dst``'s broker (or its ``port``)."""
         layout = self.layout
         return LinkProxy(
             self.link(src, dst),
             src,
             dst,
-            self.brokers[dst].port,
+            self.brokers[dst].port if port is None else port,
             layout.address(dst),
             listen_host=layout.relay_address(src, dst),
             source_host=layout.relay_address(dst, src),

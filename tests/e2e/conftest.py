@@ -90,15 +90,20 @@ def simulate_smart_farm(
     tweak: dict[str, Any],
     app: Path | None = None,
     hosts: str = "loopback",
+    spokes: dict[str, Any] | None = None,
 ) -> Any:
     """Run the smart-farm example (or ``app`` on its sites) on secured brokers, its simulation section updated by ``tweak``.
 
-    ``hosts`` is ``netns`` to run each site in its own network namespace.
+    ``hosts`` is ``netns`` to run each site in its own network namespace. ``spokes`` adds sites: for each,
+    its ``sites.yaml`` entry and, under ``sensors``, its sensors of the simulation section.
     """
     from simulate.runner import Options, run
 
     data = yaml.safe_load((SMART_FARM / "sites.yaml").read_text())
     data["simulation"].update(tweak)
+    for name, entry in (spokes or {}).items():
+        data["simulation"]["sensors"][name] = entry["sensors"]
+        data["sites"][name] = {k: v for k, v in entry.items() if k != "sensors"}
     directory.mkdir(parents=True, exist_ok=True)
     sites = directory / "sites.yaml"
     sites.write_text(yaml.safe_dump(data, sort_keys=False))
