@@ -211,6 +211,23 @@ def parse_faults(specs: Iterable[str], sites: Sites | None = None) -> list[Fault
     return faults
 
 
+#: The faults plain anonymous brokers cannot show, and why.
+NEED_SECURE_BROKERS = {
+    FaultKind.REVOKE: "shows the brokers refusing a revoked site",
+    FaultKind.JOIN: "enrols a site that logs in with the certificate the hub issues it",
+}
+
+
+def insecure_refusal(faults: Iterable[Fault]) -> str | None:
+    """Why a run with ``--insecure-brokers`` cannot have ``faults`` (a ``revoke`` or a ``join``), or None."""
+    faults = list(faults)
+    for kind, why in NEED_SECURE_BROKERS.items():
+        named = [f.describe() for f in faults if f.kind is kind]
+        if named:
+            return f"{', '.join(named)} {why}, which plain anonymous brokers cannot: drop --insecure-brokers"
+    return None
+
+
 def joining(faults: Iterable[Fault]) -> dict[str, float]:
     """The spokes that join mid-run (``join`` faults), with the time of their join."""
     return {f.site: f.at for f in faults if f.kind is FaultKind.JOIN and f.site is not None}

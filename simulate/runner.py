@@ -31,7 +31,7 @@ from simulate.cluster import Cluster
 from simulate.drain import drain_problems, wait_drained
 from simulate.errors import InvalidOption, SimulationError
 from simulate.fault_schedule import FaultSchedule
-from simulate.faults import FaultKind
+from simulate.faults import insecure_refusal
 from simulate.joins import first_offset
 from simulate.netns.topology import NetnsTopology
 from simulate.progress import EventLog, SiteStatus, Status
@@ -82,34 +82,27 @@ class Outcome:
     html: Path
 
 
+def write_outputs(run_dir: Path, report: Report, timeline: Timeline, events: list[str]) -> Path:
+    """Write a run's report (JSON and HTML), timeline and event log to ``run_dir``; return the HTML report's path."""
+    (run_dir / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
+    (run_dir / "timeline.json").write_text(json.dumps(timeline.to_dict()))
+    (run_dir / "events.log").write_text("\n".join(events) + "\n")
+    return write_html(run_dir / "report.html", [(report, timeline)])
+
+
 class Run:
     """One run (internal; use :func:`run`)."""
 
     def __init__(self, opts: Options, *, insecure_brokers: bool = False) -> None:
-        """Check every input and plan the topology; nothing starts until :meth:`run`.
-
-        The brokers enforce TLS, per-site credentials and ACLs unless ``insecure_brokers``.
-        """
+        """Check every input and plan the topology, on secured brokers unless ``insecure_brokers``; start nothing."""
         charts.require()
         self.opts = opts
         self.scenario = scenario = Scenario.load(opts)
-        for fault_kind, why in (
-            (FaultKind.REVOKE, "shows the brokers refusing a revoked site"),
-            (FaultKind.JOIN, "enrols a site that logs in with the certificate the hub issues it"),
-        ):
-            named = [f.describe() for f in scenario.faults if f.kind is fault_kind]
-            if named and insecure_brokers:
-                msg = f"{', '.join(named)} {why}, which plain anonymous brokers cannot: drop --insecure-brokers"
-                raise InvalidOption(msg)
+        if insecure_brokers and (refused := insecure_refusal(scenario.faults)):
+            raise InvalidOption(refused)
         kind = NetnsTopology if opts.hosts == "netns" else Topology
-        self.topology = kind(
-            scenario.sites,
-            scenario.sim,
-            scenario.run_dir,
-            opts.broker,
-            secure=not insecure_brokers,
-            joining=scenario.joining,
-        )
+        where = scenario.sites, scenario.sim, scenario.run_dir, opts.broker
+        self.topology = kind(*where, secure=not insecure_brokers, joining=scenario.joining)
         self.cluster = Cluster(self.topology, scenario.run_dir, scenario.hub, scenario.starting)
         self.collector = Collector(scenario.app.name, mqtt_sinks(scenario.app))
         self.events = EventLog()
@@ -152,15 +145,8 @@ class Run:
         await topology.start()
         kind = topology.broker_kind
         note = " (embedded Python broker: Mosquitto is not installed)" if kind == "amqtt" else ""
-        security = (
-            "TLS, client certificates of the hub's CA and ACLs"
-            if topology.certificates
-            else "TLS, per-site credentials and ACLs"
-            if topology.secure
-            else "plain and anonymous (--insecure-brokers)"
-        )
         self.events.note(
-            f"brokers: {len(topology.brokers)} x {kind}{note}, {security}; "
+            f"brokers: {len(topology.brokers)} x {kind}{note}, {topology.security}; "
             f"{len(topology.proxies)} WAN proxies; run directory {scenario.run_dir}"
         )
         for line in topology.shaping():
@@ -217,15 +203,11 @@ class Run:
         self.events.start(self.t0)
         self._spawn(tasks, self.wan.run(self.t0))
         self.phase = "sensors running"
-        ports = {name: broker.port for name, broker in self.topology.brokers.items()}
-        logins = {name: self.topology.login(name) for name in ports}  # sensors log in as their site
-        hosts = {name: self.topology.host(name) for name in ports}
+        ports, hosts, logins = self.topology.sensor_endpoints()
         held = set(scenario.joining)  # a site that joins sends from the switch of its join on
         self.fleet = SensorFleet.build(scenario.sites, scenario.sim, ports, self.t0, hosts, logins=logins, held=held)
-        self.events.note(
-            f"sensors started: {self.fleet.devices} devices"
-            + (f" (held until they join: {', '.join(held)})" if held else "")
-        )
+        joins = f" (held until they join: {', '.join(held)})" if held else ""
+        self.events.note(f"sensors started: {self.fleet.devices} devices{joins}")
         faults = asyncio.ensure_future(self.faults.run(start_mono, until=start_mono + scenario.duration))
         await self.fleet.run(start_mono, scenario.duration)
         sensors_done = time.time()
@@ -241,12 +223,8 @@ class Run:
 
     async def _start_joined(self, site: str, switch: float) -> None:
         """Start the sensors of ``site``, which joined, once its agent subscribed: from its join ``switch`` on."""
-        cluster = self.cluster
-        what = f"the agent of {site}, which joined,"
-        await wait_subscribed(
-            self.collector, self.topology.broker_kind, [site], self.baseline, self.opts.ready_timeout,
-            cluster.check_alive, what,
-        )  # fmt: skip
+        waits = self.collector, self.topology.broker_kind, [site], self.baseline, self.opts.ready_timeout
+        await wait_subscribed(*waits, self.cluster.check_alive, f"the agent of {site}, which joined,")
         begin = first_offset(switch, self.t0, self.scenario.sim.sensors.get(site, {}).values())
         self.fleet.release(site, begin)
         self.events.note(
@@ -392,10 +370,7 @@ class Run:
         )
         timeline = self._timeline(checks, latencies)
         run_dir = scenario.run_dir
-        (run_dir / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
-        (run_dir / "timeline.json").write_text(json.dumps(timeline.to_dict()))
-        (run_dir / "events.log").write_text("\n".join(self.events.lines) + "\n")
-        html = write_html(run_dir / "report.html", [(report, timeline)])
+        html = write_outputs(run_dir, report, timeline, self.events.lines)
         return Outcome(report, self.fleet.sent(), collector, run_dir, self.t0, self.events.lines, timeline, html)
 
     def _timeline(self, checks: list[SinkCheck], latencies: dict[str, list[float]]) -> Timeline:

@@ -150,6 +150,13 @@ class Topology:
         self.secure = secure
         self.joining = frozenset(joining)
         self.certificates = secure and bool(self.joining)
+        self.security = (
+            "TLS, client certificates of the hub's CA and ACLs"
+            if self.certificates
+            else "TLS, per-site credentials and ACLs"
+            if secure
+            else "plain and anonymous (--insecure-brokers)"
+        )
         self.passwords: dict[str, str] = {}
         self.identities: dict[str, TLS] = {}
         self.ca_file: Path | None = None
@@ -232,6 +239,11 @@ class Topology:
     def env(self, site: str) -> dict[str, str]:
         """The environment a process of ``site`` needs to log in to the brokers (empty without passwords)."""
         return {PASSWORD_ENV: self.passwords[site]} if self.secure and not self.certificates else {}
+
+    def sensor_endpoints(self) -> tuple[dict[str, int], dict[str, str], dict[str, Login | None]]:
+        """Per site, the port and host of its broker and the login its sensors use there (as the site)."""
+        ports = {name: broker.port for name, broker in self.brokers.items()}
+        return ports, {name: self.host(name) for name in ports}, {name: self.login(name) for name in ports}
 
     def login(self, user: str) -> Login | None:
         """How the simulator's client ``user`` (:data:`OBSERVER` or a site) logs in; None when not secure."""
