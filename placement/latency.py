@@ -126,7 +126,7 @@ class LatencyMatrix:
         for i, row in enumerate(rows, start=1):
             src, dst, info = _parse_row(row, f"{where} row {i}")
             for end in (src, dst):
-                if self.sites and end not in self.sites:
+                if self._known and end not in self._known:
                     msg = f"{where} row {i}: unknown site {end!r}; known sites: {', '.join(self.sites)}"
                     raise InvalidSites(msg)
             known = direct.get((src, dst)) or (self._default if self._default else None)
