@@ -14,6 +14,11 @@ from hub.api.models import LatencyResponse, SitesResponse, SiteStatus, errors
 from hub.control.coordinator import Coordinator
 from hub.control.registry import SiteRegistry
 
+#: The answer of ``GET /sites`` for a fleet of this many sites or more (tens of ms to build on a busy hub) is reused...
+REUSE_FROM_SITES = 200
+#: ... for this long, and refreshed in the background for twice as long again.
+REUSE_S = 1.0
+
 
 class SitesAnswer:
     """The body of ``GET /sites``, built for each request from rows validated once per heartbeat.
@@ -25,14 +30,51 @@ class SitesAnswer:
     whole answer is serialised with orjson; so are ``revoked`` and ``joining``, which change without a heartbeat.
     """
 
-    def __init__(self) -> None:
-        """Start with nothing checked."""
+    def __init__(self, reuse_from_sites: int = REUSE_FROM_SITES, reuse_s: float = REUSE_S) -> None:
+        """Start with nothing checked; a fleet of ``reuse_from_sites`` has its answers reused (see :meth:`body`)."""
+        self.reuse_from_sites, self.reuse_s = reuse_from_sites, reuse_s
         self._lock = threading.Lock()
         self._registry: SiteRegistry | None = None
         self._checked: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._last: tuple[SiteRegistry, float, bytes] | None = None  # a big fleet's answer: registry, when built, body
+        self._rebuilding = False
 
     def body(self, registry: SiteRegistry) -> bytes:
-        """The JSON of :class:`~hub.api.models.SitesResponse` from ``registry``."""
+        """The answer for ``registry``: built now, or, for a fleet of ``reuse_from_sites`` or more, reused.
+
+        A big fleet's answer is served again while it is under ``reuse_s`` old;
+        up to three times that, it is served while a fresh one is built in the
+        background. A request thus never waits for a big fleet's answer once one
+        exists, and sees one at most about ``reuse_s`` plus a build old; smaller
+        fleets get a fresh answer each time.
+        """
+        now = time.monotonic()
+        with self._lock:
+            last = self._last if self._last is not None and self._last[0] is registry else None
+            age = None if last is None else now - last[1]
+            if last is not None and age is not None and age < 3 * self.reuse_s:
+                if age >= self.reuse_s and not self._rebuilding:
+                    self._rebuilding = True
+                    threading.Thread(target=self._rebuild, args=(registry,), name="sites-answer", daemon=True).start()
+                return last[2]
+        return self._build(registry)
+
+    def _rebuild(self, registry: SiteRegistry) -> None:
+        try:
+            self._build(registry)
+        finally:
+            with self._lock:
+                self._rebuilding = False
+
+    def _build(self, registry: SiteRegistry) -> bytes:
+        started = time.monotonic()
+        body = self.fresh(registry)
+        with self._lock:
+            self._last = (registry, started, body) if len(registry.sites.sites) >= self.reuse_from_sites else None
+        return body
+
+    def fresh(self, registry: SiteRegistry) -> bytes:
+        """The JSON of :class:`~hub.api.models.SitesResponse` from ``registry``, built now."""
         with self._lock:
             if registry is not self._registry:
                 self._registry, self._checked = registry, {}
@@ -73,7 +115,11 @@ def sites_router(coordinator: Coordinator) -> APIRouter:
 
     @router.get("/sites", response_model=SitesResponse)
     def sites() -> Response:
-        """Every site with its live state from heartbeats."""
+        """Every site with its live state from heartbeats.
+
+        For a fleet of 200 sites or more, the answer may be up to about a second old:
+        it is rebuilt in the background while the last one is served.
+        """
         return Response(answer.body(coordinator.registry), media_type="application/json")
 
     @router.get("/latency", response_model=LatencyResponse)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -15,6 +16,7 @@ from hub.control.registry import SiteRegistry
 from hub.control.state import AppRecord, HistoryEntry
 from spanedge.plan import Assignment, Plan, SolverInfo, Totals
 from spanedge.sites import parse_sites
+from tests.polling import wait_for
 
 SITES = """
 sites:
@@ -139,3 +141,28 @@ def test_the_placement_answer_is_kept_until_the_record_changes() -> None:
         HistoryEntry(2, 2.0, "re-planned; placement unchanged", asdict(first.plan.totals), changed=False)
     )
     assert len(orjson.loads(answers.body(first))["history"]) == 2
+
+
+def test_a_big_fleets_answer_is_reused_then_rebuilt_in_the_background() -> None:
+    clock = Clock()
+    registry = registry_with_beats(clock)
+    answer = SitesAnswer(reuse_from_sites=1, reuse_s=1.0)
+    first = answer.body(registry)
+    beat = {"site": "b", "ts": 9, "apps": ["late"], "latency": {}}
+    assert registry.heartbeat("b", orjson.dumps(beat))
+    assert answer.body(registry) == first  # under reuse_s old: served again, as it was
+    time.sleep(1.05)
+    assert answer.body(registry) == first  # older (under three times reuse_s): served while a fresh one is built
+    wait_for(lambda: answer.body(registry) != first, timeout=10)
+    b = next(s for s in orjson.loads(answer.body(registry))["sites"] if s["site"] == "b")
+    assert b["apps"] == ["late"]
+
+
+def test_a_small_fleets_answer_is_always_fresh() -> None:
+    clock = Clock()
+    registry = registry_with_beats(clock)
+    answer = SitesAnswer()  # three sites: under REUSE_FROM_SITES
+    answer.body(registry)
+    assert registry.heartbeat("b", orjson.dumps({"site": "b", "ts": 9, "apps": ["late"], "latency": {}}))
+    b = next(s for s in orjson.loads(answer.body(registry))["sites"] if s["site"] == "b")
+    assert b["apps"] == ["late"]
