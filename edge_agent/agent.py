@@ -46,6 +46,7 @@ from spanedge.runtime import Pipeline
 from spanedge.wire.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
+    from spanedge.metrics import Exposition
     from spanedge.signing import TrustedKeys
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ class Agent:
         if self.config.metrics_port is not None:
             from spanedge.metrics import serve as serve_metrics  # only with --metrics-port
 
-            serve_metrics(self.config.metrics_port, self.telemetry.exposition)
+            serve_metrics(self.config.metrics_port, self._exposition)
         self.hub.start()
         if self.hub_plans is not None:
             self.hub.subscribe([(topics.control(self.site, "plan"), 1), (topics.control(self.site, "probe"), 0)])
@@ -192,6 +193,14 @@ class Agent:
             await self._consume()
         finally:
             await self._shutdown(self._tasks)
+
+    def _exposition(self) -> Exposition:
+        """The last heartbeat's metrics and the connectors' state."""
+        from edge_agent.connectors.status import add_connector_metrics
+
+        out = self.telemetry.exposition()
+        add_connector_metrics(out, self.site, self.intake.connectors.values(), self.sinks.opened_actuators)
+        return out
 
     def _waiting_for_plan(self) -> bool:
         return self.hub_plans is not None and self.hub_plans.waiting
@@ -263,6 +272,7 @@ class Agent:
         self.processor.flush()
         self.apps.apply(plans)
         self._rewire()
+        self.sinks.resume(self.pipelines)
         apps = {name: p.app for name, p in self.pipelines.items()}
         self.spool_feed.update(self.plans, apps)
         self.recoveries.update(self.plans, apps)

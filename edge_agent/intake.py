@@ -1,4 +1,4 @@
-"""Intake: which site brokers the agent reads, which pipeline source each message feeds, and redelivery dedupe."""
+"""Intake: which site brokers and connectors the agent reads, which pipeline source each message feeds, and redelivery dedupe."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from edge_agent.mqtt.transport import Inbox, Message, Transport, TransportFactory
+from edge_agent.connectors.api import make_source
+from edge_agent.connectors.runner import SourceRunner
+from edge_agent.mqtt.transport import Inbox, Message, MessageSource, Transport, TransportFactory
+from spanedge.errors import SpanEdgeError
 from spanedge.plan import split_replica
 from spanedge.runtime import Pipeline
 from spanedge.sites import Sites
@@ -37,7 +40,10 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
 
 @dataclass(frozen=True)
 class Route:
-    """Messages of ``topic_filter`` at ``source_site``'s broker feed ``replica`` of ``app``, up to ``max_bytes`` each."""
+    """Messages of ``topic_filter`` at ``source_site``'s broker feed ``replica`` of ``app``, up to ``max_bytes`` each.
+
+    A connector stream's route has no topic filter: the readings of its connector feed the replica.
+    """
 
     source_site: str
     topic_filter: str
@@ -45,6 +51,7 @@ class Route:
     app: str
     replica: str
     max_bytes: int
+    stream: str = ""
 
 
 class Intake:
@@ -53,6 +60,8 @@ class Intake:
     A source replica of group ``S`` reads ``S``'s broker (its own site's, or another spoke's for
     offloaded replicas), with the topic filter ``sites.yaml`` binds to the stream there. Each
     connection keeps no payload over the largest ``max_message_bytes`` of the streams it reads.
+    A stream bound with ``url:`` is read by a connector (:mod:`edge_agent.connectors`) instead,
+    one per source site and stream, started and stopped with the pipelines that read it.
     """
 
     def __init__(self, site: str, sites: Sites, inbox: Inbox, connect: TransportFactory) -> None:
@@ -63,6 +72,7 @@ class Intake:
         self.connect = connect
         self.transports: dict[str, Transport] = {}
         self.routes: list[Route] = []
+        self.connectors: dict[tuple[str, str], SourceRunner] = {}
         self._cache: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
 
     def rewire(self, pipelines: Mapping[str, Pipeline]) -> list[Transport]:
@@ -71,7 +81,10 @@ class Intake:
         self._cache.clear()
         wanted: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
         limits: dict[str, int] = {}
+        self._rewire_connectors()
         for r in self.routes:
+            if r.stream:
+                continue
             if (r.topic_filter, r.qos) not in wanted[r.source_site]:
                 wanted[r.source_site].append((r.topic_filter, r.qos))
             limits[r.source_site] = max(r.max_bytes, limits.get(r.source_site, 0))
@@ -90,6 +103,25 @@ class Intake:
                 transport.unsubscribe(stale)
             transport.subscribe(filters)
         return closed
+
+    def _rewire_connectors(self) -> None:
+        wanted = {(r.source_site, r.stream) for r in self.routes if r.stream}
+        for key in [k for k in self.connectors if k not in wanted]:
+            self.connectors.pop(key).stop()
+        for source_site, stream in wanted - set(self.connectors):
+            binding = self.sites.site(source_site).streams[stream]
+            try:
+                source = make_source(binding, stream)
+            except SpanEdgeError as exc:
+                log.error("stream %s of site %s gets no input: %s", stream, source_site, exc)
+                continue
+            runner = SourceRunner(source, source_site, stream, self.inbox)
+            runner.start()
+            self.connectors[(source_site, stream)] = runner
+
+    def live(self) -> set[MessageSource]:
+        """The connections and connectors whose messages are routed now."""
+        return {*self.transports.values(), *self.connectors.values()}
 
     def _open(self, source_site: str) -> Transport:
         transport = self.connect(
@@ -118,13 +150,32 @@ class Intake:
                         replica,
                     )
                     continue
-                routes.append(Route(source_site, binding.topic, binding.qos, name, replica, binding.max_message_bytes))
+                stream_of_connector = stream if binding.url is not None else ""
+                routes.append(
+                    Route(
+                        source_site,
+                        binding.topic,
+                        binding.qos,
+                        name,
+                        replica,
+                        binding.max_message_bytes,
+                        stream_of_connector,
+                    )
+                )
         return routes
 
     def route(self, message: Message) -> list[tuple[str, str, int]]:
         """The ``(app, source replica, largest message in bytes)`` a message feeds."""
         key = (message.source.name, message.topic)
         found = self._cache.get(key)
+        if found is None and isinstance(message.source, SourceRunner):
+            runner = message.source
+            found = [
+                (r.app, r.replica, r.max_bytes)
+                for r in self.routes
+                if r.stream == runner.stream and r.source_site == runner.site
+            ]
+            self._cache[key] = found
         if found is None:
             found = [
                 (r.app, r.replica, r.max_bytes)
@@ -137,9 +188,11 @@ class Intake:
         return found
 
     def stop(self) -> None:
-        """Disconnect from every site broker (unacknowledged messages stay with the brokers)."""
+        """Disconnect from every site broker and connector (unacknowledged messages stay with the brokers)."""
         for transport in self.transports.values():
             transport.stop()
+        for runner in self.connectors.values():
+            runner.stop()
 
 
 class Redeliveries:

@@ -74,7 +74,7 @@ class Processor:
         skipped: the broker redelivers it.
         """
         pipelines = self.pipelines
-        live = set(self.intake.transports.values())
+        live = self.intake.live()
         for m in messages:
             if m.source not in live:
                 continue  # from a connection closed by a new plan; the broker redelivers it
@@ -84,7 +84,9 @@ class Processor:
                     continue  # processed before its acknowledgement was lost: acknowledge it only
             size = m.size
             for app, replica, limit in self.intake.route(m):
-                if size > limit:  # dead-lettered unread, committed and acknowledged like any message
+                if m.problem:  # a connector's value that does not fit: dead-lettered with its node or register
+                    pipelines[app].reject(replica, m.problem, m.payload, m.topic)
+                elif size > limit:  # dead-lettered unread, committed and acknowledged like any message
                     pipelines[app].refuse(replica, size, limit, m.topic)
                 else:
                     pipelines[app].process(replica, m.payload, m.arrival)

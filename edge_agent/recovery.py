@@ -174,7 +174,7 @@ class SpoolFeed:
         """Subscribe to the streams the apps' ``plans`` spool; prune the spool when there are none."""
         streams = sorted({s for name, plan in plans.items() for s in spooled_streams(self.site, plan, apps[name])})
         bindings = self.sites.site(self.site).streams
-        filters = sorted({(bindings[s].topic, 1) for s in streams if s in bindings})
+        filters = sorted({(bindings[s].topic, 1) for s in streams if s in bindings and bindings[s].topic})
         limit = max((bindings[s].max_message_bytes for s in streams if s in bindings), default=None)
         link = self.link
         if not filters:
@@ -320,7 +320,7 @@ class Recoveries:
         routes = []
         for replica in pipeline.sources:  # source nodes only
             binding = self.sites.site(self.site).streams.get(split_replica(replica)[0])
-            if binding is not None:
+            if binding is not None and binding.topic:  # connector streams are not spooled
                 routes.append((binding.topic, replica))
         owned = [n.owns[0] for n in pipeline.nodes if n.owns is not None]
         feed_from = min(owned, default=min(h.recover_from or h.switch_at for h in moves)) - FEED_MARGIN_S

@@ -9,7 +9,7 @@ import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
@@ -22,7 +22,12 @@ from spanedge.mqtt import AGENT_SINK
 from spanedge.private_files import open_private
 from spanedge.result_latency import ResultLatency
 from spanedge.runtime import DeadLetter
+from spanedge.sinks import ConnectorSinkSpec
 from spanedge.sites import Sites
+
+if TYPE_CHECKING:
+    from edge_agent.connectors.actuators import Actuators
+    from spanedge.runtime import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +134,10 @@ class Unacknowledged:
 
 
 class LocalSinks:
-    """Serves what a commit made durable: ``mqtt``, ``file``, ``console`` and ``memory`` sinks, the DLQ and late records.
+    """Serves what a commit made durable: ``mqtt``, ``file``, ``console``, ``memory`` and connector sinks, the DLQ and late records.
+
+    Connector sinks (``sinks.modbus/opcua/connector(...)``) go to a durable queue in the state
+    directory, written by their connectors (:mod:`edge_agent.connectors.actuators`).
 
     Args:
         site: the site this agent serves (file names, DLQ topics).
@@ -161,6 +169,32 @@ class LocalSinks:
         self._files: dict[str, IO[str]] = {}
         self._late_full: set[str] = set()
         self.unacknowledged = Unacknowledged()
+        self._actuators: Actuators | None = None
+
+    @property
+    def actuators(self) -> Actuators:
+        """The connector sinks' queue, opened on first use."""
+        if self._actuators is None:
+            from edge_agent.connectors.actuators import Actuators
+
+            self._actuators = Actuators(self.state_dir / "actuators.db")
+        return self._actuators
+
+    @property
+    def opened_actuators(self) -> Actuators | None:
+        """The connector sinks' queue if a sink opened it, else ``None``."""
+        return self._actuators
+
+    def resume(self, pipelines: dict[str, Pipeline]) -> None:
+        """Write what the connector sinks of ``pipelines`` had left before the agent stopped."""
+        specs = {
+            f"{app}/{node.op.name}": node.op.sink
+            for app, pipeline in pipelines.items()
+            for node in pipeline.nodes
+            if isinstance(node.op.sink, ConnectorSinkSpec)
+        }
+        if specs and (self._actuators is not None or (self.state_dir / "actuators.db").exists()):
+            self.actuators.resume(specs)
 
     def serve(self, done: Committed) -> None:
         """Deliver the sink values, dead letters and late records of a commit."""
@@ -178,6 +212,8 @@ class LocalSinks:
                 self._file(item.operator, spec.target).write(body.decode() + "\n")
             elif spec.kind == "console":
                 print(body.decode(), flush=True)
+            elif isinstance(spec, ConnectorSinkSpec):
+                self.actuators.put(f"{app}/{item.operator}", spec, item.value)
             else:
                 self.memory[spec.target or item.operator].append(item.value)
         for app, dead in done.dlq:
@@ -239,3 +275,6 @@ class LocalSinks:
         for handle in self._files.values():
             handle.close()
         self._files.clear()
+        if self._actuators is not None:
+            self._actuators.close()
+            self._actuators = None

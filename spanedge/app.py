@@ -492,6 +492,11 @@ class Stream:
                 msg = f"sink at {location}: a {spec.kind} sink is written by the hub; drop scope='local'"
                 raise InvalidDataflow(msg)
             placed = Scope.GLOBAL
+        if spec.kind == "connector":  # sinks.modbus/opcua/connector(...): the agent writes to the equipment
+            if placed is Scope.GLOBAL:
+                msg = f"sink at {location}: a connector sink is written by a site's agent; drop scope='global'"
+                raise InvalidDataflow(msg)
+            placed = Scope.LOCAL
         return self.app._add(
             Operator(
                 name=name or self.app._auto_name(f"sink_{spec.kind}"),

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+import msgspec
+
+from spanedge.connectors import modbus as modbus_points
+from spanedge.connectors import opcua as opcua_nodes
+from spanedge.connectors import scheme_of
 from spanedge.errors import InvalidDataflow
 from spanedge.operators import PostgresSinkSpec, SinkSpec
 
@@ -77,3 +84,126 @@ def postgres(table: str, *, key: Sequence[str] | None = None, dsn_env: str = "SP
         msg = f"sinks.postgres({table!r}, dsn_env={dsn_env!r}): dsn_env is the name of an environment variable"
         raise InvalidDataflow(msg)
     return PostgresSinkSpec("postgres", table, dsn_env=dsn_env, key=columns)
+
+
+@dataclass(frozen=True)
+class ConnectorSinkSpec(SinkSpec):
+    """A sink written by an edge connector (``target`` is its URL); see :func:`modbus`, :func:`opcua`, :func:`connector`.
+
+    Each result is a mapping: ``key_field`` names the point to write, ``value_field`` the value.
+    With ``last_value_wins``, a result replaces a value of the same point not yet written.
+    """
+
+    nodes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    points: Mapping[str, modbus_points.Point] = field(default_factory=dict, hash=False)
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    key_field: str = "point"
+    value_field: str = "value"
+    last_value_wins: bool = True
+
+    @property
+    def scheme(self) -> str:
+        """The URL's scheme: which connector writes the sink."""
+        return scheme_of(self.target)
+
+
+def _scheme(url: str, expected: str | None, what: str) -> None:
+    try:
+        scheme = scheme_of(url)
+    except ValueError as exc:
+        msg = f"{what}: {str(exc).removeprefix('url: ')}"
+        raise InvalidDataflow(msg) from None
+    if expected is not None and scheme != expected:
+        msg = f"{what}: the URL must start with {expected}://"
+        raise InvalidDataflow(msg)
+
+
+def modbus(
+    url: str,
+    points: Mapping[str, Mapping[str, Any]],
+    *,
+    key: str = "point",
+    value: str = "value",
+    last_value_wins: bool = True,
+) -> ConnectorSinkSpec:
+    """Write results to a Modbus TCP device's coils and holding registers, at least once (``spanedge[modbus]``).
+
+    ``url`` is ``modbus://host:502`` (``?unit=N`` for a device id other than 1); ``points`` names
+    the points as a ``modbus://`` stream's ``points:`` do. A result ``{key: "valve", value: true}``
+    writes to the point ``valve``. Values wait in a durable queue at the agent until the device
+    took them; with ``last_value_wins`` only the newest value of each point waits. The sink runs at
+    the edge (its scope is ``local``).
+    """
+    what = f"sinks.modbus({url!r})"
+    _scheme(url, "modbus", what)
+    if not points:
+        msg = f"{what}: give points={{name: {{table: coil, address: 0}}, ...}}"
+        raise InvalidDataflow(msg)
+    parsed: dict[str, modbus_points.Point] = {}
+    for name, point in points.items():
+        try:
+            parsed[name] = msgspec.convert(dict(point), modbus_points.Point)
+        except (msgspec.ValidationError, ValueError, TypeError) as exc:
+            msg = f"{what}: point {name!r}: {exc}"
+            raise InvalidDataflow(msg) from None
+        if not parsed[name].writable:
+            msg = f"{what}: point {name!r} is a {parsed[name].where()}; only coils and holding registers are written"
+            raise InvalidDataflow(msg)
+    return ConnectorSinkSpec(
+        "connector", url, points=parsed, key_field=key, value_field=value, last_value_wins=last_value_wins
+    )
+
+
+def opcua(
+    url: str,
+    nodes: Mapping[str, str],
+    *,
+    key: str = "point",
+    value: str = "value",
+    last_value_wins: bool = True,
+    **options: Any,
+) -> ConnectorSinkSpec:
+    """Write results to OPC UA nodes, at least once (``spanedge[opcua]``), as :func:`modbus` does to points.
+
+    ``url`` is ``opcua://host:4840/path``; ``nodes`` maps point names to node ids. ``options``
+    takes ``security={...}``, ``username=`` and ``password_env=`` as an ``opcua://`` stream does.
+    """
+    what = f"sinks.opcua({url!r})"
+    _scheme(url, "opcua", what)
+    if not nodes:
+        msg = f"{what}: give nodes={{name: 'ns=2;i=7', ...}}"
+        raise InvalidDataflow(msg)
+    for name, node in nodes.items():
+        problem = opcua_nodes.node_problem(node)
+        if problem is not None:
+            msg = f"{what}: node {name!r}: {problem}"
+            raise InvalidDataflow(msg)
+    unknown = set(options) - {"security", "username", "password_env"}
+    if unknown:
+        msg = f"{what}: unknown option(s) {', '.join(sorted(unknown))}; it takes security=, username=, password_env="
+        raise InvalidDataflow(msg)
+    if "security" in options:
+        try:
+            options["security"] = msgspec.convert(options["security"], opcua_nodes.Security)
+        except (msgspec.ValidationError, ValueError, TypeError) as exc:
+            msg = f"{what}: security: {exc}"
+            raise InvalidDataflow(msg) from None
+    return ConnectorSinkSpec(
+        "connector",
+        url,
+        nodes=dict(nodes),
+        options=options,
+        key_field=key,
+        value_field=value,
+        last_value_wins=last_value_wins,
+    )
+
+
+def connector(
+    url: str, *, key: str = "point", value: str = "value", last_value_wins: bool = True, **options: Any
+) -> ConnectorSinkSpec:
+    """Write results with a connector the app registers for the URL's scheme (see the connectors guide)."""
+    _scheme(url, None, f"sinks.connector({url!r})")
+    return ConnectorSinkSpec(
+        "connector", url, options=options, key_field=key, value_field=value, last_value_wins=last_value_wins
+    )

@@ -31,7 +31,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from spanedge import topics
+from spanedge import connectors, topics
+from spanedge.connectors import modbus, opcua
 from spanedge.errors import InvalidSites
 from spanedge.file_models import FileModel, Place, convert, key_path
 from spanedge.files import read_text
@@ -73,30 +74,88 @@ def tls_context(ca_file: str | None, cert_file: str | None = None, key_file: str
     return context
 
 
-class StreamBinding(FileModel, frozen=True):
-    """How a site sources a named stream: its topic filter and expected load.
+class StreamBinding(FileModel, frozen=True, kw_only=True):
+    """How a site sources a named stream: its MQTT topic filter, or a connector URL, and expected load.
 
     Attributes:
-        topic: the MQTT topic filter of the stream's sensors.
+        topic: the MQTT topic filter of the stream's sensors (leave out with ``url``).
+        url: a connector instead of MQTT: ``opcua://host:4840/path``, ``modbus://host:502`` or
+            the scheme of a connector the agent registers (see the connectors guide).
         rate: expected records/s.
         record_bytes: mean record size in bytes.
         qos: MQTT QoS of the sensors' messages (0 or 1).
         max_message_bytes: the largest message the agent takes on this stream; a larger one is
             dead-lettered with its size and topic, unread.
+        nodes: ``opcua://`` only: the nodes to subscribe to, by the name records carry.
+        publish_interval: ``opcua://`` only: the subscription's publishing interval in seconds.
+        security: ``opcua://`` only: certificate security (left out: none).
+        username: ``opcua://`` only: a user name, with its password in ``password_env``.
+        password_env: the environment variable holding that password.
+        unit: ``modbus://`` only: the device (unit) id.
+        interval: ``modbus://`` only: seconds between polls of the device.
+        points: ``modbus://`` only: the registers and coils to poll, by the name records carry.
+        options: settings of a connector the user registered, passed to it as they are.
     """
 
-    topic: Annotated[str, msgspec.Meta(min_length=1)]
+    topic: str = ""
     rate: Positive
+    url: str | None = None
     record_bytes: Positive = 200.0
     qos: Annotated[int, msgspec.Meta(ge=0, le=1)] = 1
     max_message_bytes: Bytes = MAX_MESSAGE_BYTES
+    nodes: dict[str, str] = msgspec.field(default_factory=dict)
+    publish_interval: Annotated[float, msgspec.Meta(ge=0.01, le=3600)] = 0.5
+    security: opcua.Security | None = None
+    username: str | None = None
+    password_env: str | None = None
+    unit: Annotated[int, msgspec.Meta(ge=0, le=255)] = 1
+    interval: Annotated[float, msgspec.Meta(ge=0.01, le=86400)] = 1.0
+    points: dict[str, modbus.Point] = msgspec.field(default_factory=dict)
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """Check that ``topic`` is an MQTT topic filter the broker accepts (:func:`spanedge.topics.filter_problem`)."""
-        problem = topics.filter_problem(self.topic)
-        if problem is not None:
-            msg = f"topic: topic filter {self.topic!r} is invalid: it {problem}"
+        """Check the topic filter (:func:`spanedge.topics.filter_problem`) or the connector URL and its settings."""
+        if self.url is None:
+            if not self.topic:
+                msg = "topic: a stream needs an MQTT topic filter (topic:) or a connector URL (url:)"
+                raise ValueError(msg)
+            problem = topics.filter_problem(self.topic)
+            if problem is not None:
+                msg = f"topic: topic filter {self.topic!r} is invalid: it {problem}"
+                raise ValueError(msg)
+            return
+        if self.topic:
+            msg = "topic: a stream has either a topic filter or a connector url:, not both"
             raise ValueError(msg)
+        scheme = connectors.scheme_of(self.url)
+        if scheme == "opcua":
+            for name, node in self.nodes.items():
+                problem = name_problem(name, "node") or opcua.node_problem(node)
+                if problem is not None:
+                    msg = f"{key_path('nodes', name)}: {problem}"
+                    raise ValueError(msg)
+            if not self.nodes and not opcua.url_nodes(self.url):
+                msg = "nodes: an opcua:// stream needs nodes: {name: 'ns=2;i=7', ...} or ?nodes=ns=2;i=7,... in its url"
+                raise ValueError(msg)
+        elif scheme == "modbus":
+            for name in self.points:
+                problem = name_problem(name, "point")
+                if problem is not None:
+                    msg = f"{key_path('points', name)}: {problem}"
+                    raise ValueError(msg)
+            if not self.points:
+                msg = "points: a modbus:// stream needs points: {name: {table: holding, address: 0}, ...}"
+                raise ValueError(msg)
+
+    @property
+    def connector(self) -> str | None:
+        """The scheme of the stream's connector, or ``None`` for an MQTT stream."""
+        return None if self.url is None else connectors.scheme_of(self.url)
+
+    @property
+    def opcua_nodes(self) -> dict[str, str]:
+        """An ``opcua://`` stream's nodes by name, those of its URL's ``?nodes=`` included."""
+        return {**opcua.url_nodes(self.url or ""), **self.nodes}
 
 
 class Broker(FileModel, frozen=True):

@@ -30,21 +30,33 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class MessageSource(Protocol):
+    """Where a :class:`Message` came from: a broker connection or a connector (:mod:`edge_agent.connectors`)."""
+
+    name: str
+
+    def ack(self, mid: int, qos: int) -> None:
+        """Acknowledge a received message, once it is committed."""
+
+
 @dataclass(slots=True)
 class Message:
-    """One message received from a broker.
+    """One message received from a broker or read by a connector.
 
     ``oversize`` is the size of a payload the connection did not keep, being over its
     ``max_message_bytes`` (``payload`` is then empty); 0 when ``payload`` is whole.
+    ``problem``, from a connector, says why its value does not fit (dead-lettered with ``topic``,
+    the node or register it came from).
     """
 
     topic: str
     payload: bytes
     qos: int
     mid: int
-    source: Transport
+    source: MessageSource
     arrival: float
     oversize: int = 0
+    problem: str = ""
 
     @property
     def size(self) -> int:

@@ -10,6 +10,7 @@ it produced with :meth:`Pipeline.take`. It does no I/O, so the agent,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -146,6 +147,16 @@ class Pipeline:
             return  # the site that runs the replica itself reports it
         self.dlq_count += 1
         self.out.dlq.append(DeadLetter.oversize(node.op.name, size, limit, topic, self.site, self.clock()))
+
+    def reject(self, source: str, reason: str, payload: bytes, where: str) -> None:
+        """Dead-letter a value a connector read for ``source`` that does not fit (``where``: its node or register)."""
+        node = self.sources[source]
+        node.n_in += 1
+        if node.shadow:
+            return  # the site that runs the replica itself reports it
+        self.dlq_count += 1
+        dead = DeadLetter.of(reason, node.op.name, payload, self.site, self.clock())
+        self.out.dlq.append(dataclasses.replace(dead, topic=where))
 
     def process_value(
         self, source: str, value: Any, arrival: float | None = None, raw: bytes | str | None = None

@@ -184,7 +184,7 @@ def test_a_wrong_value_anywhere_is_named_by_its_place(leaf: tuple[str | int, ...
         ),
         (
             "sites:\n  a: {tier: hub, broker: 'mqtt://a', streams: {s: {topic: '', rate: 1}}}",
-            "s.yaml:2: sites.a.streams.s.topic: Expected `str` of length >= 1 (got '')",
+            "s.yaml:2: sites.a.streams.s.topic: a stream needs an MQTT topic filter (topic:) or a connector URL (url:) (got '')",
         ),
         (
             "sites: {a: {tier: hub, broker: 'mqtt://a'}}\ndefault_link: {cost: -1}",
