@@ -16,7 +16,7 @@ its effect (window state, outbox records) is committed. Printed per consumer:
 records/s, the ratio to the bare subscriber, records per CPU-second (the
 process's user+system CPU time from the first record to the last, i.e. per
 core), the steady-state RSS (VmRSS after the run) and the peak (VmHWM), with
-the goals of issue 13 next to them.
+the goals of issues 13 and 46 next to them.
 """
 
 from __future__ import annotations
@@ -390,7 +390,7 @@ def _report(args: argparse.Namespace, rows: list[tuple[int, int, Any, Any]], dra
         a_core = agent["records"] / agent["cpu"]
         core_goal = ">=25k" if qos == 1 else ""
         print(
-            f"{qos:>3} {n:>8} | {b_rate:>15,.0f} {a_rate:>11,.0f} {a_rate / b_rate:>5.2f} {'>=1.0':>6} | "
+            f"{qos:>3} {n:>8} | {b_rate:>15,.0f} {a_rate:>11,.0f} {a_rate / b_rate:>5.2f} {'>=2.0':>6} | "
             f"{b_core:>14,.0f} {a_core:>7,.0f} {core_goal:>7} | "
             f"{bare['steady'] / mb:>11.1f} {agent['steady'] / mb:>5.1f} {'<=35':>5} {agent['rss'] / mb:>5.1f} | "
             f"{agent['dropped']:>5}"
@@ -400,8 +400,8 @@ def _report(args: argparse.Namespace, rows: list[tuple[int, int, Any, Any]], dra
         f"removed on PUBACK): {drain['records'] / drain['seconds']:,.0f} records/s"
     )
     print(
-        "goals (issue 13): agent >= 1.0x the bare subscriber at QoS 0 and 1; >= 25k records per CPU-second at "
-        "QoS 1 (2x eKuiper's 10-12k msgs/s per core); steady-state RSS <= 35 MB (eKuiper: ~20 MB)"
+        "goals: agent >= 2.0x the bare subscriber at QoS 0 and 1 (issue 46; issue 13 asked 1.0x); >= 25k records "
+        "per CPU-second at QoS 1 (2x eKuiper's 10-12k msgs/s per core); steady-state RSS <= 35 MB (eKuiper: ~20 MB)"
     )
 
 

@@ -75,22 +75,23 @@ class Processor:
         """
         pipelines = self.pipelines
         live = self.intake.live()
+        route, seen, acks, touched = self.intake.route, self.redeliveries.seen, self._acks, self.touched
         for m in messages:
             if m.source not in live:
                 continue  # from a connection closed by a new plan; the broker redelivers it
             if m.qos:
-                self._acks.append(m)
-                if self.redeliveries.seen(m):
+                acks.append(m)
+                if seen(m):
                     continue  # processed before its acknowledgement was lost: acknowledge it only
             size = m.size
-            for app, replica, limit in self.intake.route(m):
+            for app, replica, limit in route(m):
                 if m.problem:  # a connector's value that does not fit: dead-lettered with its node or register
                     pipelines[app].reject(replica, m.problem, m.payload, m.topic)
                 elif size > limit:  # dead-lettered unread, committed and acknowledged like any message
                     pipelines[app].refuse(replica, size, limit, m.topic)
                 else:
                     pipelines[app].process(replica, m.payload, m.arrival)
-                self.touched.add(app)
+                touched.add(app)
 
     def tick(self) -> None:
         """Let pipelines whose input went idle advance their watermark (``idle_timeout``).

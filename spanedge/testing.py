@@ -98,21 +98,33 @@ def run_edge(
         name = node.op.stream_name
         if name not in by_stream or node.group == site:
             by_stream[name] = replica
-    pairs: Iterable[tuple[str, Any]]
-    if isinstance(records, Mapping):
-        pairs = ((stream, value) for stream, values in records.items() for value in values)
-    else:
-        pairs = records
-    for stream, value in pairs:
+
+    def target_of(stream: str) -> str:
         target = by_stream.get(stream)
         if target is None:
             known = ", ".join(sorted(by_stream)) or "none"
             msg = f"app '{app.name}' has no source stream {stream!r} running at the edge (streams: {known})"
             raise KeyError(msg)
-        if isinstance(value, bytes | str):
-            pipeline.process(target, value, now)
-        else:
-            pipeline.process_value(target, value, now)
+        return target
+
+    process, process_value = pipeline.process, pipeline.process_value
+    raw_types = (bytes, str)
+    if isinstance(records, Mapping):
+        for stream, values in records.items():
+            target = by_stream.get(stream)
+            for value in values:
+                if target is None:
+                    target = target_of(stream)  # raises: an unknown stream with records
+                if isinstance(value, raw_types):
+                    process(target, value, now)
+                else:
+                    process_value(target, value, now)
+    else:
+        for stream, value in records:
+            if isinstance(value, raw_types):
+                process(target_of(stream), value, now)
+            else:
+                process_value(target_of(stream), value, now)
     if flush:
         pipeline.flush()
     out = pipeline.take()

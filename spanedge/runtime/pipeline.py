@@ -30,6 +30,18 @@ from spanedge.runtime.snapshot import SNAPSHOT_VERSION, OperatorSnapshot
 from spanedge.runtime.windows import FieldError, WindowState
 
 log = logging.getLogger(__name__)
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+
+Push = Callable[[Any, float, "str | None", "bytes | str", float], None]
+"""Runs one record into a node, or into a node's successors: ``(value, event time, key, raw input, origin)``.
+
+``origin`` is the event time of the source record, or the start of the window that produced this one.
+"""
+
+
+def _nowhere(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+    """The outputs of a node with no successor here and nothing for the hub."""
 
 
 @dataclass(eq=False)
@@ -109,19 +121,25 @@ class Pipeline:
         self.out = Outputs()
         self.dlq_count = 0
         self.late_count = 0
+        # each node's record path, built once: the nodes and their wiring are fixed from here on
+        self._pushes: dict[int, Push] = {}
+        self._fanout: dict[int, tuple[Push, ...]] = {}
+        for node in nodes:
+            self._push_of(node)
+        self._entries = {r: (node, self._emit_of(node), node.op.time_field) for r, node in self.sources.items()}
+        self._window_states = [n.window for n in self.windows if n.window is not None]
 
     # -- intake -----------------------------------------------------------
 
     def process(self, source: str, payload: bytes | str, arrival: float | None = None) -> None:
         """Run one raw sensor message of source replica ``source`` through the pipeline."""
-        node = self.sources[source]
+        node, emit, field = self._entries[source]
         node.n_in += 1
         try:
-            value = orjson.loads(payload)
-        except orjson.JSONDecodeError as exc:
+            value = _loads(payload)
+        except _JSONDecodeError as exc:
             self._dead(f"not valid JSON: {exc}", node.op.name, payload, node.shadow)
             return
-        field = node.op.time_field
         if field is not None and type(value) is dict:
             # the common case, kept short: a numeric, finite event time not too far ahead
             stamp: Any = value.get(field)
@@ -132,10 +150,14 @@ class Pipeline:
                     t = float(stamp)
                     node.n_out += 1
                     self.last_record = now
-                    self._emit(node, value, t, None, payload, t)
-                    if t > self.max_event_time.get(source, -math.inf):
-                        self.max_event_time[source] = t
-                        self._advance()
+                    emit(value, t, None, payload, t)
+                    seen = self.max_event_time
+                    if t > seen.get(source, -math.inf):
+                        seen[source] = t
+                        if len(seen) > 1:
+                            self._advance()
+                        elif t - self.out_of_orderness > self.watermark:  # one source: the watermark follows it
+                            self._advance_to(t - self.out_of_orderness)
                     return
         self.process_value(source, value, arrival, raw=payload)
 
@@ -199,7 +221,7 @@ class Pipeline:
                 return
         node.n_out += 1
         self.last_record = now
-        self._emit(node, value, t, None, original, t)
+        self._entries[source][1](value, t, None, original, t)  # the source's outputs
         if t > self.max_event_time.get(source, -math.inf):
             self.max_event_time[source] = t
             self._advance()
@@ -209,10 +231,17 @@ class Pipeline:
     def _emit(
         self, node: Node, value: Any, t: float, key: str | None, raw: bytes | str, origin: float, epoch: int = -1
     ) -> None:
-        # origin: the event time of the source record, or the start of the window that produced this one;
         # epoch: the share's of a window whose keys are divided between sites (else the node's)
+        if node.to_hub:
+            self._to_hub(node, value, t, key, raw, origin, epoch)
+        for push in self._fanout[id(node)]:
+            push(value, t, key, raw, origin)
+
+    def _to_hub(
+        self, node: Node, value: Any, t: float, key: str | None, raw: bytes | str, origin: float, epoch: int = -1
+    ) -> None:
         owns = node.owns
-        if node.to_hub and (owns is None or owns[0] <= origin < owns[1]) and origin < node.hub_before:
+        if (owns is None or owns[0] <= origin < owns[1]) and origin < node.hub_before:
             try:
                 # a right-sized copy: orjson leaves its output in a buffer of 4 KiB or more, and these
                 # records wait for the next commit (up to a checkpoint interval of window results)
@@ -222,67 +251,161 @@ class Pipeline:
             else:
                 epoch = node.epoch if epoch < 0 else epoch
                 self.out.to_hub.append(HubRecord(node.op.name, node.group, t, key, value, encoded, epoch))
-        for child in node.children:
-            self._push(child, value, t, key, raw, origin)
 
-    def _push(self, node: Node, value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
-        node.n_in += 1
+    def _emit_of(self, node: Node) -> Push:
+        """What runs a record ``node`` outputs: to the hub if it sends there, then into each successor here."""
+        fanout = self._fanout[id(node)] = tuple(self._push_of(child) for child in node.children)
+        if node.to_hub:
+            to_hub = self._to_hub
+
+            def emit(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+                to_hub(node, value, t, key, raw, origin)
+                for push in fanout:
+                    push(value, t, key, raw, origin)
+
+            return emit
+        if len(fanout) == 1:
+            return fanout[0]
+        if not fanout:
+            return _nowhere
+
+        def fan(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+            for push in fanout:
+                push(value, t, key, raw, origin)
+
+        return fan
+
+    def _push_of(self, node: Node) -> Push:
+        """What runs one record into ``node`` (built once per node)."""
+        push = self._pushes.get(id(node))
+        if push is None:
+            push = self._pushes[id(node)] = self._build_push(node, self._emit_of(node))
+        return push
+
+    def _build_push(self, node: Node, emit: Push) -> Push:
         op = node.op
         kind = op.kind
-        if op.record_level:
-            try:
-                results = apply(op, value, t)
-            except Exception as exc:
-                self._dead(failure(op, exc), op.name, raw, node.shadow)
-                return
-            if kind is Kind.FILTER:
-                if results:
+        dead = self._dead
+        name, shadow = op.name, node.shadow
+        if kind is Kind.FILTER or kind is Kind.MAP or kind is Kind.FLAT_MAP:
+            func: Callable[[Any], Any] = op.func if op.func is not None else lambda v: apply(op, v)  # apply() raises
+
+            if kind is Kind.MAP:
+
+                def push(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+                    node.n_in += 1
+                    try:
+                        result = func(value)
+                    except Exception as exc:
+                        dead(failure(op, exc), name, raw, shadow)
+                        return
                     node.n_out += 1
-                    self._emit(node, value, t, key, raw, origin)
-                return
-            for result in results:
+                    emit(result, t, key, raw, origin)
+
+            elif kind is Kind.FILTER:
+
+                def push(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+                    node.n_in += 1
+                    try:
+                        keep = True if func(value) else False  # noqa: SIM210 -- a truth test that raises is the user's
+                    except Exception as exc:
+                        dead(failure(op, exc), name, raw, shadow)
+                        return
+                    if keep:
+                        node.n_out += 1
+                        emit(value, t, key, raw, origin)
+
+            else:
+
+                def push(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+                    node.n_in += 1
+                    try:
+                        results = list(func(value))
+                    except Exception as exc:
+                        dead(failure(op, exc), name, raw, shadow)
+                        return
+                    for result in results:
+                        node.n_out += 1
+                        emit(result, t, key, raw, origin)
+
+            return push
+        if kind is Kind.PREDICT:
+
+            def score(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+                node.n_in += 1
+                try:
+                    (result,) = apply(op, value, t)  # the model version that event time ``t`` selects
+                except Exception as exc:
+                    dead(failure(op, exc), name, raw, shadow)
+                    return
                 node.n_out += 1
-                self._emit(node, result, t, key, raw, origin)
-        elif node.window is not None:
-            try:
-                accepted = node.window.add(value, t, self.watermark)
-            except FieldError as exc:
-                self._dead(f"window {op.name}: {exc}", op.name, raw, node.shadow)
-                return
-            except Exception as exc:  # a custom aggregation's add() failed on this record
-                self._dead(
-                    f"window {op.name}: aggregation raised {type(exc).__name__}: {exc}", op.name, raw, node.shadow
-                )
-                return
-            if not accepted:
-                self.late_count += 1
-                self.out.late.append(
-                    DeadLetter.of(
-                        f"late: event time {t} is behind the watermark {self.watermark} "
-                        f"(allowed lateness {node.window.lateness}s)",
-                        op.name,
-                        raw,
-                        self.site,
-                        self.clock(),
-                    )
-                )
-        elif op.kind is Kind.SINK:
-            assert op.sink is not None
-            owns = node.owns
-            if owns is None or owns[0] <= origin < owns[1]:
-                node.n_out += 1
-                self.out.sinks.append(SinkItem(op.name, op.sink, value, t))
-        else:  # union, or a source feeding children
+                emit(result, t, key, raw, origin)
+
+            return score
+        window = node.window
+        if window is not None:
+            add, add_tumbling = window.add, window.add_tumbling
+
+            def into_window(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+                node.n_in += 1
+                try:
+                    accepted = add_tumbling(value, t) if window.whole_tumbling else add(value, t, self.watermark)
+                except FieldError as exc:
+                    dead(f"window {name}: {exc}", name, raw, shadow)
+                    return
+                except Exception as exc:  # a custom aggregation's add() failed on this record
+                    dead(f"window {name}: aggregation raised {type(exc).__name__}: {exc}", name, raw, shadow)
+                    return
+                if not accepted:
+                    self._late(node, window, t, raw)
+
+            return into_window
+        if kind is Kind.SINK:
+            sink = op.sink
+            assert sink is not None
+
+            def into_sink(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+                node.n_in += 1
+                owns = node.owns
+                if owns is None or owns[0] <= origin < owns[1]:
+                    node.n_out += 1
+                    self.out.sinks.append(SinkItem(name, sink, value, t))
+
+            return into_sink
+
+        def through(value: Any, t: float, key: str | None, raw: bytes | str, origin: float) -> None:
+            # union, or a source feeding children
+            node.n_in += 1
             node.n_out += 1
-            self._emit(node, value, t, key, raw, origin)
+            emit(value, t, key, raw, origin)
+
+        return through
+
+    def _late(self, node: Node, window: WindowState, t: float, raw: bytes | str) -> None:
+        self.late_count += 1
+        self.out.late.append(
+            DeadLetter.of(
+                f"late: event time {t} is behind the watermark {self.watermark} (allowed lateness {window.lateness}s)",
+                node.op.name,
+                raw,
+                self.site,
+                self.clock(),
+            )
+        )
 
     def _advance(self) -> None:
         # sources that have sent nothing yet do not hold the watermark back
         seen = self.max_event_time
         watermark = (min(seen.values()) if len(seen) > 1 else next(iter(seen.values()))) - self.out_of_orderness
+        self._advance_to(watermark)
+
+    def _advance_to(self, watermark: float) -> None:
         if watermark > self.watermark:
             self.watermark = watermark
-            self._fire(watermark)
+            for window in self._window_states:
+                if window.next_end <= watermark - window.lateness:  # advance() would fire a window
+                    self._fire(watermark)
+                    return
 
     def tick(self) -> bool:
         """Advance the watermark with the agent clock if no record arrived for ``idle_timeout`` seconds.

@@ -87,6 +87,16 @@ def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+#: The statement that folds the operand ``x{i}`` into accumulator ``i``, per built-in aggregation.
+_FOLD_STEPS = {
+    "count": "    accs[{i}] += 1",
+    "sum": "    accs[{i}] += x{i}",
+    "mean": "    a = accs[{i}]\n    a[0] += x{i}\n    a[1] += 1",
+    "min": "    a = accs[{i}]\n    if a is None or x{i} < a:\n        accs[{i}] = x{i}",
+    "max": "    a = accs[{i}]\n    if a is None or x{i} > a:\n        accs[{i}] = x{i}",
+}
+
+
 class Aggregations:
     """The aggregations of one window, applied to accumulator lists."""
 
@@ -96,6 +106,41 @@ class Aggregations:
         self._numeric = [a.custom is None and a.func != "count" for _, a in aggs]
         self._plan = [(f.field, numeric, f.out) for f, numeric in zip(self._fns, self._numeric, strict=True)]
         self._adders = [f.add for f in self._fns]
+        self.fold = self._compile_fold([a for _, a in aggs])
+
+    def _compile_fold(self, aggs: list[Agg]) -> Callable[[list[Any], dict[str, Any]], None]:
+        """One function that does :meth:`values` then :meth:`add` for a record, without the lists in between.
+
+        The function checks every operand before it changes an accumulator,
+        as :meth:`values` does, and raises the same errors.
+        """
+        names: dict[str, Any] = {"_operand": _operand, "_missing": self._missing}
+        lines = ["def fold(accs, record):"]
+        for i, (field, numeric, _) in enumerate(self._plan):
+            if field is None:
+                continue
+            names[f"f{i}"] = field
+            lines += [f"    try:\n        x{i} = record[f{i}]\n    except KeyError:\n        _missing({i})"]
+            if numeric:
+                lines.append(
+                    f"    if type(x{i}) is not float and type(x{i}) is not int:\n        x{i} = _operand(x{i}, f{i})"
+                )
+        for i, a in enumerate(aggs):
+            field = self._plan[i][0]
+            if a.custom is None and a.func in _FOLD_STEPS and (field is not None or a.func == "count"):
+                lines.append(_FOLD_STEPS[a.func].format(i=i))
+            else:
+                names[f"add{i}"] = self._adders[i]
+                lines.append(f"    accs[{i}] = add{i}(accs[{i}], {'None' if field is None else f'x{i}'})")
+        lines.append("    return")  # a body even with no aggregation
+        exec("\n".join(lines), names)  # noqa: S102 -- the source is built above from indices only
+        fold: Callable[[list[Any], dict[str, Any]], None] = names["fold"]
+        return fold
+
+    def _missing(self, i: int) -> None:
+        field, _, name = self._plan[i]
+        msg = f"record has no field '{field}' (aggregation '{name}')"
+        raise FieldError(msg) from None
 
     def zero(self) -> list[Any]:
         """Return fresh accumulators."""
@@ -147,6 +192,7 @@ Emitted = tuple[Any, float, float, dict[str, Any]]
 
 
 _KEY_TYPES = frozenset({str, int, float})
+_ABSENT = object()
 
 
 def _hashable(key: Any) -> Any:
@@ -167,6 +213,8 @@ class WindowState:
         """Create empty state for ``spec``."""
         self.spec = spec
         self.aggs = Aggregations(spec.aggs)
+        self._fold = self.aggs.fold
+        self._key_field = spec.key
         self.lateness = spec.allowed_lateness
         self.fingerprint = "|".join(
             [spec.key, spec.kind.value, str(spec.size), str(spec.slide), str(spec.gap)]
@@ -180,13 +228,16 @@ class WindowState:
         self._ends: list[tuple[float, float]] = []
         # session: key -> list of [start, last, accs]
         self._sessions: dict[Any, list[list[Any]]] = {}
-        self._session_min_end = math.inf
+        # the earliest end of an open window (a session's: its last record plus the gap); advance() fires
+        # nothing while it is past the watermark less the lateness
+        self.next_end = math.inf
         self.errors: list[str] = []  # windows whose results could not be computed
         # the windows this replica owns, by start; see own()
         self.owns_from = -math.inf
         self.owns_before = math.inf
         self.shares: tuple[Share, ...] | None = None  # by key too; see own_shares()
         self._split = False
+        self.whole_tumbling = self._tumbling  # tumbling, and not one side of a handover nor a share of the keys
         self.sessions_by_record_time = False  # a move to or from the hub; see own()
         self.key_records: dict[Any, int] = {}  # records taken per key since take_key_records()
 
@@ -201,6 +252,7 @@ class WindowState:
         """
         self.owns_from, self.owns_before = start_from, start_before
         self._split = start_from > -math.inf or start_before < math.inf
+        self.whole_tumbling = self._tumbling and not self._split
         self.sessions_by_record_time = self._split and sessions_by_record_time
 
     def own_shares(self, shares: tuple[Share, ...]) -> None:
@@ -214,6 +266,7 @@ class WindowState:
         """
         self.shares = shares
         self._split = True
+        self.whole_tumbling = False
         self.sessions_by_record_time = False
 
     def _mine(self, key: Any, start: float) -> bool:
@@ -268,6 +321,8 @@ class WindowState:
         Raises:
             FieldError: if the record lacks the key or an aggregated field.
         """
+        if self.whole_tumbling:
+            return self.add_tumbling(record, t)
         key = self.key_of(record)
         values = self.aggs.values(record)
         if self._tumbling:
@@ -290,7 +345,7 @@ class WindowState:
             bucket = self._open.get(start)
             if bucket is None:
                 bucket = self._open[start] = {}
-                heapq.heappush(self._ends, (end, start))
+                self._push_end(end, start)
             slot = bucket.get(key)
             if slot is None:
                 slot = bucket[key] = [key, start, end, self.aggs.zero()]
@@ -299,6 +354,37 @@ class WindowState:
         if accepted:
             self.key_records[key] = self.key_records.get(key, 0) + 1
         return accepted
+
+    def add_tumbling(self, record: Any, t: float) -> bool:
+        """:meth:`add` for a tumbling window that owns all its windows (:attr:`whole_tumbling`), kept short."""
+        key = record.get(self._key_field, _ABSENT) if type(record) is dict else _ABSENT
+        if type(key) not in _KEY_TYPES:  # absent, not a JSON object, or a key of another type
+            key = self.key_of(record)
+        size = self._size
+        start = (t // size) * size
+        end = start + size
+        if end <= self.fired_through:
+            self.aggs.values(record)  # a record that lacks a field is a dead letter, late or not
+            return False
+        bucket = self._open.get(start)
+        slot = None if bucket is None else bucket.get(key)
+        if slot is None:
+            accs = self.aggs.zero()
+            self._fold(accs, record)  # raises before the state changes
+            if bucket is None:
+                bucket = self._open[start] = {}
+                self._push_end(end, start)
+            bucket[key] = [key, start, end, accs]
+        else:
+            self._fold(slot[3], record)
+        records = self.key_records
+        records[key] = records.get(key, 0) + 1
+        return True
+
+    def _push_end(self, end: float, start: float) -> None:
+        heapq.heappush(self._ends, (end, start))
+        if end < self.next_end:
+            self.next_end = end
 
     def _add_session(self, key: Any, t: float, values: list[Any], watermark: float) -> bool:
         gap = self.spec.gap or 1.0
@@ -334,7 +420,7 @@ class WindowState:
                 keep.append(s)
         keep.append(merged)
         keep.sort(key=lambda s: s[0])
-        self._session_min_end = min(self._session_min_end, merged[1] + gap)
+        self.next_end = min(self.next_end, merged[1] + gap)
         self._sessions[key] = keep
         self.key_records[key] = self.key_records.get(key, 0) + 1
         return True
@@ -361,9 +447,9 @@ class WindowState:
         fired: list[Emitted] = []
         if self.spec.kind is WindowKind.SESSION:
             gap = self.spec.gap or 1.0
-            if limit < self._session_min_end:
+            if limit < self.next_end:
                 return fired
-            self._session_min_end = math.inf
+            self.next_end = math.inf
             if self._split and not self.sessions_by_record_time:
                 self._fire_owned(limit, fired)
             else:
@@ -374,7 +460,7 @@ class WindowState:
                             fired.append(self._result(key, s[0], s[1] + gap, s[2]))
                         else:
                             remaining.append(s)
-                            self._session_min_end = min(self._session_min_end, s[1] + gap)
+                            self.next_end = min(self.next_end, s[1] + gap)
                     if remaining:
                         self._sessions[key] = remaining
                     else:
@@ -387,6 +473,7 @@ class WindowState:
             for key, s, e, accs in self._open.pop(start, {}).values():
                 fired.append(self._result(key, s, e, accs))
             self.fired_through = max(self.fired_through, end)
+        self.next_end = ends[0][0] if ends else math.inf
         return fired
 
     def _fire_owned(self, limit: float, fired: list[Emitted]) -> None:
@@ -421,7 +508,7 @@ class WindowState:
                 self._sessions[key] = remaining
             else:
                 del self._sessions[key]
-        self._session_min_end = min_end
+        self.next_end = min_end
 
     def session_part_done_at(self, switch: float) -> float:
         """Where the watermark must be for the old owner's part of a handover switching at ``switch`` to be done.
@@ -513,13 +600,13 @@ class WindowState:
         self._open.clear()
         self._ends.clear()
         self._sessions.clear()
-        self._session_min_end = math.inf
+        self.next_end = math.inf
         if self.spec.kind is WindowKind.SESSION:
             for key, session in data.get("sessions", []):
                 if self._split and not self._keeps(key, session[0]):
                     continue
                 self._sessions.setdefault(key, []).append(session)
-                self._session_min_end = min(self._session_min_end, session[1] + (self.spec.gap or 1.0))
+                self.next_end = min(self.next_end, session[1] + (self.spec.gap or 1.0))
             for sessions in self._sessions.values():
                 sessions.sort(key=lambda s: s[0])
             return
@@ -531,7 +618,7 @@ class WindowState:
             bucket = self._open.get(start)
             if bucket is None:
                 bucket = self._open[start] = {}
-                heapq.heappush(self._ends, (end, start))
+                self._push_end(end, start)
             bucket[key] = [key, start, end, accs]
 
 
