@@ -29,6 +29,7 @@ import msgspec
 
 from edge_agent.apps import Apps
 from edge_agent.config import AgentConfig
+from edge_agent.connectors.status import connector_states
 from edge_agent.heartbeat import CPU_BUDGET_FILE
 from edge_agent.intake import Intake
 from edge_agent.mqtt.transport import Inbox, Message, Transport, TransportFactory
@@ -339,6 +340,9 @@ class Agent:
             self.sinks.unacknowledged.bounds(),
             self.sinks.result_latency(),
         )
+        states = connector_states(self.site, self.intake.connectors.values(), self.sinks.opened_actuators)
+        if states:
+            beat = msgspec.structs.replace(beat, connectors=states)
         if self.hub_plans is not None and self.hub_plans.warn_if_expired():
             return msgspec.structs.replace(beat, plan_expired=True)
         return beat

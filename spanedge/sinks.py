@@ -207,3 +207,39 @@ def connector(
     return ConnectorSinkSpec(
         "connector", url, options=options, key_field=key, value_field=value, last_value_wins=last_value_wins
     )
+
+
+def webhook(
+    url: str,
+    *,
+    key: str = "",
+    last_value_wins: bool = False,
+    token_env: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 10.0,
+) -> ConnectorSinkSpec:
+    """POST each result as JSON to ``url`` (``http://`` or ``https://``) from the edge, at least once.
+
+    Results wait in the agent's durable queue until the receiver answered 2xx; 408, 425, 429, a
+    5xx or no answer are retried with backoff, any other answer drops the value (logged and counted).
+    ``token_env`` names the agent's environment variable holding a bearer token. With ``key`` and
+    ``last_value_wins``, only the newest waiting result per value of the ``key`` field is sent.
+    """
+    what = f"sinks.webhook({url!r})"
+    _scheme(url, None, what)
+    if scheme_of(url) not in ("http", "https"):
+        msg = f"{what}: the URL must start with http:// or https://"
+        raise InvalidDataflow(msg)
+    if token_env is not None and not _ENV_NAME.fullmatch(token_env):
+        msg = f"{what}: token_env={token_env!r} is not the name of an environment variable"
+        raise InvalidDataflow(msg)
+    if last_value_wins and not key:
+        msg = f"{what}: last_value_wins=True needs key=, the field whose newest result wins"
+        raise InvalidDataflow(msg)
+    if not 0 < timeout_s <= 600:
+        msg = f"{what}: timeout_s={timeout_s!r} must be over 0 and at most 600 seconds"
+        raise InvalidDataflow(msg)
+    options = {"token_env": token_env, "headers": dict(headers or {}), "timeout_s": timeout_s}
+    return ConnectorSinkSpec(
+        "connector", url, options=options, key_field=key, value_field="", last_value_wins=last_value_wins
+    )

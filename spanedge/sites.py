@@ -33,6 +33,7 @@ import msgspec
 
 from spanedge import connectors, topics
 from spanedge.connectors import modbus, opcua
+from spanedge.connectors import streams as connector_streams
 from spanedge.errors import InvalidSites
 from spanedge.file_models import FileModel, Place, convert, key_path
 from spanedge.files import read_text
@@ -146,6 +147,8 @@ class StreamBinding(FileModel, frozen=True, kw_only=True):
             if not self.points:
                 msg = "points: a modbus:// stream needs points: {name: {table: holding, address: 0}, ...}"
                 raise ValueError(msg)
+        else:
+            connector_streams.stream_options(scheme, self.options)
 
     @property
     def connector(self) -> str | None:

@@ -52,11 +52,18 @@ class Actuators:
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.up: dict[str, bool] = {}
+        self.failures: dict[str, int] = {}
+        """Failed attempts to reach each sink's device since the agent started."""
+        self.last_error: dict[str, str] = {}
+        """Each sink's last failure, kept after its device is reachable again."""
 
     def put(self, sink: str, spec: ConnectorSinkSpec, value: Any) -> None:
         """Queue ``value`` (a result mapping) for ``sink`` (``<app>/<operator>``) and wake its writer."""
+        whole = spec.value_field == ""  # a webhook: the whole result is the value, keyed by key_field if any
         point = value.get(spec.key_field) if isinstance(value, dict) else None
-        if not isinstance(value, dict) or point is None or spec.value_field not in value:
+        if whole and not spec.key_field:
+            point = ""
+        if point is None or not (whole or (isinstance(value, dict) and spec.value_field in value)):
             self.refused += 1
             log.error(
                 "sink %s: result %s has no %r and %r fields; it is not written",
@@ -66,7 +73,7 @@ class Actuators:
                 spec.value_field,
             )
             return
-        body = orjson.dumps(value[spec.value_field], default=str)
+        body = orjson.dumps(value if whole else value[spec.value_field], default=str)
         slot = str(point) if spec.last_value_wins else None
         with self.db:
             self.db.execute("DELETE FROM pending WHERE sink = ? AND slot = ?", (sink, slot))
@@ -146,6 +153,8 @@ class Actuators:
             except Exception as exc:  # the device is unreachable or the connection broke: retry
                 failures += 1
                 self.up[sink] = False
+                self.failures[sink] = self.failures.get(sink, 0) + 1
+                self.last_error[sink] = f"{type(exc).__name__}: {exc}"
                 delay = self.delays[min(failures, len(self.delays)) - 1] * (1 + 0.2 * random.random())
                 if failures in (1, 2, 5) or failures % 20 == 0:
                     log.warning("sink %s: %s: %s; retrying in %.1f s", sink, type(exc).__name__, exc, delay)

@@ -38,6 +38,8 @@ class Reading:
         where: where the value came from (a node id, a register), for dead letters.
         problem: non-empty when the value does not fit: it goes to the dead letters with ``where``.
         token: handed back to :meth:`Source.acknowledge` once the reading is committed.
+        payload: a whole JSON record, taken as an MQTT message's payload is (``name`` and ``value``
+            are then unused): for sources that carry records rather than point values.
     """
 
     name: str
@@ -46,6 +48,7 @@ class Reading:
     where: str
     problem: str = ""
     token: Any = None
+    payload: bytes | None = None
 
 
 class Source(Protocol):
@@ -84,7 +87,13 @@ SinkFactory = Callable[["ConnectorSinkSpec"], Sink]
 
 _SOURCES: dict[str, SourceFactory] = {}
 _SINKS: dict[str, SinkFactory] = {}
-_MODULES = {"opcua": "edge_agent.connectors.opcua", "modbus": "edge_agent.connectors.modbus"}
+_MODULES = {
+    "opcua": "edge_agent.connectors.opcua",
+    "modbus": "edge_agent.connectors.modbus",
+    "http": "edge_agent.connectors.http",
+    "https": "edge_agent.connectors.http",
+    "file": "edge_agent.connectors.tail",
+}
 
 
 def register_source(scheme: str, factory: SourceFactory) -> None:

@@ -1,7 +1,7 @@
 """The Modbus TCP connector (pymodbus, ``spanedge[modbus]``): a polling source and a write sink.
 
 The source polls a device's points every ``interval`` seconds (the stream's, so each device has
-its own) and scales each value (:class:`spanedge.connectors.modbus.Point`); a poll's time is the
+its own), adjacent points of a table in one request, and scales each value (:class:`spanedge.connectors.modbus.Point`); a poll's time is the
 event time of its values, Modbus having no timestamps. A point the device refuses (an exception
 response) or a value that is not a finite number is dead-lettered with its register; a lost
 connection ends the session and the next one connects again. The sink writes coils and holding
@@ -20,12 +20,16 @@ from pymodbus.client import AsyncModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusIOException
 
 from edge_agent.connectors.api import Reading, register_sink, register_source
-from spanedge.connectors.modbus import Point, Table
+from spanedge.connectors.modbus import Point, Table, Type
 from spanedge.sinks import ConnectorSinkSpec
 from spanedge.sites import StreamBinding
 
 #: Seconds to wait for the device to answer a request.
 TIMEOUT_S = 3.0
+#: The most registers, and bits, one read request takes (the Modbus limits).
+MAX_REGISTERS = 125
+MAX_BITS = 2000
+_WIDE = {Table.HOLDING: Type.UINT16, Table.INPUT: Type.UINT16, Table.COIL: Type.BOOL, Table.DISCRETE: Type.BOOL}
 
 
 def _client(url: str) -> AsyncModbusTcpClient:
@@ -47,14 +51,38 @@ def url_unit(url: str, default: int = 1) -> int:
     return int(values[0]) if values and values[0].isdigit() else default
 
 
-async def _read(client: AsyncModbusTcpClient, point: Point, unit: int) -> Any:
+async def _read(client: AsyncModbusTcpClient, point: Point, unit: int, count: int | None = None) -> Any:
     call = {
         Table.HOLDING: client.read_holding_registers,
         Table.INPUT: client.read_input_registers,
         Table.COIL: client.read_coils,
         Table.DISCRETE: client.read_discrete_inputs,
     }[point.table]
-    return await call(point.address, count=point.count, device_id=unit)
+    return await call(point.address, count=count or point.count, device_id=unit)
+
+
+def groups(points: dict[str, Point]) -> list[list[tuple[str, Point]]]:
+    """The points in runs of adjacent addresses of one table, each run read in one request.
+
+    A run holds at most :data:`MAX_REGISTERS` registers or :data:`MAX_BITS` bits (the protocol's
+    limits); points that overlap or leave a gap start a new run.
+    """
+    out: list[list[tuple[str, Point]]] = []
+    end = -1
+    for name, point in sorted(points.items(), key=lambda item: (item[1].table.value, item[1].address, item[0])):
+        run = out[-1] if out else None
+        limit = MAX_BITS if point.table in (Table.COIL, Table.DISCRETE) else MAX_REGISTERS
+        if (
+            run is None
+            or run[0][1].table != point.table
+            or point.address != end
+            or end + point.count - run[0][1].address > limit
+        ):
+            out.append([(name, point)])
+        else:
+            run.append((name, point))
+        end = point.address + point.count
+    return out
 
 
 class ModbusSource:
@@ -68,6 +96,7 @@ class ModbusSource:
         self.name = f"modbus://{parts.netloc}"
         self.unit = url_unit(binding.url, binding.unit)
         self.points = binding.points
+        self.groups = groups(binding.points)
 
     async def session(self) -> AsyncIterator[list[Reading]]:
         """Connect and yield one batch per poll until the device stops answering."""
@@ -78,7 +107,10 @@ class ModbusSource:
             next_poll = time.monotonic()
             while True:
                 stamp = time.time()
-                yield [await self._reading(client, name, point, stamp) for name, point in self.points.items()]
+                batch: list[Reading] = []
+                for group in self.groups:
+                    batch += await self._group(client, group, stamp)
+                yield batch
                 next_poll += interval
                 wait = next_poll - time.monotonic()
                 if wait < 0:  # the device is slower than the interval: poll again at once, from now
@@ -86,6 +118,31 @@ class ModbusSource:
                 await asyncio.sleep(wait)
         finally:
             client.close()
+
+    async def _group(self, client: AsyncModbusTcpClient, group: list[tuple[str, Point]], stamp: float) -> list[Reading]:
+        """The readings of adjacent points, read in one request (point by point if the device refuses it)."""
+        if len(group) == 1:
+            return [await self._reading(client, *group[0], stamp)]
+        first = group[0][1]
+        count = sum(point.count for _, point in group)
+        response = await _read(
+            client, Point(table=first.table, address=first.address, type=_WIDE[first.table]), self.unit, count
+        )
+        if response.isError():
+            return [await self._reading(client, name, point, stamp) for name, point in group]
+        raw = list(response.bits if first.table in (Table.COIL, Table.DISCRETE) else response.registers)
+        out = []
+        for name, point in group:
+            offset = point.address - first.address
+            out.append(self._decoded(name, point, raw[offset : offset + point.count], stamp))
+        return out
+
+    def _decoded(self, name: str, point: Point, raw: list[Any], stamp: float) -> Reading:
+        where = f"{self.name} unit {self.unit} {point.where()}"
+        try:
+            return Reading(name, point.decode(raw), stamp, where)
+        except (ValueError, IndexError) as exc:
+            return Reading(name, None, stamp, where, f"{where}: {exc}")
 
     async def _reading(self, client: AsyncModbusTcpClient, name: str, point: Point, stamp: float) -> Reading:
         where = f"{self.name} unit {self.unit} {point.where()}"
@@ -96,10 +153,7 @@ class ModbusSource:
         if response.isError():
             return Reading(name, None, stamp, where, f"{where}: the device refused the read ({response})")
         raw = response.bits if point.table in (Table.COIL, Table.DISCRETE) else response.registers
-        try:
-            return Reading(name, point.decode(list(raw)), stamp, where)
-        except (ValueError, IndexError) as exc:
-            return Reading(name, None, stamp, where, f"{where}: {exc}")
+        return self._decoded(name, point, list(raw), stamp)
 
     def acknowledge(self, tokens: list[Any]) -> None:
         """Nothing to do: a device keeps no queue to acknowledge."""

@@ -62,8 +62,10 @@ class SourceRunner:
         self.failures = 0
         self.sessions = 0
         self.error: str | None = None
+        self.last_error = ""
+        """The last failure, kept after the source recovered."""
         self.read = 0
-        self._mid = 0
+        self._mid = random.getrandbits(40)  # a restarted runner's ids never match a committed one's
         self._tokens: dict[int, Any] = {}
         self._room = asyncio.Event()
         self._room.set()
@@ -90,12 +92,18 @@ class SourceRunner:
         while True:
             try:
                 self.sessions += 1
-                async for batch in self.source.session():
-                    if not self.connected:
-                        log.info("%s: reading (session %d)", self.name, self.sessions)
-                    self.connected, self.failures, self.error = True, 0, None
-                    await self._put(batch)
-                    self.subscribed.set()
+                session = self.source.session()
+                try:
+                    async for batch in session:
+                        if not self.connected:
+                            log.info("%s: reading (session %d)", self.name, self.sessions)
+                        self.connected, self.failures, self.error = True, 0, None
+                        await self._put(batch)
+                        self.subscribed.set()
+                finally:  # end the session now (its connection, its port), also when the runner is stopped
+                    close = getattr(session, "aclose", None)
+                    if close is not None:
+                        await close()
                 msg = "the session ended"
                 raise ConnectionError(msg)
             except asyncio.CancelledError:
@@ -103,7 +111,7 @@ class SourceRunner:
             except Exception as exc:  # any failure of a connector's session: reconnect
                 self.connected = False
                 self.failures += 1
-                self.error = f"{type(exc).__name__}: {exc}"
+                self.error = self.last_error = f"{type(exc).__name__}: {exc}"
                 delay = self.delays[min(self.failures, len(self.delays)) - 1] * (1 + 0.2 * random.random())
                 if self.failures in (1, 2, 5) or self.failures % 20 == 0:
                     log.warning(
@@ -118,7 +126,7 @@ class SourceRunner:
             self._mid += 1
             if reading.token is not None:
                 self._tokens[self._mid] = reading.token
-            payload = orjson.dumps(record(reading), default=str)
+            payload = reading.payload if reading.payload is not None else orjson.dumps(record(reading), default=str)
             messages.append(
                 Message(reading.where, payload, 1, self._mid, self, reading.event_time, problem=reading.problem)
             )

@@ -1,9 +1,9 @@
-"""The connectors' state as Prometheus metric families, beside the agent's (``--metrics-port``)."""
+"""The connectors' state: Prometheus metric families beside the agent's (``--metrics-port``), and the heartbeat's."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.connectors.runner import SourceRunner
 
@@ -30,3 +30,28 @@ def add_connector_metrics(
     out.add("spanedge_connector_sink_written_values_total", actuators.written, {"site": site})
     out.add("spanedge_connector_sink_refused_values_total", actuators.refused, {"site": site})
     out.add("spanedge_connector_sink_dropped_values_total", actuators.dropped, {"site": site})
+
+
+#: The most characters of a failure the heartbeat carries.
+MAX_ERROR_CHARS = 300
+#: The most connectors the heartbeat reports (the first ones by name).
+MAX_REPORTED = 200
+
+
+def connector_states(
+    site: str, sources: Iterable[SourceRunner], actuators: Actuators | None
+) -> dict[str, dict[str, Any]]:
+    """The heartbeat's ``connectors``: each source's and sink's server, reachability, failures and last error."""
+    out: dict[str, dict[str, Any]] = {}
+    for runner in sources:
+        name = runner.stream if runner.site == site else f"{runner.stream}@{runner.site}"
+        out[name] = {"server": runner.source.name, "up": runner.connected, "reconnects": max(0, runner.sessions - 1)}
+        if runner.last_error:
+            out[name]["last_error"] = runner.last_error[:MAX_ERROR_CHARS]
+    for sink, up in (actuators.up if actuators is not None else {}).items():
+        assert actuators is not None
+        entry: dict[str, Any] = {"up": up, "reconnects": actuators.failures.get(sink, 0)}
+        if sink in actuators.last_error:
+            entry["last_error"] = actuators.last_error[sink][:MAX_ERROR_CHARS]
+        out[f"sink {sink}"] = entry
+    return {name: out[name] for name in sorted(out)[:MAX_REPORTED]}

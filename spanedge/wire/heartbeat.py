@@ -58,6 +58,10 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
         result_latency: per app, per local sink that wrote a result in the last minute, ``p50_ms`` and
             ``p95_ms`` of its results' latency (event time to written) and ``results``, how many
             (:mod:`spanedge.result_latency`). Added within format version 1: a reader that predates it ignores it.
+        connectors: per connector stream (``<stream>``, or ``<stream>@<site>`` for another site's) and
+            connector sink (``sink <app>/<operator>``): ``server``, ``up``, ``reconnects`` (failed attempts
+            since the agent started) and ``last_error`` (the last failure, kept after a recovery).
+            Added within format version 1.
     """
 
     site: str | None = None
@@ -81,6 +85,7 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
     key_spread: dict[str, dict[str, dict[str, NonNegative]]] = {}
     plan_expired: bool = False
     result_latency: dict[str, dict[str, dict[str, NonNegative]]] = {}
+    connectors: dict[str, dict[str, bool | Count | str]] = {}
 
 
 _FIELDS = msgspec.structs.fields(Heartbeat)

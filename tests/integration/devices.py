@@ -7,8 +7,8 @@ import socket
 from typing import Any
 
 from asyncua import Server, ua
-from pymodbus.server import ModbusTcpServer
-from pymodbus.simulator import DataType, SimData, SimDevice
+
+from simulate.devices.modbus import ModbusDevice as SimulatedModbusDevice
 
 UNIT = 1
 
@@ -83,36 +83,8 @@ class OpcUaDevice:
         self.running = True
 
 
-class ModbusDevice:
-    """A pymodbus TCP server with 16 coils, 16 discrete inputs, 32 holding and 32 input registers (unit 1)."""
+class ModbusDevice(SimulatedModbusDevice):
+    """A pymodbus TCP server with 32 coils, discrete inputs, holding and input registers (unit 1)."""
 
     def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"modbus://127.0.0.1:{self.port}"
-        self.server: ModbusTcpServer | None = None
-
-    async def start(self) -> None:
-        device = SimDevice(
-            UNIT,
-            simdata=(
-                [SimData(0, values=[False] * 16, datatype=DataType.BITS)],
-                [SimData(0, values=[False] * 16, datatype=DataType.BITS)],
-                [SimData(0, values=[0] * 32, datatype=DataType.REGISTERS)],
-                [SimData(0, values=[0] * 32, datatype=DataType.REGISTERS)],
-            ),
-        )
-        self.server = ModbusTcpServer(device, address=("127.0.0.1", self.port))
-        await self.server.serve_forever(background=True)
-
-    async def set_holding(self, address: int, words: list[int]) -> None:
-        assert self.server is not None
-        await self.server.async_setValues(UNIT, 3, address, words)
-
-    async def coils(self, address: int, count: int = 1) -> list[bool]:
-        assert self.server is not None
-        return [bool(b) for b in await self.server.async_getValues(UNIT, 1, address, count)]
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            await self.server.shutdown()
-            self.server = None
+        super().__init__(port or free_port(), UNIT, size=32)

@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import importlib.util
 import math
-import os
 import struct
 import time
 from pathlib import Path
@@ -20,14 +19,13 @@ from edge_agent.mqtt.paho_transport import PahoTransport
 from spanedge.loader import load_app
 from spanedge.sites import parse_sites
 from spanedge.testing import local_plan
+from tests.conftest import missing_part
 from tests.polling import poll
 
 from .agentkit import HubObserver
 
 if not all(importlib.util.find_spec(m) for m in ("asyncua", "pymodbus")):
-    if os.environ.get("CI"):
-        pytest.fail("CI must have every part: pip install 'spanedge[opcua,modbus]'")
-    pytest.skip("needs asyncua and pymodbus: pip install 'spanedge[opcua,modbus]'", allow_module_level=True)
+    missing_part("needs asyncua and pymodbus: pip install 'spanedge[opcua,modbus]'")
 
 from .devices import ModbusDevice, OpcUaDevice
 

@@ -15,6 +15,7 @@ from edge_agent.connectors import api
 from edge_agent.connectors.actuators import Actuators
 from edge_agent.connectors.api import MissingConnector, Reading, make_sink, make_source, register_sink
 from edge_agent.connectors.runner import SourceRunner
+from edge_agent.connectors.status import connector_states
 from edge_agent.mqtt.transport import Inbox
 from spanedge import sinks
 from spanedge.errors import MissingExtra
@@ -66,6 +67,14 @@ async def test_a_source_reconnects_after_a_failed_session_and_is_acknowledged_af
         assert source.acked == [10, 11, 20]
         assert runner.failures >= 1
         assert runner.error == "ConnectionError: device gone"
+        state = connector_states("site", [runner], None)["s"]
+        assert state["server"] == "flaky://device"
+        assert state["reconnects"] >= 2
+        assert state["last_error"] == "ConnectionError: device gone"
+        other = SourceRunner(source, "other-site", "s", inbox)
+        assert connector_states("site", [other], None) == {
+            "s@other-site": {"server": "flaky://device", "up": False, "reconnects": 0}
+        }
     finally:
         runner.stop()
         await runner.wait_stopped()

@@ -35,6 +35,19 @@ def test_scheme_of_a_connector_url_and_what_it_refuses() -> None:
         scheme_of("opcua://user:secret@plc:4840")
 
 
+def test_http_and_file_streams_in_sites_yaml() -> None:
+    sites = parse_sites(
+        HEAD
+        + "      w: {url: 'http://0.0.0.0:8480/ingest/w', rate: 5, options: {token_env: PUSH, max_body_bytes: 4096}}\n"
+        + "      f: {url: 'file:///var/log/scale.jsonl', rate: 1, options: {poll_s: 0.5, start: end}}\n"
+    )
+    streams = sites.site("a").streams
+    assert (streams["w"].connector, streams["f"].connector) == ("http", "file")
+    assert streams["w"].options == {"token_env": "PUSH", "max_body_bytes": 4096}
+    assert scheme_of("file:///x") == "file"
+    assert scheme_of("https://hooks.example/x") == "https"
+
+
 def test_opcua_nodes_from_the_url_and_node_ids() -> None:
     url = "opcua://plc:4840/freeopcua/server/?nodes=ns=2;i=2,ns=3;s=Boiler.Temp"
     assert url_nodes(url) == {"ns=2;i=2": "ns=2;i=2", "ns=3;s=Boiler.Temp": "ns=3;s=Boiler.Temp"}
@@ -106,6 +119,26 @@ def test_connector_streams_in_sites_yaml() -> None:
         (
             "      s: {url: 'mqtt://plc', rate: 1}",
             "s.yaml:7: sites.a.streams.s.url: an MQTT stream is read from its site's broker",
+        ),
+        (
+            "      s: {url: 'http://0.0.0.0:8480/in', rate: 1}",
+            "s.yaml:7: sites.a.streams.s.options: Object missing required field `token_env`",
+        ),
+        (
+            "      s: {url: 'http://0.0.0.0:8480/in', rate: 1, options: {token_env: 'a b'}}",
+            "s.yaml:7: sites.a.streams.s.options: token_env: 'a b' is not the name of an environment variable",
+        ),
+        (
+            "      s: {url: 'https://0.0.0.0:8480/in', rate: 1, options: {token_env: T}}",
+            "s.yaml:7: sites.a.streams.s.options: an https:// endpoint needs cert_file and key_file",
+        ),
+        (
+            "      s: {url: 'file:///var/log/x.jsonl', rate: 1, options: {start: middle}}",
+            "s.yaml:7: sites.a.streams.s.options: Expected `str` matching regex",
+        ),
+        (
+            "      s: {url: 'file://relative/x.jsonl', rate: 1}",
+            "s.yaml:7: sites.a.streams.s.url: 'file://relative/x.jsonl' is not a file URL: give the file's absolute path",
         ),
     ],
 )
