@@ -343,6 +343,13 @@ class SiteStatus(BaseModel):
         default_factory=dict,
         description="per app, per local sink: p50_ms and p95_ms of its results' latency over the last minute, and results",
     )
+    connectors: ReportedMapping = Field(
+        default_factory=dict,
+        description=(
+            "per connector stream and sink (sink <app>/<operator>) of the site's agent: server, up, "
+            "reconnects (failed attempts) and last_error"
+        ),
+    )
     rejected_heartbeats: int
     latency: dict[str, SiteLinkModel]
 

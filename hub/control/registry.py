@@ -408,6 +408,7 @@ def _row(site: Site, state: _SiteState) -> dict[str, Any]:
         "clock_offset_ms": hb.clock_offset_ms,
         "plan_expired": hb.plan_expired,
         "result_latency": hb.result_latency,
+        "connectors": hb.connectors,
         "rejected_heartbeats": state.rejected,
         "latency": None,
     }

@@ -398,7 +398,10 @@
         h("td", { class: "site" }, swatch(site.site), document.createTextNode(site.site)),
         h("td", { text: site.tier }),
         h("td", {}, h("span", { class: `badge ${status}`, "data-testid": "site-state", text: label }),
-          site.plan_expired && h("span", { class: "badge down", "data-testid": "site-plan-expired", text: "plan expired" })),
+          site.plan_expired && h("span", { class: "badge down", "data-testid": "site-plan-expired", text: "plan expired" }),
+          ...(site.connectors_down || []).map((c) => h("span", {
+            class: "badge down", "data-testid": "site-connector-down", title: c.last_error, text: `${c.name} down`,
+          }))),
         h("td", { class: "num", "data-testid": "site-heartbeat", text: isNum(site.last_heartbeat_age_s) ? `${seconds(site.last_heartbeat_age_s)} ago` : "never" },
           stale && h("span", { class: "badge stale", "data-testid": "site-stale", text: `stale, ${seconds(site.stale_s)} old` })),
         figure("num", isNum(site.cpu) ? `${num(site.cpu, 1)} %` : dash),

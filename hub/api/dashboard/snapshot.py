@@ -138,7 +138,8 @@ class SiteView(TypedDict):
     ``alive`` is ``None`` for a hub-tier site that never sent a heartbeat (no
     agent runs there; the hub itself is up). ``cpu`` is the agent's CPU in
     percent of one core; ``dead_lettered`` and ``late`` are counts since the
-    agent started. ``plan_expired`` says the site runs a plan past its expiry.
+    agent started. ``plan_expired`` says the site runs a plan past its expiry. ``connectors_down`` names
+    each connector stream or sink of the site's agent whose server does not answer, with its last error.
     ``stale_s`` is ``None`` while the site is up; for a site that is down, the
     age of its figures, which are then its last heartbeat's, not live ones.
     """
@@ -155,6 +156,7 @@ class SiteView(TypedDict):
     dead_lettered: int | None
     late: int | None
     plan_expired: bool
+    connectors_down: list[dict[str, str]]
 
 
 class LinkView(TypedDict):
@@ -524,7 +526,19 @@ def site_view(row: Mapping[str, Any]) -> SiteView:
         "dead_lettered": _count(row.get("dlq")),
         "late": _count(row.get("late")),
         "plan_expired": row.get("plan_expired") is True,
+        "connectors_down": _connectors_down(row.get("connectors")),
     }
+
+
+def _connectors_down(connectors: Any) -> list[dict[str, str]]:
+    """The connectors a heartbeat reports down: ``name`` and ``last_error``."""
+    if not isinstance(connectors, Mapping):
+        return []
+    return [
+        {"name": str(name), "last_error": str(state.get("last_error", ""))}
+        for name, state in connectors.items()
+        if isinstance(state, Mapping) and state.get("up") is False
+    ]
 
 
 def link_view(row: Mapping[str, Any]) -> LinkView:

@@ -310,12 +310,30 @@ def test_sites_alive_down_and_the_hub_without_an_agent(coordinator: Coordinator,
         "dead_lettered": 1,
         "late": 3,
         "plan_expired": False,
+        "connectors_down": [],
     }
     assert sites["warehouse-north"]["alive"] is False
     assert sites["warehouse-north"]["last_heartbeat_age_s"] is None
     # a hub-tier site that does send heartbeats is judged like any other
     assert site_view({"site": "cloud", "tier": "hub", "alive": False, "last_heartbeat_age_s": 30.0})["alive"] is False
     assert site_view({"site": "truck-7", "tier": "spoke", "plan_expired": True})["plan_expired"] is True
+
+
+def test_a_site_shows_its_connectors_that_are_down(coordinator: Coordinator) -> None:
+    connectors = {
+        "boiler": {"server": "opc.tcp://plc-1:4840", "up": False, "reconnects": 3, "last_error": "TimeoutError: "},
+        "tank": {"server": "modbus://10.0.0.7:502", "up": True, "reconnects": 1, "last_error": "OSError: reset"},
+        "sink plant/pump": {"up": False, "reconnects": 2, "last_error": "ConnectionError: refused"},
+    }
+    beat(coordinator, "truck-7", connectors=connectors)
+    (row,) = [r for r in coordinator.registry.status() if r["site"] == "truck-7"]
+    assert row["connectors"] == connectors
+    sites = {s["site"]: s for s in build_snapshot(coordinator)["sites"]}
+    assert sites["truck-7"]["connectors_down"] == [
+        {"name": "boiler", "last_error": "TimeoutError: "},
+        {"name": "sink plant/pump", "last_error": "ConnectionError: refused"},
+    ]
+    assert site_view({"site": "x", "connectors": ["not", "a", "mapping"]})["connectors_down"] == []
 
 
 def test_result_latency_per_sink_at_the_hub_and_at_the_spokes(coordinator: Coordinator, clock: Clock) -> None:
