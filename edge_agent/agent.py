@@ -339,6 +339,7 @@ class Agent:
             self.processor.checkpointer.sink_frontiers,
             self.sinks.unacknowledged.bounds(),
             self.sinks.result_latency(),
+            0.0 if len(self.inbox) else self.intake.live_for(),
         )
         states = connector_states(self.site, self.intake.connectors.values(), self.sinks.opened_actuators)
         if states:

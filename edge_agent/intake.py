@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ class Intake:
         self.routes: list[Route] = []
         self.connectors: dict[tuple[str, str], SourceRunner] = {}
         self._cache: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
+        self._live_since = time.monotonic()
 
     def rewire(self, pipelines: Mapping[str, Pipeline]) -> list[Transport]:
         """Subscribe to what ``pipelines`` read and drop the rest; return the connections closed."""
@@ -119,6 +121,21 @@ class Intake:
             runner.start()
             self.connectors[(source_site, stream)] = runner
 
+    def live_for(self) -> float:
+        """Seconds every input connection and connector has been up since the last (re)connection; 0 while one is down.
+
+        Until then, silence on an input may only mean its messages are held at a broker or a device.
+        """
+        now = time.monotonic()
+        if not all(t.connected for t in self.transports.values()) or not all(
+            r.connected for r in self.connectors.values()
+        ):
+            self._live_since = now
+        return now - self._live_since
+
+    def _reconnected(self) -> None:
+        self._live_since = time.monotonic()  # a float store: safe from the network thread
+
     def live(self) -> set[MessageSource]:
         """The connections and connectors whose messages are routed now."""
         return {*self.transports.values(), *self.connectors.values()}
@@ -130,6 +147,7 @@ class Intake:
             f"site broker ({source_site})",
             inbox=self.inbox,
         )
+        transport.on_connected = self._reconnected
         transport.start()
         self.transports[source_site] = transport
         return transport

@@ -34,14 +34,21 @@ IDLE_AFTER_S = 10.0
 
 
 def frontiers(
-    pipelines: Mapping[str, Pipeline], committed: Mapping[str, float], outbox: Outbox
+    pipelines: Mapping[str, Pipeline],
+    committed: Mapping[str, float],
+    outbox: Outbox,
+    inputs_live_for: float = math.inf,
 ) -> dict[str, float | None]:
     """Per app sending to the hub: the event time below which this site sends it nothing more (see :mod:`hub.handover.frontiers`).
 
     ``committed`` holds each app's frontier at the last commit; a record of
     the app still in the outbox lowers it to that record's event time. An app
     whose input has been idle for :data:`IDLE_AFTER_S`, with nothing in the
-    outbox, is ``None``: the hub's windows do not wait for it.
+    outbox, is ``None``: the hub's windows do not wait for it. Silence counts
+    only while the inputs could deliver: ``inputs_live_for`` is how long
+    every input connection has been up with nothing waiting in the inbox
+    (:meth:`edge_agent.intake.Intake.live_for`), so a site cut off from its
+    sensors' broker, or too busy to read what arrived, still holds back.
     """
     out: dict[str, float | None] = {}
     for app, frontier in committed.items():
@@ -50,7 +57,7 @@ def frontiers(
             continue
         pending = outbox.oldest(app)
         if pending is None:
-            out[app] = None if pipeline.idle_for() >= IDLE_AFTER_S else frontier
+            out[app] = None if min(pipeline.idle_for(), inputs_live_for) >= IDLE_AFTER_S else frontier
         else:
             out[app] = min(frontier, pending)
     return out
@@ -259,6 +266,7 @@ class Telemetry:
         sinks_committed: Mapping[str, float] | None = None,
         unacknowledged: Mapping[str, float] | None = None,
         result_latency: dict[str, dict[str, dict[str, float]]] | None = None,
+        inputs_live_for: float = math.inf,
     ) -> Heartbeat:
         """The heartbeat message for the agent's current state.
 
@@ -266,7 +274,8 @@ class Telemetry:
         ``sinks_committed``: each app's frontier and sink frontier at the
         last commit, ``unacknowledged`` the bounds of the sink values not yet
         acknowledged (see :func:`frontiers` and :func:`delivered`); ``result_latency`` the local
-        sinks' (:meth:`edge_agent.sinks.LocalSinks.result_latency`).
+        sinks' (:meth:`edge_agent.sinks.LocalSinks.result_latency`);
+        ``inputs_live_for`` as :func:`frontiers` reads it.
         """
         counts: dict[str, dict[str, int]] = {}
         lags = []
@@ -296,7 +305,7 @@ class Telemetry:
             cpu_budget=self.budget.read(),
             handed_over=handed_over,
             state_bytes={name: sizes for name, p in pipelines.items() if (sizes := p.state_bytes())},
-            complete=frontiers(pipelines, committed or {}, outbox),
+            complete=frontiers(pipelines, committed or {}, outbox, inputs_live_for),
             delivered=delivered(committed or {}, sinks_committed or {}, outbox, unacknowledged),
             key_spread=self._key_spread.update({name: p.key_records() for name, p in pipelines.items()}),
             result_latency=result_latency,

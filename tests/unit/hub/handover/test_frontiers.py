@@ -148,6 +148,9 @@ def test_the_heartbeat_frontier_waits_for_the_outbox_and_lets_an_idle_app_go(tmp
     assert frontiers({"farm": pipe}, committed, box) == {"farm": 97.0}  # a record still to send: never idle
     box.ack(box.batches(0, 10)[0].ids)
     assert frontiers({"farm": pipe}, committed, box) == {"farm": None}  # idle, nothing owed
+    # silent only because an input was down or the inbox still held messages: it holds back
+    assert frontiers({"farm": pipe}, committed, box, IDLE_AFTER_S - 1) == {"farm": 100.0 - 0.001}
+    assert frontiers({"farm": pipe}, committed, box, IDLE_AFTER_S) == {"farm": None}
     assert frontiers({}, committed, box) == {}  # an app this site no longer runs
 
 
