@@ -1,4 +1,4 @@
-"""Waiting until a simulated topology is ready: the hub answers, agents run the app, everyone subscribed.
+"""Waiting until a simulated topology is ready: the hub answers, its queries run, agents run the app, everyone subscribed.
 
 Each wait polls what the :class:`~simulate.results.Collector` observed on the
 brokers (or the hub's ``/healthz``) and calls ``check`` between polls, which
@@ -21,6 +21,11 @@ from spanedge.errors import SpanEdgeError
 
 Check = Callable[[], None]
 """Raises :class:`SimulationError` if a process of the topology exited."""
+
+DATAPLANE_READY = b"dataplane ready"
+"""What ``python -m hub.dataplane`` prints once the app's queries run (:mod:`hub.dataplane`)."""
+START_MARK = b"\n=== start "
+"""The line :class:`simulate.processes.Child` writes to a process's log at each start."""
 
 
 def runs_app(collector: Collector, site: str, app: str) -> bool:
@@ -50,6 +55,35 @@ async def wait_healthy(client: HubClient, timeout: float, check: Check, log: Pat
             last = str(exc)
         await asyncio.sleep(poll)
     msg = f"the hub did not answer /healthz within {timeout:.0f}s (last: {last}); see {log}"
+    raise SimulationError(msg)
+
+
+def dataplane_ready(log: Path) -> bool:
+    """Whether the data plane logging to ``log`` said, since its latest start, that the app's queries run."""
+    try:
+        text = log.read_bytes()
+    except FileNotFoundError:
+        return False
+    return DATAPLANE_READY in text[text.rfind(START_MARK) + 1 :]
+
+
+async def wait_dataplane(log: Path, timeout: float, check: Check, poll: float = 0.25) -> None:
+    """Wait until the standalone hub's data plane runs the app's queries (it says so in ``log``).
+
+    Spark takes many seconds to start a query on a loaded machine; records sent
+    before would wait for it, and the first results' latency would measure
+    Spark's start, not the placement.
+
+    Raises:
+        SimulationError: it did not within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        check()
+        if dataplane_ready(log):
+            return
+        await asyncio.sleep(poll)
+    msg = f"the hub's data plane did not start the app's queries within {timeout:.0f}s; see {log}"
     raise SimulationError(msg)
 
 

@@ -35,7 +35,13 @@ from simulate.faults import insecure_refusal
 from simulate.joins import first_offset
 from simulate.netns.topology import NetnsTopology
 from simulate.progress import EventLog, SiteStatus, Status
-from simulate.readiness import plan_sites, subscription_baseline, wait_heartbeats, wait_subscribed
+from simulate.readiness import (
+    plan_sites,
+    subscription_baseline,
+    wait_dataplane,
+    wait_heartbeats,
+    wait_subscribed,
+)
 from simulate.report import (
     Report,
     SinkCheck,
@@ -163,7 +169,7 @@ class Run:
         if scenario.mode == "standalone":
             plan_file, summary = place(scenario)
             self.events.note(summary)
-        cluster.start_hub(scenario.mode, opts.spark_master, scenario.app_file, plan_file, opts.hub_command)
+        child = cluster.start_hub(scenario.mode, opts.spark_master, scenario.app_file, plan_file, opts.hub_command)
         self._spawn(tasks, cluster.sample_cpu())
         if scenario.mode == "managed":
             await cluster.wait_hub(opts.ready_timeout)
@@ -174,8 +180,9 @@ class Run:
         if scenario.mode == "managed":
             plan = await cluster.deploy(scenario.app_file)
             self.events.note("deployed the app to the hub")
-        else:
+        else:  # the data plane says when the app's queries run (the managed deploy returns once they do)
             assert plan_file is not None
+            await wait_dataplane(child.log, opts.ready_timeout, cluster.check_alive)
             plan = json.loads(plan_file.read_text())
         app = scenario.app.name
         running = plan_sites(plan, scenario.starting)
@@ -367,6 +374,7 @@ class Run:
             destroyed_by=[d.describe(self.t0) for d in destroyed],
             warmup=scenario.sim.warmup,
             settle=scenario.sim.settle,
+            baseline=self.opts.baseline,
         )
         timeline = self._timeline(checks, latencies)
         run_dir = scenario.run_dir
@@ -406,7 +414,9 @@ async def run_compare(opts: Options, baseline: str, *, insecure_brokers: bool = 
     mode = "standalone" if opts.mode == "auto" else opts.mode
     parent = opts.run_dir or Path(".spanedge") / "sim" / f"{time.strftime('%Y%m%d-%H%M%S')}-compare-{baseline}"
     first = dataclasses.replace(opts, placement="ilp", mode=mode, label="spanedge", run_dir=parent / "spanedge")
-    second = dataclasses.replace(opts, placement=baseline, mode=mode, label=baseline, run_dir=parent / baseline)
+    second = dataclasses.replace(
+        opts, placement=baseline, mode=mode, label=baseline, run_dir=parent / baseline, baseline=True
+    )
     outcomes = [
         await run(first, insecure_brokers=insecure_brokers),
         await run(second, insecure_brokers=insecure_brokers),

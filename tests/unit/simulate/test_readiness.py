@@ -9,7 +9,15 @@ import pytest
 
 from simulate.drain import drain_problems, settled, wait_drained
 from simulate.errors import SimulationError
-from simulate.readiness import plan_sites, runs_app, subscription_baseline, wait_heartbeats, wait_subscribed
+from simulate.readiness import (
+    dataplane_ready,
+    plan_sites,
+    runs_app,
+    subscription_baseline,
+    wait_dataplane,
+    wait_heartbeats,
+    wait_subscribed,
+)
 from simulate.results import Collector
 
 pytestmark = pytest.mark.timeout(20)
@@ -124,3 +132,23 @@ def test_an_undrained_run_says_why() -> None:
     assert problems[0].startswith("agent truck-9: no heartbeat for 30s")
     assert problems[1] == "agent truck-7: outbox backlog 12 at the end"
     assert problems[2].startswith("not drained within 90s")
+
+
+def test_the_standalone_hub_is_ready_once_its_data_plane_says_so_since_its_latest_start(tmp_path: Path) -> None:
+    import asyncio
+
+    log = tmp_path / "hub.log"
+    assert not dataplane_ready(log)
+    log.write_bytes(b"\n=== start 10:00:00: python -m hub.dataplane\nspark starting\n")
+    assert not dataplane_ready(log)
+    with log.open("ab") as out:
+        out.write(b"dataplane ready\n")
+    assert dataplane_ready(log)
+    with log.open("ab") as out:  # restarted: the earlier start's line no longer counts
+        out.write(b"\n=== start 10:01:00: python -m hub.dataplane\n")
+    assert not dataplane_ready(log)
+    with pytest.raises(SimulationError, match="did not start the app's queries within 0s"):
+        asyncio.run(wait_dataplane(log, 0.0, _alive))
+    with log.open("ab") as out:
+        out.write(b"dataplane ready\n")
+    asyncio.run(wait_dataplane(log, 5.0, _alive, poll=0.01))
