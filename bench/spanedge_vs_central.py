@@ -36,6 +36,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def _loss(report: Report) -> str:
+    if report.fell_behind:  # the baseline's result, not a loss
+        return f"could not keep up: {report.queued} records still queued"
     text = f"{report.lost} / {report.duplicates}"
     return text if report.drained else text + " (not drained)"
 

@@ -139,6 +139,28 @@ class Report:
     shaping: list[str] = field(default_factory=list)
     warmup: float = 0.0
     settle: float = 0.0
+    baseline: bool = False
+    """A baseline placement run beside SpanEdge's (``--compare``): one that cannot keep up is not a failure."""
+
+    @property
+    def queued(self) -> int:
+        """Records still on their way at the end of the run, at least: in the agents' outboxes or the checked results' gaps.
+
+        A run that did not drain lacks records in its checked results (queued at
+        the hub, in its log or its queries, or in an outbox), and may hold more
+        in the outboxes for later windows: the larger of the two counts.
+        """
+        return max(self.lost, sum(s.backlog or 0 for s in self.sites))
+
+    @property
+    def fell_behind(self) -> bool:
+        """A baseline that did not drain: it could not keep up with the data, its missing results are still queued."""
+        return self.baseline and not self.drained
+
+    @property
+    def failed(self) -> bool:
+        """Results lost or duplicated by a run that should have them all (not a baseline that fell behind)."""
+        return bool(self.lost or self.duplicates) and not self.fell_behind
 
     @property
     def repeated(self) -> int:
@@ -173,6 +195,8 @@ class Report:
         data["wrong"] = self.wrong
         data["destroyed"] = self.destroyed
         data["repeated"] = self.repeated
+        data["queued"] = self.queued
+        data["fell_behind"] = self.fell_behind
         return data
 
 
@@ -306,7 +330,9 @@ def summarise(reports: Sequence[Report]) -> Summary:
     row("WAN total", (_bytes(r.wan_total) for r in reports))
     if len(reports) > 1 and reports[1].wan_total:
         row("WAN vs second run", [f"{reports[0].wan_total / reports[1].wan_total:.1%}"] + [""] * (len(reports) - 1))
-    row("lost records", (str(r.lost) + ("" if r.drained else " (not drained)") for r in reports))
+    if any(r.fell_behind for r in reports):
+        row("kept up with the data", (_kept_up_cell(r) for r in reports))
+    row("lost records", (_lost_cell(r) for r in reports))
     row("duplicate results", (str(r.duplicates) for r in reports))
     row("wrong results", (str(r.wrong) for r in reports))
     if any(r.destroyed for r in reports):
@@ -363,6 +389,18 @@ def render(reports: Sequence[Report]) -> Any:
         table.add_row(Text(name), *map(Text, cells))
     lines = [Text(n, style="dim") for n in summary.legend] + [Text(e) for e in summary.events]
     return Group(table, *lines, *(Text(p, style="yellow") for p in summary.problems))
+
+
+def _kept_up_cell(report: Report) -> str:
+    if not report.fell_behind:
+        return "yes" if report.drained else "no: not drained"
+    return f"could not keep up: {report.queued} records still queued"
+
+
+def _lost_cell(report: Report) -> str:
+    if report.fell_behind:  # not lost: still on their way (see the row above)
+        return f"- ({report.lost} not yet arrived)"
+    return str(report.lost) + ("" if report.drained else " (not drained)")
 
 
 def _backlog_cell(report: Report) -> str:

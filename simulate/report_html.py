@@ -102,6 +102,9 @@ def write_html(path: Path, runs: Sequence[Run]) -> Path:
 
 def _verdict(report: Report) -> str:
     checked = sum(s.checked for s in report.sinks)
+    if report.fell_behind:
+        text = f"{report.label} ({report.placement}): could not keep up: {report.queued} records still queued"
+        return f'<p class="verdict bad">{_e(text)}</p>'
     good = not (report.lost or report.duplicates or report.wrong) and report.drained and not report.problems
     text = (
         f"{report.label} ({report.placement}): {report.lost} lost, {report.duplicates} duplicated, "

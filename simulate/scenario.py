@@ -69,6 +69,8 @@ class Options:
     hub_command: list[str] | None = None
     hosts: str = "loopback"
     on_status: Callable[[Status], None] | None = None
+    baseline: bool = False
+    """A baseline run beside SpanEdge's (``--compare``): not keeping up is its result, not a failure."""
 
     def resolved_mode(self) -> str:
         """``managed`` for the ILP unless told otherwise; baselines need ``standalone``."""

@@ -346,3 +346,33 @@ def test_plan_changes_are_events_and_only_problems_are_problems() -> None:
         "[spanedge] records of truck-9 from 30 s to the end: lost with truck-9",
     ]
     assert summary.problems == ["[spanedge] truck-7 never drained"]
+
+
+def test_a_baseline_that_could_not_keep_up_is_its_own_row_not_a_failure() -> None:
+    from simulate.report import SinkCheck, SiteCount, summarise
+
+    ours = _report()
+    short = SinkCheck("unit_stats", "local", checked=60, missing=20, lost_records=2290)
+    behind = Report(
+        "central",
+        "cold-chain",
+        "central, standalone",
+        "mosquitto",
+        20.0,
+        sinks=[short],
+        sites=[SiteCount("truck-7", backlog=1500), SiteCount("truck-9", backlog=790)],
+        drained=False,
+        baseline=True,
+    )
+    rows = dict(summarise([ours, behind]).rows)
+    assert rows["kept up with the data"] == ["yes", "could not keep up: 2290 records still queued"]
+    assert rows["lost records"] == ["0", "- (2290 not yet arrived)"]
+    assert behind.fell_behind
+    assert not behind.failed
+    assert not ours.failed
+    assert behind.to_dict()["queued"] == 2290
+    assert Report("c", "a", "central", "mosquitto", 1.0, sites=[SiteCount("t", backlog=7)]).queued == 7
+    # the same losses in SpanEdge's own run, or in a baseline that drained, are a failure
+    assert Report("spanedge", "a", "ilp", "mosquitto", 20.0, sinks=[short], drained=False).failed
+    assert Report("central", "a", "central", "mosquitto", 20.0, sinks=[short], baseline=True).failed
+    assert "kept up with the data" not in dict(summarise([ours]).rows)
