@@ -321,9 +321,13 @@ class Hub:
 
         try:
             for app, start in self.coordinator.window_holds(lambda a: partial(self.ingest.mark, a)).items():
-                readers = self.engine.watermarked_readers(app)
+                sinks = self.engine.watermarked_sinks(app)
                 grid = self.coordinator.window_grid(app)
-                self.ingest.hold(app, Hold(start, readers, grid) if start is not None and readers else None)
+                if start is None or not sinks:
+                    self.ingest.hold(app, None)
+                else:  # each window query waits only for what can reach it (hub.handover.scope)
+                    own = self.coordinator.reader_holds(app, partial(self.ingest.mark, app), sinks)
+                    self.ingest.hold(app, Hold(start, frozenset(sinks), grid, own))
                 self.ingest.close_at(app, self.coordinator.window_closings(app))
         except Exception:
             log.exception("holding the hub's windows for the records sites still owe them failed")

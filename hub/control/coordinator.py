@@ -297,6 +297,17 @@ class Coordinator:
             self.deployments.handed_over(done)
         return holds
 
+    def reader_holds(self, name: str, mark: Mark, sinks: Mapping[str, str]) -> dict[str, float]:
+        """Per window query's log reader of app ``name``, the event time from which it waits (infinite: not held).
+
+        See :meth:`hub.control.handovers.Handovers.reader_holds`; an unknown app holds nothing.
+        """
+        try:
+            plan = self.record(name).plan
+        except KeyError:
+            return {}
+        return self.handovers.reader_holds(name, plan, mark, sinks)
+
     # -- analyse, plan and execute (hub.control.replanning) -----------------------------------
 
     def check(self) -> list[str]:

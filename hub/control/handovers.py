@@ -23,6 +23,7 @@ from hub.control.site_returns import SiteReturns
 from hub.control.state import AppRecord
 from hub.handover.frontiers import SiteFrontiers
 from hub.handover.holds import DEFAULT_LIMIT_S, HandoverHolds, Mark
+from hub.handover.scope import reader_starts
 from hub.handover.settling import SettleWatch
 from hub.handover.switches import DEFAULT_DELAY_S, postpone, stamp_handovers
 from spanedge.app import App
@@ -122,6 +123,15 @@ class HandoverControl:
             self.frontiers.hold_from(name, partial(self._let_go, plan)),
         )
         return min((s for s in starts if s is not None), default=None)
+
+    def reader_holds(self, name: str, plan: Plan, mark: Mark, sinks: Mapping[str, str]) -> dict[str, float]:
+        """Per window query's log reader of app ``name``, the event time from which it waits (infinite: not held).
+
+        ``sinks`` gives each reader's sink replica: a query waits only for the
+        sites and handovers that can reach it (:mod:`hub.handover.scope`).
+        """
+        gone = partial(self._let_go, plan)
+        return reader_starts(plan, sinks, self.holds.owed(plan, mark, gone), self.frontiers.live(name, gone))
 
     def _let_go(self, plan: Plan, site: str) -> bool:
         """Whether the hub's windows of ``plan`` stop waiting for gone ``site``'s frontier.

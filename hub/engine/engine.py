@@ -158,6 +158,10 @@ class Engine:
         """The log readers of app ``name``'s queries that run a window (see :class:`hub.ingest.log.Hold`)."""
         return self._queries.watermarked_readers(name)
 
+    def watermarked_sinks(self, name: str) -> dict[str, str]:
+        """Each log reader of app ``name``'s window queries, with its sink replica (see :mod:`hub.handover.scope`)."""
+        return self._queries.watermarked_sinks(name)
+
     def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
         """The queries of app ``name`` still writing a handover share that ``proposed`` would stop.
 

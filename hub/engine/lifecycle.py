@@ -239,6 +239,13 @@ class Lifecycle:
             queries = deployed.queries.values() if deployed is not None else ()
             return frozenset(q.reader for q in queries if q.watermarked)
 
+    def watermarked_sinks(self, name: str) -> dict[str, str]:
+        """Each log reader of app ``name``'s window queries, with its sink replica."""
+        with self.lock:
+            deployed = self.apps.get(name)
+            queries = deployed.queries.values() if deployed is not None else ()
+            return {q.reader: q.replica for q in queries if q.watermarked}
+
     def unsettled(self, name: str, proposed: Plan | None = None) -> list[str]:
         """The queries of app ``name`` that have not yet written a handover share ending at a switch, for people.
 

@@ -144,10 +144,18 @@ class SiteFrontiers:
 
     def hold_from(self, app: str, gone: Callable[[str], bool]) -> float | None:
         """The event time from which ``app``'s hub windows wait for a site (the lowest live frontier), or None."""
+        live = self.live(app, gone)
+        return min(live.values()) if live else None
+
+    def live(self, app: str, gone: Callable[[str], bool]) -> dict[str, float]:
+        """The frontier of every site that holds ``app``'s hub windows back now and is not ``gone``.
+
+        Which of the app's windows each one holds is :mod:`hub.handover.scope`'s question.
+        """
         known = self.frontiers(app)
         live = {site: f for site, f in known.items() if not gone(site)}
         self._log_changes(app, known, live)
-        return min(live.values()) if live else None
+        return live
 
     def _log_changes(self, app: str, known: dict[str, float], live: dict[str, float]) -> None:
         """Log a site starting or ceasing to hold ``app``'s windows back, and one no longer waited for as gone."""

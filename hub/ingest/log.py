@@ -61,7 +61,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -369,6 +369,12 @@ class Hold:
     until it can take that record along. Without one, segments are released
     by ``from_time`` alone.
     """
+    own: Mapping[str, float] = field(default_factory=dict)
+    """A reader's own ``from_time`` where it is later (its windows need less of what is owed; :mod:`hub.handover.scope`)."""
+
+    def start_of(self, reader: str) -> float:
+        """The event time from which segments wait for ``reader``."""
+        return max(self.from_time, self.own.get(reader, self.from_time))
 
 
 def closes_before(watermark: float, earliest: float, grid: float) -> bool:
@@ -437,7 +443,7 @@ def distribute(
             if hold is None or folder.name not in hold.readers:
                 count = len(waiting)
             else:
-                count = _releasable(waiting, hold, times, earliest or {}, active_earliest)
+                count = _releasable(waiting, hold, folder.name, times, earliest or {}, active_earliest)
                 held = max(held, len(waiting) - count)
             for _, path in waiting[:count]:
                 _link(path, folder)
@@ -448,6 +454,7 @@ def distribute(
 def _releasable(
     waiting: list[tuple[int, Path]],
     hold: Hold,
+    reader: str,
     latest: Mapping[int, float],
     earliest: Mapping[int, float],
     active_earliest: float,
@@ -458,9 +465,10 @@ def _releasable(
         after[i] = min(after[i + 1], earliest.get(waiting[i][0], math.inf))
     count = 0
     newest = -math.inf
+    start = hold.start_of(reader)
     for i, (base, _) in enumerate(waiting):
         newest = max(newest, latest.get(base, -math.inf))
-        if newest >= hold.from_time:
+        if newest >= start:
             break
         if not closes_before(newest, after[i + 1], hold.grid):
             count = i + 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -669,6 +670,22 @@ def test_the_hub_windows_wait_for_the_slowest_site_that_announces_a_frontier(sit
     assert coordinator.window_holds(lambda app: no_mark) == {"demo": 1_000.0}
     coordinator.heartbeat("a", heartbeat("a", complete={"demo": None}))  # a's input went idle
     assert coordinator.window_holds(lambda app: no_mark) == {"demo": 1_003.0}
+
+
+def test_each_hub_query_waits_for_the_sites_of_the_plan_in_force(sites: Sites, clock: Clock) -> None:
+    coordinator, _, _ = make(sites, clock)
+    coordinator.deploy(APP, "app.py")
+
+    def no_mark(site: str, stream: str, epoch: int) -> int | None:
+        return None
+
+    assert coordinator.reader_holds("demo", no_mark, {"r": "out"}) == {"r": math.inf}  # no frontier yet
+    coordinator.heartbeat("a", heartbeat("a", complete={"demo": 1_000.0}))
+    coordinator.heartbeat("b", heartbeat("b", complete={"demo": 980.0}))
+    # this planner's plans list no flows: the query waits for every site, as the app's windows do
+    assert coordinator.reader_holds("demo", no_mark, {"r": "out"}) == {"r": 980.0}
+    assert coordinator.window_holds(lambda app: no_mark) == {"demo": 980.0}
+    assert coordinator.reader_holds("unknown", no_mark, {"r": "out"}) == {}
 
 
 def test_the_hub_windows_of_the_plan_in_force_say_where_the_ingest_seals_at_once(

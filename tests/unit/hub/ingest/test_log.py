@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -341,3 +342,28 @@ def test_a_held_reader_never_gets_a_window_end_past_a_record_still_waiting_in_th
     assert ingest_log.closes_before(1010.0, 1009.5, 10.0)
     assert not ingest_log.closes_before(1009.9, 1009.5, 10.0)
     assert not ingest_log.closes_before(1e12, 1.0, 0.0)  # no grid: by the hold's time alone
+
+
+def test_a_reader_with_its_own_later_start_gets_what_the_others_wait_for(tmp_path: Path) -> None:
+    app_log = AppLog(tmp_path, seal_interval=0)
+    for reader in ("needs-it", "other"):
+        ingest_log.subscribe(tmp_path, reader)
+
+    def seal(site: str, seqs: range, t0: float) -> str:
+        fresh = [r for r in recs(site, "x", seqs, t0) if app_log.hwm.accept(r)]
+        app_log.append(encode_records(fresh), max(r.event_time for r in fresh), min(r.event_time for r in fresh))
+        app_log.flush()
+        assert app_log.seal()
+        return ingest_log.segments(tmp_path)[-2][1].name
+
+    hold = ingest_log.Hold(1005.0, frozenset({"needs-it", "other"}), own={"other": math.inf})
+    assert hold.start_of("needs-it") == 1005.0
+    assert hold.start_of("other") == math.inf
+    assert ingest_log.Hold(1005.0, frozenset(), own={"x": 900.0}).start_of("x") == 1005.0  # never earlier
+    app_log.set_hold(hold)
+    before = seal("s1", range(3), 1000.0)  # 1000-1002
+    after = seal("s1", range(3, 6), 1000.0)  # 1003-1005: reaches the hold's time
+    assert names(ingest_log.inbox(tmp_path, "needs-it")) == [before]
+    assert names(ingest_log.inbox(tmp_path, "other")) == [before, after]
+    app_log.set_hold(None)
+    assert names(ingest_log.inbox(tmp_path, "needs-it")) == [before, after]
