@@ -40,6 +40,7 @@ from edge_agent.recovery import Recoveries, Spool, SpoolFeed
 from edge_agent.sinks import LocalSinks, SiteBrokerLink
 from edge_agent.telemetry import Telemetry
 from spanedge import topics
+from spanedge.loader import source_hash
 from spanedge.mqtt import AGENT_HUB_LINK
 from spanedge.plan import Plan
 from spanedge.private_files import private_dir
@@ -344,6 +345,8 @@ class Agent:
         states = connector_states(self.site, self.intake.connectors.values(), self.sinks.opened_actuators)
         if states:
             beat = msgspec.structs.replace(beat, connectors=states)
+        sources = {name: source_hash(plan.app_source) for name, plan in self.plans.items() if plan.app_source}
+        beat = msgspec.structs.replace(beat, sources=sources)
         if self.hub_plans is not None and self.hub_plans.warn_if_expired():
             return msgspec.structs.replace(beat, plan_expired=True)
         return beat

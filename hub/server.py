@@ -160,9 +160,7 @@ class Hub:
         )
         self.enrolment = self._enrolment(site.broker)
         self._stop = threading.Event()
-        self._ticker: threading.Thread | None = None
-        self._holder: threading.Thread | None = None
-        self._trainer: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []  # the background loops, stopped by ``_stop``
         self._models: Any = None
         self._lock: StateDirLock | None = None
         self._presence: HubPresence | None = None
@@ -239,13 +237,15 @@ class Hub:
         if self.ingest is not None:
             # after the plans are back: a batch a site publishes for another checks them
             self.ingest.start()
-        self._ticker = threading.Thread(target=self._tick, name="spanedge-drift", daemon=True)
-        self._ticker.start()
+        loops = [(self._tick, "spanedge-drift")]
         if self.engine is not None and self.ingest is not None:
-            self._holder = threading.Thread(target=self._hold_windows, name="spanedge-window-holds", daemon=True)
-            self._holder.start()
+            loops.append((self._hold_windows, "spanedge-window-holds"))
+        for target, name in loops:
+            self._threads.append(threading.Thread(target=target, name=name, daemon=True))
+            self._threads[-1].start()
+        self._threads.append(self.coordinator.rollouts.start(self._stop))
         if self.engine is not None:
-            self._trainer = self.models().start_training(self._stop, self.coordinator.app_names)
+            self._threads.append(self.models().start_training(self._stop, self.coordinator.app_names))
         return self
 
     def models(self) -> Any:
@@ -335,9 +335,9 @@ class Hub:
     def stop(self) -> None:
         """Stop drift checks, the engine, ingest and the control connection."""
         self._stop.set()
-        for thread in (self._ticker, self._holder, self._trainer):
-            if thread is not None:
-                thread.join(timeout=5)
+        self.coordinator.rollouts.wake.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
         for part in (self.engine, self.ingest):
             if part is not None:
                 try:

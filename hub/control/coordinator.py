@@ -28,6 +28,8 @@ from hub.control.handovers import HandoverControl
 from hub.control.planning import Planner, default_planner
 from hub.control.registry import SiteRegistry
 from hub.control.replanning import Replanner
+from hub.control.rollout.records import RolloutStore
+from hub.control.rollout.runner import RolloutRunner
 from hub.control.site_health import HealthPolicy
 from hub.control.state import AppRecord, StateStore
 from hub.handover.frontiers import SiteFrontiers
@@ -49,6 +51,7 @@ class Coordinator:
         handovers: the handovers of the deployed apps (switches, holds, frontiers, settling).
         deployments: the deployed apps, with the engine, store and distributor their plans go to.
         replanner: places an app on deploy and again when a check calls for it.
+        rollouts: the staged rollouts of new app versions (:mod:`hub.control.rollout.runner`).
         on_join: called with a site and the time of its first heartbeat when a site
             :meth:`await_join` named joins (the enrolment keeps it in the fleet file).
     """
@@ -103,6 +106,9 @@ class Coordinator:
         )
         self.deployments = Deployments(self.handovers, distributor=distributor, engine=engine, store=store)
         self.replanner = Replanner(registry, planner, self.analysis, self.handovers, self.deployments, clock)
+        rollouts = RolloutStore(store.root) if store is not None else None
+        self.rollouts = RolloutRunner(self.deployments, registry, self.replanner.plan, rollouts, clock)
+        self.replanner.rolling = self.rollouts.rolling
         self.on_join: Callable[[str, float], None] | None = None
         self._lock = self.deployments.lock
 
@@ -154,6 +160,7 @@ class Coordinator:
             The names of the resumed apps. An app whose source no longer loads
             is skipped with a logged reason.
         """
+        self.rollouts.load()  # before the plans go out: the sites of a rollout keep the version they were given
         return self.deployments.resume()
 
     def deploy(
@@ -261,6 +268,7 @@ class Coordinator:
             self._join(site, now)
         self.analysis.observe(site, data, now)
         self.handovers.observe(site, data, now)
+        self.rollouts.observe(site, data, now)
         return True
 
     def await_join(self, site: str) -> None:

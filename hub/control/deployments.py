@@ -92,6 +92,8 @@ class Deployments:
         self.lock = threading.RLock()
         self._apps: dict[str, Deployment] = {}
         self._grids: dict[str, tuple[int, float, Closings]] = {}  # per app and plan version: its hub windows' ends
+        # per app in a staged rollout: the new version's entry and the sites given it (hub.control.rollout)
+        self._candidates: dict[str, tuple[SiteApp, frozenset[str]]] = {}
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -174,6 +176,7 @@ class Deployments:
         """
         with self.lock:
             record = self._apps.pop(name).record
+            self._candidates.pop(name, None)
             if self.engine is not None:
                 self.engine.undeploy(name)
             if self.store is not None:
@@ -191,11 +194,42 @@ class Deployments:
             self.store.save_app(record)
 
     def distribute(self, sites: Iterable[str]) -> dict[str, str]:
-        """Publish the plan messages of ``sites`` from every deployed app; the status per site."""
+        """Publish the plan messages of ``sites`` from every deployed app; the status per site.
+
+        A site given an app's new version in a staged rollout (:meth:`offer`) gets
+        that version's entry, the others the deployed one.
+        """
         if self.distributor is None:
             return {}
         apps = {name: SiteApp(d.record.plan, d.record.source) for name, d in self._apps.items()}
-        return self.distributor.publish(apps, sites)
+        if not self._candidates:
+            return self.distributor.publish(apps, sites)
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for site in sorted(set(sites)):
+            key = tuple(n for n, (_, given) in sorted(self._candidates.items()) if site in given and n in apps)
+            groups.setdefault(key, []).append(site)
+        status: dict[str, str] = {}
+        for names, members in groups.items():
+            mine = apps | {n: self._candidates[n][0] for n in names}
+            status.update(self.distributor.publish(mine, members))
+        return status
+
+    def offer(self, name: str, candidate: SiteApp, sites: Iterable[str]) -> None:
+        """Give ``sites`` the version ``candidate`` of app ``name`` in their plan messages from now on (none: withdraw it).
+
+        Nothing is published: the caller persists its step, then calls :meth:`distribute`.
+        """
+        with self.lock:
+            given = frozenset(sites)
+            if given:
+                self._candidates[name] = (candidate, given)
+            else:
+                self._candidates.pop(name, None)
+
+    def candidate_sites(self, name: str) -> frozenset[str]:
+        """The sites given app ``name``'s new version in a staged rollout (none outside one)."""
+        offered = self._candidates.get(name)
+        return offered[1] if offered is not None else frozenset()
 
     # -- restart -------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from hub.control.registry import SiteRegistry
 from hub.control.site_health import capped_sites
 from hub.control.state import AppRecord
 from spanedge.app import App
+from spanedge.errors import InvalidRollout
 from spanedge.placement_settings import check_slo_ms, check_weights
 from spanedge.plan import Plan
 from spanedge.sites import Sites
@@ -74,6 +75,8 @@ class Replanner:
         self.deployments = deployments
         self._clock = clock
         self._lock = deployments.lock
+        #: whether an app has a staged rollout in progress: its re-plans wait, a plain deploy is refused
+        self.rolling: Callable[[str], bool] = lambda name: False
 
     def plan(self, app: App, owners: Plan | None, **options: Any) -> Plan:
         """Plan the next version of ``app``, stamp who owns each replica since when and hand over what moves.
@@ -108,6 +111,9 @@ class Replanner:
         weights = check_weights(weights)
         app = load_app(source, filename, app_name)
         with self._lock:
+            if self.rolling(app.name):
+                msg = f"app {app.name!r} is rolling out a new version; wait for it to pass, or roll it back first"
+                raise InvalidRollout(msg)
             deployed = self.deployments.get(app.name)
             old = deployed.record if deployed is not None else None
             owners = old.plan if old is not None else None
@@ -199,6 +205,8 @@ class Replanner:
         """
         started = time.perf_counter()
         with self._lock:
+            if not forced and self.rolling(name):
+                return None  # a staged rollout holds the plan: the change stays pending until it is over
             last_attempt = self.analysis.attempt(name)
             deployed = self.deployments[name]
             old, app = deployed.record, deployed.app

@@ -62,6 +62,8 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
             connector sink (``sink <app>/<operator>``): ``server``, ``up``, ``reconnects`` (failed attempts
             since the agent started) and ``last_error`` (the last failure, kept after a recovery).
             Added within format version 1.
+        sources: per app, the SHA-256 of the source the site's pipeline runs (the version a staged rollout
+            confirms). Added within format version 1, like ``result_latency``.
     """
 
     site: str | None = None
@@ -86,6 +88,7 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
     plan_expired: bool = False
     result_latency: dict[str, dict[str, dict[str, NonNegative]]] = {}
     connectors: dict[str, dict[str, bool | Count | str]] = {}
+    sources: dict[str, str] = {}
 
 
 _FIELDS = msgspec.structs.fields(Heartbeat)

@@ -5,7 +5,10 @@
 * :mod:`~hub.control.rollout.metrics` and :mod:`~hub.control.rollout.gates`: the gates
   ``"dead_letter_rate<0.01, cpu<0.8"`` and their verdict on a stage's heartbeats;
 * :mod:`~hub.control.rollout.model`: a rollout as plain data, in JSON and back;
-* :mod:`~hub.control.rollout.steps`: its steps, as pure functions of a clock value and what the hub saw.
+* :mod:`~hub.control.rollout.steps`: its steps, as pure functions of a clock value and what the hub saw;
+* :mod:`~hub.control.rollout.mixing`: whether two versions can run side by side with the hub's results exact;
+* :mod:`~hub.control.rollout.records`: a rollout with its new version, as the hub persists it;
+* :mod:`~hub.control.rollout.runner`: the hub's runner, which starts rollouts, drives their steps and applies them.
 
 The design, and what is to come, is in ``docs/design/rollouts.md``.
 """
