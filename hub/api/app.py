@@ -27,6 +27,7 @@ from hub.api.enrolment import enrolment_router
 from hub.api.errors import install_error_handlers
 from hub.api.health import StatsSource, health_router, metrics_router
 from hub.api.model_routes import coordinator_apps, model_router
+from hub.api.rollout_routes import rollout_router
 from hub.api.sites import sites_router
 from hub.control.coordinator import Coordinator
 from hub.control.enrolment import Enrolment
@@ -72,6 +73,7 @@ def create_app(
     authorized = [Depends(scope_dependency(tokens, TokenScope.READ))]
     admin = [Depends(scope_dependency(tokens, TokenScope.ADMIN))]
     api.include_router(apps_router(coordinator, admin), dependencies=authorized)
+    api.include_router(rollout_router(coordinator, admin), dependencies=authorized)
     if enrolment is not None:
         api.include_router(enrolment_router(enrolment, admin))
     if models is None:  # declarations only: no versions to read (the path is never a folder), no Spark to train

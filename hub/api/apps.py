@@ -23,7 +23,9 @@ from hub.api.models import (
 )
 from hub.control.coordinator import Coordinator
 from hub.control.distribution import sites_of
+from hub.control.rollout.runner import MAX_SPEC_CHARS
 from hub.control.state import AppRecord
+from spanedge.durations import parse_duration
 from spanedge.errors import InvalidName, MissingExtra, SpanEdgeError
 from spanedge.loader import source_hash
 from spanedge.logsafe import escaped
@@ -68,6 +70,24 @@ class DeployRequest(BaseModel):
     )
     weights: Annotated[dict[str, StrictFloat] | None, WithJsonSchema(_WEIGHTS_SCHEMA)] = Field(
         default=None, description="objective weights of the placement (traffic, latency, migration; 1 if left out)"
+    )
+    rollout: str | None = Field(
+        default=None,
+        max_length=MAX_SPEC_CHARS,
+        description='roll the new version out in stages by site label, e.g. "kind=truck:1, kind=truck:25%, *"',
+    )
+    gates: str | None = Field(
+        default=None,
+        max_length=MAX_SPEC_CHARS,
+        description='health gates every stage is checked against, e.g. "dead_letter_rate<0.01, cpu<0.8"',
+    )
+    hold: str | None = Field(
+        default=None,
+        max_length=32,
+        description="how long each stage runs before its gates are checked (2m; 5 min if left out)",
+    )
+    all_at_once: bool = Field(
+        default=False, description="deploy to every site at once, even with a rollout that cannot mix versions"
     )
 
 
@@ -186,6 +206,8 @@ DEPLOY_ERRORS = errors(
 
 def deployed(coordinator: Coordinator, body: DeployRequest, request: Request) -> dict[str, Any] | JSONResponse:
     """Deploy or redeploy the app of ``body`` (audited): the answer of ``POST /apps``."""
+    if body.rollout is not None and not body.all_at_once:
+        return rolled_out(coordinator, body, request)
     try:
         record, distribution = coordinator.deploy(
             body.source, body.filename, app_name=body.app_name, slo_ms=body.slo_ms, weights=body.weights
@@ -209,6 +231,46 @@ def deployed(coordinator: Coordinator, body: DeployRequest, request: Request) ->
         "plan": record.plan.to_dict(),
         "distribution": distribution,
         "history": [dataclasses.asdict(h) for h in record.history],
+    }
+
+
+#: A stage's hold when a rollout names none.
+DEFAULT_HOLD = "5m"
+
+
+def rolled_out(coordinator: Coordinator, body: DeployRequest, request: Request) -> dict[str, Any] | JSONResponse:
+    """Start a staged rollout of the app of ``body`` (audited): the answer of ``POST /apps`` with ``rollout``."""
+    try:
+        hold_s = parse_duration(body.hold or DEFAULT_HOLD)
+        record = coordinator.rollouts.deploy(
+            body.source,
+            body.filename,
+            app_name=body.app_name,
+            stages=body.rollout or "",
+            gates=body.gates or "",
+            hold_s=hold_s,
+        )
+    except (SpanEdgeError, ValueError) as exc:
+        if isinstance(exc, ValueError | MissingExtra):
+            return error(422, exc)
+        log.exception("starting a rollout failed")
+        return error(500, exc)
+    rollout = record.rollout
+    audit.info(
+        "started a rollout of app %s, source sha256 %s, stages %s, by %s",
+        escaped(rollout.app),
+        rollout.to_version,
+        escaped(", ".join(s.spec for s in rollout.stages)),
+        _who(request),
+    )
+    app = coordinator.record(rollout.app)
+    return {
+        "app": rollout.app,
+        "version": record.plan.version,
+        "plan": record.plan.to_dict(),
+        "distribution": {},
+        "history": [dataclasses.asdict(h) for h in app.history],
+        "rollout": rollout.to_dict(),
     }
 
 

@@ -15,6 +15,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from spanedge.sites import load_sites
 
 _ERRORS: dict[str, type[SpanEdgeError]] = {
     "InvalidDataflow": errors.InvalidDataflow,
+    "InvalidRollout": errors.InvalidRollout,
     "InvalidSites": errors.InvalidSites,
     "InvalidPlan": errors.InvalidPlan,
     "InfeasiblePlacement": errors.InfeasiblePlacement,
@@ -163,8 +165,9 @@ class HubClient:
         slo_ms: float | None = None,
         app_name: str | None = None,
         weights: dict[str, float] | None = None,
+        rollout: Mapping[str, Any] | None = None,
     ) -> Plan:
-        """Send an app to the hub, which places and starts it; return its plan.
+        """Send an app to the hub, which places and starts it (or rolls it out, see :meth:`post_app`); return its plan.
 
         ``sites_file`` is checked locally so a broken file fails early; the hub
         places the app on the sites it was started with.
@@ -178,7 +181,9 @@ class HubClient:
         if sites_file is not None:
             load_sites(sites_file)
         # the absolute path, as 'spanedge deploy --dry-run' names the file in its messages
-        answer = self.post_app(source, str(app_file.resolve()), slo_ms=slo_ms, app_name=app_name, weights=weights)
+        answer = self.post_app(
+            source, str(app_file.resolve()), slo_ms=slo_ms, app_name=app_name, weights=weights, rollout=rollout
+        )
         return Plan.from_dict(answer["plan"])
 
     def post_app(
@@ -189,10 +194,12 @@ class HubClient:
         slo_ms: float | None = None,
         app_name: str | None = None,
         weights: dict[str, float] | None = None,
+        rollout: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``POST /apps`` with an app's source; return the hub's whole answer (its ``plan`` and the app's record).
 
-        ``filename`` names the app in the hub's messages and in the plan.
+        ``filename`` names the app in the hub's messages and in the plan. ``rollout`` holds the
+        body's ``rollout``, ``gates``, ``hold`` and ``all_at_once`` for a staged rollout.
 
         Raises:
             HubError: the hub is unreachable, rejects the token, or fails.
@@ -206,7 +213,16 @@ class HubClient:
             body["slo_ms"] = slo_ms
         if weights:
             body["weights"] = weights
+        body.update({k: v for k, v in (rollout or {}).items() if v is not None})
         return dict(self.request("POST", "/apps", body))
+
+    def rollout(self, name: str) -> dict[str, Any]:
+        """``GET /apps/{name}/rollout``: the app's staged rollout, in progress or its last one."""
+        return dict(self.request("GET", f"/apps/{_quote(name)}/rollout"))
+
+    def roll_back(self, name: str) -> dict[str, Any]:
+        """``POST /apps/{name}/rollout/rollback``: give every site the rollout changed the previous version back."""
+        return dict(self.request("POST", f"/apps/{_quote(name)}/rollout/rollback", {}))
 
     def apps(self) -> list[dict[str, Any]]:
         """``GET /apps``."""

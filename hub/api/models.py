@@ -290,6 +290,9 @@ class DeployResponse(BaseModel):
     plan: PlanModel
     distribution: dict[str, str] = Field(description="per site: published, or why not")
     history: list[HistoryModel]
+    rollout: dict[str, Any] | None = Field(
+        default=None, description="a staged rollout started: GET /apps/{name}/rollout answers where it is"
+    )
 
 
 class DeleteResponse(BaseModel):
@@ -395,6 +398,7 @@ _MEANING = {
     401: "no bearer token, or an unknown one",
     403: "the token's scope does not allow this",
     404: "no such app is deployed",
+    409: "the request conflicts with where the app is (a rollout rolled back already, say)",
     413: "the request body is over 4 MiB",
     422: "the request, the app, its sites or its placement is invalid",
     429: "too many refused attempts lately; wait a minute",

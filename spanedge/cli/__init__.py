@@ -20,6 +20,7 @@ from spanedge.cli.hub import hub
 from spanedge.cli.keys import keys
 from spanedge.cli.params import Group
 from spanedge.cli.preview import preview
+from spanedge.cli.rollout import rollout
 from spanedge.cli.simulate import simulate
 from spanedge.cli.site import site
 from spanedge.cli.status import status
@@ -45,7 +46,7 @@ def cli() -> None:
     """SpanEdge: one Python dataflow across edge sites and a Spark hub."""
 
 
-for _command in (deploy, preview, agent, hub, site, status, simulate, broker_config, keys):
+for _command in (deploy, preview, rollout, agent, hub, site, status, simulate, broker_config, keys):
     cli.add_command(_command)
 
 

@@ -1,0 +1,276 @@
+"""Staged rollouts on a real broker, a real hub process and three real agents fed by sensors.
+
+One fleet for the module (two trucks and a van): a v2 that dead-letters every
+record is rolled back at its canary; a healthy v2 reaches every site stage by
+stage, across a hub SIGKILLed while a stage holds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from hub.api.client import HubClient
+from simulate.broker import Mosquitto, free_port, mosquitto_path
+from spanedge.errors import InvalidRollout, SpanEdgeError
+from spanedge.loader import source_hash
+from tests.integration.hubkit import CLI, api_status, hub_ca, mqtt_client, start_hub
+from tests.keys import key_env
+from tests.polling import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "rollout-token-0123456789abcdef0123456789"
+SPOKES = {"t1": "truck", "t2": "truck", "v1": "van"}
+
+pytestmark = pytest.mark.timeout(300)
+
+APP = """
+from spanedge import App, agg, local, sinks
+
+@local
+def to_c(r):
+    {body}
+
+app = App("fleet-temp")
+readings = app.source("readings", time_field="ts")
+readings.map(to_c, name="to_c").window(
+    name="unit_stats", key="unit", size="2s", scope="local", aggs={{"n": agg.count(), "peak": agg.max("temp_c")}}
+).sink(sinks.memory("stats"), name="stats_out", scope="local")
+"""
+V1 = APP.format(body='return {**r, "temp_c": (r["temp_f"] - 32) / 1.8}')
+V2_HEALTHY = APP.format(body='return {**r, "temp_c": round((r["temp_f"] - 32) / 1.8, 1)}')
+V2_BROKEN = APP.format(body='raise ValueError("v2 cannot read " + str(r["unit"]))')
+
+
+def sites_yaml(url: str) -> str:
+    spokes = "".join(
+        f"""
+  {name}:
+    tier: spoke
+    broker: "{url}"
+    labels: {{kind: {kind}}}
+    streams:
+      readings: {{topic: "fleet/{name}/+/temp", rate: 10, qos: 1}}
+"""
+        for name, kind in SPOKES.items()
+    )
+    return f'sites:\n  cloud: {{tier: hub, broker: "{url}"}}\n{spokes}'
+
+
+class Sensors:
+    """Publishes a reading per unit and spoke every 0.1 s, stamped with the wall clock, until stopped."""
+
+    def __init__(self, url: str) -> None:
+        self.client = mqtt_client(url)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.wait(0.1):
+            for site in SPOKES:
+                for unit in ("u0", "u1"):
+                    reading = {"unit": f"{site}-{unit}", "ts": time.time(), "temp_f": 35.0 + i % 10}
+                    self.client.publish(f"fleet/{site}/{unit}/temp", orjson.dumps(reading), qos=1)
+            i += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@dataclass
+class Fleet:
+    """The broker, the hub process, the agents and the files they use."""
+
+    tmp: Path
+    url: str
+    port: int
+    env: dict[str, str]
+    sites_file: Path
+    hub: subprocess.Popen[bytes]
+    agents: dict[str, subprocess.Popen[bytes]]
+
+    @property
+    def api(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def client(self) -> HubClient:
+        return HubClient(self.api, TOKEN, ca_file=hub_ca(self.tmp / "hub"), timeout=30)
+
+    def start_hub(self) -> None:
+        log = (self.tmp / "hub.log").open("ab")
+        self.hub = start_hub(self.sites_file, self.tmp / "hub", self.port, self.env, output=log)
+        wait_for(lambda: api_status(f"{self.api}/healthz", hub_ca(self.tmp / "hub")) == 200, 90, "the hub to answer")
+
+    def app_file(self, name: str, source: str) -> Path:
+        path = self.tmp / name
+        path.write_text(source)
+        return path
+
+    def rollout(self) -> dict[str, Any]:
+        return self.client().rollout("fleet-temp")
+
+    def wait_status(self, *statuses: str, timeout: float = 120) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+
+        def reached() -> bool:
+            try:
+                seen.update(self.rollout())
+            except SpanEdgeError:
+                return False
+            return seen["status"] in statuses
+
+        wait_for(reached, timeout, f"the rollout to be {' or '.join(statuses)} (last: {seen.get('reason')})")
+        return seen
+
+    def agent_log(self, site: str) -> str:
+        return (self.tmp / f"agent-{site}.log").read_text()
+
+
+def _agent(tmp: Path, site: str, sites_file: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    command = [*CLI, "agent", "--site", site, "--sites", str(sites_file), "--state-dir", str(tmp / f"agent-{site}")]
+    command += ["--heartbeat-interval", "0.5", "--checkpoint-interval", "0.5", "--plan-wait", "0"]
+    log = (tmp / f"agent-{site}.log").open("ab")
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    try:
+        mosquitto_path()
+    except SpanEdgeError as exc:
+        pytest.skip(str(exc))
+    tmp = tmp_path_factory.mktemp("rollout")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
+    env = {**base, "SPANEDGE_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1", **key_env(tmp), "PYTHONPATH": str(ROOT)}
+    with Mosquitto() as broker:
+        sites_file = tmp / "sites.yaml"
+        sites_file.write_text(sites_yaml(broker.url))
+        fleet = Fleet(tmp, broker.url, free_port(), env, sites_file, None, {})  # type: ignore[arg-type]
+        fleet.start_hub()
+        fleet.agents = {site: _agent(tmp, site, sites_file, env) for site in SPOKES}
+        sensors = Sensors(broker.url)
+        try:
+            fleet.client().deploy(fleet.app_file("app.py", V1), sites_file)
+            wait_for(lambda: all(runs_app(fleet, s) for s in SPOKES), 90, "every agent to run v1")
+            yield fleet
+        finally:
+            sensors.close()
+            for proc in [*fleet.agents.values(), fleet.hub]:
+                _stop(proc)
+
+
+def runs_app(fleet: Fleet, site: str) -> bool:
+    """Whether the agent of ``site`` reported running the app, as the hub's registry shows it."""
+    return any(e.get("site") == site and "fleet-temp" in (e.get("apps") or []) for e in fleet.client().sites())
+
+
+def on(view: dict[str, Any], version: str) -> list[str]:
+    """The sites a rollout view says run ``version``: given it, and reporting it."""
+    return sorted(s for s, v in view["sites"].items() if v["version"] == version and v["running"])
+
+
+def test_a_version_that_dead_letters_everything_is_rolled_back_at_its_canary(fleet: Fleet) -> None:
+    v1, v2 = source_hash(V1), source_hash(V2_BROKEN)
+    staged = {"rollout": "kind=truck:1, *", "gates": "dead_letter_rate<0.01", "hold": "4s"}
+    fleet.client().deploy(fleet.app_file("app_v2_broken.py", V2_BROKEN), fleet.sites_file, rollout=staged)
+    started = fleet.rollout()
+    (canary,) = started["stages"][0]["sites"]
+    assert canary in ("t1", "t2")
+    done = fleet.wait_status("rolled_back")
+    failed = [s for s in done["steps"] if s["status"] == "failed"]
+    assert len(failed) == 1
+    assert failed[0]["stage"] == 0
+    assert failed[0]["sites"] == [canary]
+    (gate,) = failed[0]["gates"]
+    assert gate["gate"] == "dead_letter_rate<0.01"
+    assert not gate["passed"]
+    assert gate["value"] == 1.0
+    assert f"dead_letter_rate 100% at {canary}" in failed[0]["reason"]
+    assert done["versions"][v2] == []
+    assert on(done, v1) == sorted(SPOKES)
+    assert fleet.client().app("fleet-temp")["source_sha256"] == v1
+    history = fleet.client().placement("fleet-temp")["history"]
+    assert any("failed: dead_letter_rate 100%" in h["reason"] for h in history)
+
+
+def test_a_rollout_that_cannot_mix_or_starts_twice_is_refused(fleet: Fleet) -> None:
+    with pytest.raises(InvalidRollout, match="no site has kind=bus"):
+        fleet.client().deploy(
+            fleet.app_file("app_v2.py", V2_HEALTHY), fleet.sites_file, rollout={"rollout": "kind=bus:1, *"}
+        )
+    answer = subprocess.run(
+        [*CLI, "rollout", "rollback", "fleet-temp", "--hub-url", fleet.api, "--hub-ca", str(hub_ca(fleet.tmp / "hub"))],
+        cwd=ROOT,
+        env=fleet.env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert answer.returncode != 0
+    assert b"no rollout in progress" in answer.stdout + answer.stderr
+
+
+def test_a_healthy_version_reaches_every_site_across_a_hub_killed_mid_rollout(fleet: Fleet) -> None:
+    v2 = source_hash(V2_HEALTHY)
+    command = [*CLI, "deploy", str(fleet.app_file("app_v2.py", V2_HEALTHY)), "--sites", str(fleet.sites_file)]
+    command += [
+        "--rollout",
+        "kind=truck:1, kind=truck, *",
+        "--gate",
+        "dead_letter_rate<0.01, watermark_lag<30s",
+        "--hold",
+        "6s",
+    ]
+    command += ["--hub-url", fleet.api, "--hub-ca", str(hub_ca(fleet.tmp / "hub"))]
+    deployed = subprocess.run(command, cwd=ROOT, env=fleet.env, capture_output=True, timeout=120)
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    assert b"spanedge rollout status fleet-temp" in deployed.stdout
+    holding = fleet.wait_status("holding")
+    assert holding["stage"] == 0
+    (canary,) = holding["versions"][v2]
+    fleet.hub.send_signal(signal.SIGKILL)
+    fleet.hub.wait(30)
+    fleet.start_hub()
+    resumed = fleet.rollout()
+    assert any("the hub restarted" in s["reason"] for s in resumed["steps"])
+    assert canary in resumed["versions"][v2]
+    done = fleet.wait_status("passed", "rolled_back", timeout=180)
+    assert done["status"] == "passed", done["reason"]
+    passed_stages = [s["stage"] for s in done["steps"] if s["status"] == "passed"]
+    assert passed_stages == [0, 1, 2]
+    assert done["versions"][v2] == sorted(SPOKES)
+    assert on(done, v2) == sorted(SPOKES)
+    assert fleet.client().app("fleet-temp")["source_sha256"] == v2
+    status = subprocess.run(
+        [*CLI, "rollout", "status", "fleet-temp", "--hub-url", fleet.api, "--hub-ca", str(hub_ca(fleet.tmp / "hub"))],
+        cwd=ROOT,
+        env=fleet.env,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert b"passed at stage 3/3 *" in status.stdout
