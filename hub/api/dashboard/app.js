@@ -207,6 +207,7 @@
     drawResults(app);
     drawLinks(snap.sites || [], snap.links || []);
     drawHistory(app);
+    drawRollout(app);
     drawHub(snap.hub || {});
     showProblems((snap.hub && snap.hub.errors) || []);
   }
@@ -479,6 +480,56 @@
     h("td", { class: "moved" }, ...(e.moved.length ? e.moved.map(moveItem) : [dash])),
     h("td", { class: "num", text: num(e.objective, 3) }),
     h("td", { class: "baselines" }, ...baselineItems(e.baselines, e.objective)))));
+  }
+
+  // -- the app's staged rollout: stage, sites per version, each step's gate values ------------------
+
+  function drawRollout(app) {
+    const r = app ? app.rollout : null;
+    $("rollout-card").hidden = !r;
+    if (!r) return;
+    $("rollout-app").textContent = app.app;
+    const summary = $("rollout-summary");
+    summary.dataset.status = r.status;
+    summary.dataset.stage = String(r.stage);
+    summary.textContent = `${r.status} at stage ${r.stage + 1}/${r.stages.length} ${r.stages[r.stage].spec}` +
+      ` · gates ${r.gates || "none"} · hold ${num(r.hold_s)} s · ${r.reason}`;
+    $("rollout-versions").replaceChildren(...Object.entries(r.versions).map(([version, sites]) => h("div", {
+      "data-testid": "rollout-version", "data-version": version, "data-count": String(sites.length),
+      class: version === r.to_version ? "new" : "old",
+    }, h("b", { text: `${version === r.to_version ? "new" : "previous"} ${version.slice(0, 12)}` }),
+    h("span", { text: ` on ${sites.length} site${sites.length === 1 ? "" : "s"}: ${sites.join(", ") || "none"}` }))));
+    $("rollout-stages").replaceChildren(...r.stages.map((st, i) => h("tr", {
+      "data-testid": "rollout-stage", "data-stage": String(i), "data-state": stageState(r, i),
+      class: i === r.stage ? "current" : "",
+    },
+    h("td", { class: "num", text: String(i + 1) }),
+    h("td", { text: st.spec }),
+    h("td", { text: st.changes.join(", ") || "none (the stages before reached them)" }),
+    h("td", { text: stageState(r, i) }))));
+    $("rollout-steps").replaceChildren(...[...r.steps].reverse().map((step) => h("tr", {
+      "data-testid": "rollout-step", "data-status": step.status, "data-stage": String(step.stage),
+    },
+    h("td", { text: clock(step.at) }),
+    h("td", { class: "num", text: String(step.stage + 1) }),
+    h("td", { text: step.status }),
+    h("td", {}, ...((step.gates || []).length ? step.gates.map(gateItem) : [dash])),
+    h("td", { class: "reason", text: step.reason }))));
+  }
+
+  function stageState(r, i) {
+    if (i < r.stage || (i === r.stage && r.status === "passed")) return "passed";
+    if (i > r.stage) return "waiting";
+    return r.status;
+  }
+
+  function gateItem(g) {
+    const where = g.site ? ` at ${g.site}` : "";
+    return h("div", {
+      "data-testid": "rollout-gate", "data-gate": g.gate, "data-passed": g.passed ? "true" : "false",
+      "data-value": isNum(g.value) ? String(g.value) : "", class: g.passed ? "" : "infeasible",
+      text: `${g.gate}: ${isNum(g.value) ? num(g.value, 4) : "no value"}${where}${g.passed ? "" : " ✗"}`,
+    });
   }
 
   function baselineItems(baselines, objective) {

@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypedDict
 
-from spanedge.history import fold, summary
+from hub.api.rollout_routes import rollout_view
+from hub.control.rollout.runner import ROLLOUT_REASON
+from spanedge.history import fold, get, summary, unchanged
 from spanedge.numbers import number
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,8 @@ class AppView(TypedDict):
     edges: list[list[str]]
     results: list[ResultLatencyView]
     history: list[HistoryView]
+    rollout: dict[str, Any] | None
+    """The app's staged rollout, in progress or its last one, as ``GET /apps/{name}/rollout`` answers (None: never one)."""
 
 
 class SiteView(TypedDict):
@@ -236,7 +240,9 @@ def build_snapshot(
         try:
             name = str(_get(record, "name"))
             hub_figures, hub_queries = _hub_figures(engine, name), _hub_queries(engine, name)
-            apps.append(app_view(record, status, getattr(coordinator, "app", None), hub_figures, hub_queries))
+            view = app_view(record, status, getattr(coordinator, "app", None), hub_figures, hub_queries)
+            view["rollout"] = _rollout(coordinator, name)
+            apps.append(view)
         except Exception as exc:  # one malformed record must not hide the others
             errors.append(f"app {getattr(record, 'name', '?')}: {exc}")
     return {
@@ -344,8 +350,21 @@ def app_view(
         "operators": operators,
         "edges": edges,
         "results": _results(name, assignments, status, hub_queries),
-        "history": [_history_view(group, plan) for group in fold(list(_get(record, "history", ()) or ()))],
+        "history": [_history_view(g, plan) for g in fold(list(_get(record, "history", ()) or ()), _kept_placement)],
+        "rollout": None,
     }
+
+
+def _kept_placement(entry: Any) -> bool:
+    """A re-plan that kept the placement (folded with its neighbours); a rollout's step is shown on its own."""
+    return unchanged(entry) and not str(get(entry, "reason", "")).startswith(ROLLOUT_REASON)
+
+
+def _rollout(coordinator: Any, name: str) -> dict[str, Any] | None:
+    """App ``name``'s rollout as :func:`hub.api.rollout_routes.rollout_view` shows it, if the coordinator runs rollouts."""
+    runner = getattr(coordinator, "rollouts", None)
+    record = runner.record(name) if runner is not None else None
+    return rollout_view(record) if record is not None else None
 
 
 def _hub_figures(engine: Mapping[str, Any] | None, app: str) -> Mapping[str, Any] | None:
