@@ -23,6 +23,7 @@ from simulate.errors import SimulationError
 from simulate.joins import enrol
 from simulate.processes import Child, spanedge_command
 from simulate.readiness import wait_healthy
+from simulate.rollout_fault import DeploySpec
 from simulate.topology import OBSERVER, Topology, hub_ca_dir
 from spanedge.errors import SpanEdgeError
 from spanedge.signing import ENV_PUBLIC_KEY_FILE, PlanSigningKey
@@ -244,6 +245,31 @@ class Cluster:
         except (SpanEdgeError, ValueError):
             return None
         (self.run_dir / "placement.json").write_text(json.dumps(answer, indent=2))
+        return answer
+
+    def deploy_version(self, spec: DeploySpec) -> str:
+        """Deploy a new version of the app (the ``deploy`` fault, :mod:`simulate.rollout_fault`); what the hub said."""
+        try:
+            # named like the first version (deploy): the hub's query fingerprints read both the same way
+            answer = self._client().post_app(spec.file.read_text(), spec.file.name, rollout=spec.options())
+        except (SpanEdgeError, SimulationError, OSError) as exc:
+            return f"the hub refused it: {exc}"
+        version = answer.get("version")
+        if spec.stages is None:
+            return f"plan v{version} at every site at once"
+        return f"a rollout in stages {spec.stages} (plan v{version} once it passes)"
+
+    async def rollout(self, app: str) -> dict[str, Any] | None:
+        """The managed hub's last rollout of ``app`` (also written to ``rollout.json``); None if it has none."""
+        if self.client is None:
+            return None
+        client = self.client
+        loop = asyncio.get_running_loop()
+        try:
+            answer = await loop.run_in_executor(None, lambda: client.rollout(app))
+        except (SpanEdgeError, ValueError):
+            return None
+        (self.run_dir / "rollout.json").write_text(json.dumps(answer, indent=2))
         return answer
 
     def stopped(self) -> list[str]:

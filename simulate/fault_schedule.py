@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from simulate.faults import NEW_OWNER, OLD_OWNER, Anchor, Fault, FaultKind, fault_order
 from simulate.joins import join_switch
+from simulate.rollout_fault import DeploySpec, parse_deploy
 
 
 class FaultTarget(Protocol):
@@ -62,6 +63,9 @@ class FaultTarget(Protocol):
 
     def set_cpu_budget(self, site: str, cores: float | None) -> None:
         """Tell the agent of ``site`` the CPU cores it may use now (None: what sites.yaml declares)."""
+
+    def deploy_version(self, spec: DeploySpec) -> str:
+        """Deploy the new version ``spec`` names (a staged rollout with stages); what the hub said, one line."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,10 @@ class FaultSchedule:
             await self._overload(site, fault, record)
         elif fault.kind is FaultKind.JOIN:
             await self._join(site, fault, record)
+        elif fault.kind is FaultKind.DEPLOY:
+            spec = parse_deploy(fault.text.rpartition("@")[0])
+            said = await loop.run_in_executor(None, self.target.deploy_version, spec)
+            self.note(f"deployed {spec.file.name}: {said}")
 
     async def _join(self, site: str, fault: Fault, record: AppliedFault) -> None:
         """Enrol ``site``; once the hub planned it in, start its sensors from the switch of its join."""

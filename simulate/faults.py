@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from simulate.rollout_fault import FORM as DEPLOY_FORM
+from simulate.rollout_fault import parse_deploy
 from spanedge.durations import parse_duration
 from spanedge.errors import SpanEdgeError
 from spanedge.sites import Sites, Tier
@@ -29,6 +31,7 @@ FORMS = (
     "kill-site:<spoke>@<t>",
     "revoke:<spoke>@<t>",
     "join:<spoke>@<t>",
+    DEPLOY_FORM,
 )
 
 #: Site names that stand for the source or target of the first handover (with a relative time only).
@@ -61,6 +64,7 @@ class FaultKind(enum.StrEnum):
     KILL_SITE = "kill-site"
     REVOKE = "revoke"
     JOIN = "join"
+    DEPLOY = "deploy"
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
     if not sep or not head:
         raise _bad(spec, "missing '@<time>' (when the fault happens, after the sensors start)")
     at, anchor = _when(spec, when.strip())
+    if head.startswith(f"{FaultKind.DEPLOY}:") or head == FaultKind.DEPLOY:
+        return _deploy(spec, head, at, anchor)
     parts = head.split(":")
     try:
         kind = FaultKind(parts[0])
@@ -123,6 +129,7 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         FaultKind.KILL_SITE: 2,
         FaultKind.REVOKE: 2,
         FaultKind.JOIN: 2,
+        FaultKind.DEPLOY: 2,
     }[kind]
     fits = (
         len(parts) == expected
@@ -160,6 +167,17 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         if kind in _AGENT_FAULTS and sites.sites[site].tier is not Tier.SPOKE:
             raise _bad(spec, f"site {site!r} is a hub and runs no agent; use restart-hub@<t>")
     return fault
+
+
+def _deploy(spec: str, head: str, at: float, anchor: Anchor | None) -> Fault:
+    """A ``deploy`` fault (:mod:`simulate.rollout_fault`): its text is parsed again when it is applied."""
+    if anchor is not None:
+        raise _bad(spec, "a deploy happens at a time after the sensors start, such as deploy:app_v2.py@20s")
+    try:
+        parse_deploy(head)
+    except ValueError as exc:
+        raise _bad(spec, str(exc)) from None
+    return Fault(kind=FaultKind.DEPLOY, at=at, text=spec.strip())
 
 
 _RELATIVE = re.compile(r"(?P<anchor>[a-z]+)\s*(?:(?P<sign>[+-])\s*(?P<offset>.+))?")

@@ -31,7 +31,7 @@ from simulate.cluster import Cluster
 from simulate.drain import drain_problems, wait_drained
 from simulate.errors import InvalidOption, SimulationError
 from simulate.fault_schedule import FaultSchedule
-from simulate.faults import insecure_refusal
+from simulate.faults import FaultKind, insecure_refusal
 from simulate.joins import first_offset
 from simulate.netns.topology import NetnsTopology
 from simulate.progress import EventLog, SiteStatus, Status
@@ -94,6 +94,14 @@ def write_outputs(run_dir: Path, report: Report, timeline: Timeline, events: lis
     (run_dir / "timeline.json").write_text(json.dumps(timeline.to_dict()))
     (run_dir / "events.log").write_text("\n".join(events) + "\n")
     return write_html(run_dir / "report.html", [(report, timeline)])
+
+
+async def _final_placement(cluster: Cluster, scenario: Scenario) -> dict[str, Any] | None:
+    """The hub's placement answer at the end of a run; with a ``deploy`` fault, ``rollout.json`` written too."""
+    placement = await cluster.placement(scenario.app.name)
+    if any(f.kind is FaultKind.DEPLOY for f in scenario.faults):
+        await cluster.rollout(scenario.app.name)
+    return placement
 
 
 class Run:
@@ -225,7 +233,7 @@ class Run:
         if self.faults.killed:  # what the dead sites destroyed depends on when their replicas moved
             self.placement = await self.cluster.placement(scenario.app.name)
         await self._drain(sensors_done)
-        self.placement = await self.cluster.placement(scenario.app.name)
+        self.placement = await _final_placement(self.cluster, scenario)
         self.problems += self.faults.skipped + self.cluster.stopped()
 
     async def _start_joined(self, site: str, switch: float) -> None:
