@@ -9,8 +9,9 @@ payload signed with its Ed25519 key (:func:`spanedge.signing.sign_plan`)::
 :class:`PlanIntake` rejects a message not signed by a key the agent trusts,
 a version not newer than the one it holds (a replay or an older plan, after a
 restart too: the saved plan's version is held from the start), a message for
-another site and app code whose hash does not match, each with a reason
-(:mod:`spanedge.plan_checks`), and keeps the held version otherwise, so it
+another site, app code whose hash does not match (each with a reason:
+:mod:`spanedge.plan_checks`) and a plan of an older hub leader epoch than the
+one it holds (``Plan.hub_epoch``: a hub with ``--ha`` that lost its lease), and keeps the held version otherwise, so it
 never goes back. :class:`HubPlans` adds the plan saved for a restart, resumed
 when the hub's retained plan is slow to come, and warns while the plan in
 force is past its expiry (it keeps running: processing never stops for it).
@@ -53,6 +54,7 @@ class PlanIntake:
         self.site = site
         self.trusted = trusted
         self.version = version
+        self.epoch = 0  # the newest hub leader epoch of a plan held (hub.ha.lease; 0: no hub with --ha yet)
         self.applied: bytes | None = None  # the message of the plan in force
         self.held: bytes | None = None  # the newest message accepted: the one in force, or the saved one
         self.current: SitePlan | None = None  # the plan of ``held``
@@ -67,9 +69,18 @@ class PlanIntake:
         from spanedge import signing  # the signature library only loads in managed mode
 
         verified = signing.verify_plan(payload, self.trusted)
-        return check_plan_envelope(verified.payload, site=self.site, applied_version=self.version)
+        site_plan = check_plan_envelope(verified.payload, site=self.site, applied_version=self.version)
+        epoch = _epoch(site_plan)
+        if 0 < epoch < self.epoch:
+            msg = (
+                f"site {self.site}: plan version {site_plan.version} comes from hub leader epoch {epoch}, older than "
+                f"epoch {self.epoch} of the plan this agent holds: a hub that no longer leads sent it; ignoring it"
+            )
+            raise InvalidPlan(msg)
+        return site_plan
 
     def _hold(self, payload: bytes, site_plan: SitePlan) -> None:
+        self.epoch = max(self.epoch, _epoch(site_plan))
         self.version = site_plan.version
         self.held = payload
         self.current = site_plan
@@ -237,6 +248,11 @@ class HubPlans:
                 now - current.expires_at,
             )
         return True
+
+
+def _epoch(site_plan: SitePlan) -> int:
+    """The hub leader epoch a plan message carries (in each app's plan; 0: none, or no apps)."""
+    return max((p.hub_epoch for p in site_plan.plans), default=0)
 
 
 def app_of(plan: Plan) -> App:

@@ -27,7 +27,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -46,9 +46,10 @@ from hub.control.join_tokens import DEFAULT_TTL_S, JoinTokens
 from hub.control.presence import HubPresence, presence_of
 from hub.control.registry import SiteRegistry
 from hub.control.site_health import HealthPolicy
-from hub.control.state import StateStore
+from hub.control.state import Documents, StateStore
 from hub.control.state_lock import StateDirLock
 from hub.engine.session import DEFAULT_TRIGGER, batch_intervals
+from hub.ha.config import HaConfig
 from hub.handover.holds import DEFAULT_LIMIT_S
 from hub.handover.recovered import Recovered
 from hub.ingest.publishers import from_plans
@@ -119,17 +120,26 @@ class HubConfig:
     plain_http: bool = False
     #: how long a REST client may take to send a request, and how many connections it may hold (hub.api.serving)
     client_limits: ClientLimits = field(default_factory=ClientLimits)
+    #: lead or stand by under a lease in a shared database (``--ha``; None: the single hub of its state directory)
+    ha: HaConfig | None = None
 
 
 class Hub:
     """The hub's parts, started and stopped together."""
 
-    def __init__(self, sites: Sites, config: HubConfig) -> None:
-        """Prepare the hub for ``sites`` and those it enrolled since; nothing connects until :meth:`start`."""
+    def __init__(
+        self, sites: Sites, config: HubConfig, store: StateStore | None = None, documents: Documents | None = None
+    ) -> None:
+        """Prepare the hub for ``sites`` and those it enrolled since; nothing connects until :meth:`start`.
+
+        ``store`` keeps the apps and plan versions, ``documents`` the fleet and the join tokens (default:
+        files in the state directory).
+        """
         self.config = config
         self.state_dir = Path(config.state_dir)
-        self.store = StateStore(self.state_dir)
-        self.fleet = Fleet(sites, self.state_dir / "fleet.json")
+        self.store = StateStore(self.state_dir) if store is None else store
+        self._documents = documents
+        self.fleet = Fleet(sites, self.state_dir / "fleet.json", documents)
         sites = self.sites = self.fleet.sites
         site = sites.site(config.hub_site) if config.hub_site is not None else sites.hubs[0]
         self.site = site
@@ -165,9 +175,15 @@ class Hub:
         self._lock: StateDirLock | None = None
         self._presence: HubPresence | None = None
         self.listener: socket.socket | None = None
+        #: more fields of ``/healthz`` (the leader's role and epoch, with ``--ha``)
+        self.role: Callable[[], dict[str, Any]] | None = None
 
-    def claim(self) -> Hub:
+    def claim(self, bind: bool = True) -> Hub:
         """Lock the state directory, claim the hub site on its broker and bind the REST port, in that order.
+
+        With ``config.ha`` the node holds the lock, shared by the hubs of the group, and the presence
+        record of a hub of the same instance (another hub of the group, which no longer leads) does not
+        block the claim. Without ``bind`` the REST port is left to the caller.
 
         Raises:
             SpanEdgeError: one of them is held (:class:`hub.control.state_lock.StateDirLocked`,
@@ -175,17 +191,21 @@ class Hub:
                 broker cannot be checked; what was taken is let go again.
         """
         try:
-            self._lock = StateDirLock(self.state_dir, self.identity.instance).acquire()
+            if self.config.ha is None:  # with --ha, hub.ha.node holds it shared
+                self._lock = StateDirLock(self.state_dir, self.identity.instance).acquire()
             me = presence_of(self.site.name, self.identity.instance, self.state_dir)
             client_id = self.identity.client_id(self.site.name, f"presence-{secrets.token_hex(3)}")
-            self._presence = HubPresence(self.broker, me, client_id)
+            peer = (lambda r: r.instance == me.instance) if self.config.ha is not None else None
+            self._presence = HubPresence(self.broker, me, client_id, peer=peer)
             self._presence.claim()
-            self.listener = bind_listener(self.config.host, self.config.port)
+            if bind:
+                self.listener = bind_listener(self.config.host, self.config.port)
         except BaseException:
             self.release()
             raise
-        host, port = self.listener.getsockname()[:2]
-        log.info("hub instance %s; REST API on %s:%s", self.identity.instance, host, port)
+        if self.listener is not None:
+            host, port = self.listener.getsockname()[:2]
+            log.info("hub instance %s; REST API on %s:%s", self.identity.instance, host, port)
         return self
 
     def release(self) -> None:
@@ -205,7 +225,7 @@ class Hub:
         ca = CertificateAuthority.open(self.state_dir / "ca")
         return Enrolment(
             self.fleet,
-            JoinTokens(self.state_dir / "join-tokens.json", self.config.join_token_ttl_s),
+            JoinTokens(self.state_dir / "join-tokens.json", self.config.join_token_ttl_s, documents=self._documents),
             ca,
             BrokerFiles(
                 self.config.broker_dir,
@@ -352,7 +372,7 @@ class Hub:
         out["spark"] = self.engine is not None
         if self.ingest is not None:
             out["ingest_connected"] = bool(self.ingest.connected)
-        return out
+        return out | (self.role() if self.role is not None else {})
 
     def api(self, dashboard_stream_s: float = 30.0) -> Any:
         """The FastAPI app over this hub; a dashboard's event stream ends after ``dashboard_stream_s``."""
@@ -370,29 +390,8 @@ class Hub:
         )
 
     def tls(self) -> ServerTls | None:
-        """The REST API's certificate (given, or issued by the hub's CA), or None with ``plain_http``; logs which.
-
-        Raises:
-            CertificateError: plain HTTP on an address other hosts reach, or no usable certificate.
-        """
-        config = self.config
-        if config.plain_http:
-            check_plain_http(config.host)
-            log.warning(
-                "the REST API serves plain HTTP on %s (--plain-http): its tokens travel unencrypted", config.host
-            )
-            return None
-        tls = server_tls(self.state_dir, config.host, config.tls_cert, config.tls_key, config.tls_names)
-        if tls.ca_file is None:
-            log.info("the REST API serves HTTPS with the certificate %s", tls.cert_file)
-        else:
-            log.info(
-                "the REST API serves HTTPS with a certificate of the hub's CA; clients trust %s "
-                "(--hub-ca or SPANEDGE_HUB_CA), SHA-256 fingerprint %s",
-                tls.ca_file.absolute(),
-                tls.ca_fingerprint,
-            )
-        return tls
+        """The REST API's certificate, or None with ``plain_http`` (:func:`api_tls`)."""
+        return api_tls(self.config)
 
     def serve(self) -> None:
         """Start everything, serve the API until SIGINT or SIGTERM, then stop everything."""
@@ -421,6 +420,29 @@ class Hub:
             self.release()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+
+
+def api_tls(config: HubConfig) -> ServerTls | None:
+    """The REST API's certificate (given, or issued by the hub's CA), or None with ``plain_http``; logs which.
+
+    Raises:
+        CertificateError: plain HTTP on an address other hosts reach, or no usable certificate.
+    """
+    if config.plain_http:
+        check_plain_http(config.host)
+        log.warning("the REST API serves plain HTTP on %s (--plain-http): its tokens travel unencrypted", config.host)
+        return None
+    tls = server_tls(Path(config.state_dir), config.host, config.tls_cert, config.tls_key, config.tls_names)
+    if tls.ca_file is None:
+        log.info("the REST API serves HTTPS with the certificate %s", tls.cert_file)
+    else:
+        log.info(
+            "the REST API serves HTTPS with a certificate of the hub's CA; clients trust %s "
+            "(--hub-ca or SPANEDGE_HUB_CA), SHA-256 fingerprint %s",
+            tls.ca_file.absolute(),
+            tls.ca_fingerprint,
+        )
+    return tls
 
 
 def uvicorn_options(config: HubConfig, tls: ServerTls | None = None) -> dict[str, Any]:

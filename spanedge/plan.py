@@ -200,6 +200,8 @@ class Plan:
     handovers: tuple[Handover, ...] = ()
     parts: tuple[KeyPart, ...] = ()
     joins: tuple[Join, ...] = ()
+    #: the leader epoch of the hub that sent the plan (:mod:`hub.ha.lease`; 0: a hub without ``--ha``)
+    hub_epoch: int = 0
 
     def site_of(self, replica: str) -> str:
         """Return the site where ``replica`` runs."""
@@ -336,12 +338,17 @@ class Plan:
         return [f for f in self.flows if site[f.src] != site[f.dst]]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary; a plan without key parts or joins has no ``parts`` or ``joins``, its handovers no key range."""
+        """A JSON-ready dictionary; without key parts, joins or hub epoch no ``parts``, ``joins``, ``hub_epoch``.
+
+        A handover of every key has no key range.
+        """
         data = dataclasses.asdict(self)
         if not self.parts:
             del data["parts"]
         if not self.joins:
             del data["joins"]
+        if not self.hub_epoch:
+            del data["hub_epoch"]
         for p in data.get("parts", ()):
             if p["share"] is None:
                 del p["share"]
@@ -376,6 +383,7 @@ class Plan:
                 handovers=tuple(Handover(**h) for h in data.get("handovers", ())),
                 parts=tuple(KeyPart(**p) for p in data.get("parts", ())),
                 joins=tuple(Join(**j) for j in data.get("joins", ())),
+                hub_epoch=int(data.get("hub_epoch", 0)),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             msg = f"malformed plan: {exc!r}; regenerate it with spanedge deploy --dry-run --output plan.json"

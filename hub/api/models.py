@@ -51,6 +51,9 @@ class HealthResponse(BaseModel):
     broker_connected: bool | None = Field(default=None, description="the control plane is connected to it")
     spark: bool | None = Field(default=None, description="the Spark engine runs")
     ingest_connected: bool | None = Field(default=None, description="the MQTT ingest is connected")
+    role: str | None = Field(default=None, description="with --ha: 'leader' or 'standby'")
+    leader: str | None = Field(default=None, description="with --ha: the name of the hub that leads")
+    epoch: int | None = Field(default=None, description="with --ha: the leader's epoch")
 
 
 # -- plans -----------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 
 from hub.control.state import StateStore
@@ -187,6 +188,8 @@ class PlanDistributor:
         self._clock_ns = clock_ns
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
+        #: the leader epoch every plan carries (``Plan.hub_epoch``; 0 without high availability)
+        self.epoch = 0
         self._versions: dict[str, int] = store.load_versions() if store is not None else {}
         # per site, the digest of the views in the last message the broker acknowledged
         self._delivered: dict[str, str] = {}
@@ -210,6 +213,8 @@ class PlanDistributor:
 
     def _signed(self, site: str, entries: list[PlanApp], version: int, issued_at: float) -> bytes:
         apps = sorted(entries, key=lambda e: e.app)
+        if self.epoch:
+            apps = [msgspec.structs.replace(e, plan={**e.plan, "hub_epoch": self.epoch}) for e in apps]
         payload = PlanPayload(
             site=site, version=version, issued_at=issued_at, expires_at=issued_at + self.ttl_s, apps=apps
         )

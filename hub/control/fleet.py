@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from hub.control.state import write_json_atomic
+from hub.control.state import Documents, write_json_atomic
 from spanedge.errors import InvalidSites, SpanEdgeError
 from spanedge.sites import Site, Sites, Tier
 
@@ -34,14 +34,17 @@ from spanedge.sites import Site, Sites, Tier
 class Fleet:
     """The merged sites, the added ones and the revoked names, persisted in ``path``; thread-safe."""
 
-    def __init__(self, declared: Sites, path: Path) -> None:
+    def __init__(self, declared: Sites, path: Path, documents: Documents | None = None) -> None:
         """Merge what ``path`` holds over the ``declared`` sites.
+
+        With ``documents`` the fleet is kept there as ``fleet`` (``path`` is read once, when they hold none).
 
         Raises:
             SpanEdgeError: ``path`` cannot be read, or its sites no longer fit ``sites.yaml``.
         """
         self.declared = declared
         self.path = Path(path)
+        self.documents = documents
         self._lock = threading.Lock()
         data = self._load()
         self._added: dict[str, Any] = dict(data.get("added", {}))
@@ -54,6 +57,9 @@ class Fleet:
             raise SpanEdgeError(msg) from None
 
     def _load(self) -> dict[str, Any]:
+        kept = self.documents.load_document("fleet") if self.documents is not None else None
+        if kept is not None:
+            return dict(kept)
         if not self.path.exists():
             return {}
         try:
@@ -72,8 +78,12 @@ class Fleet:
         return Sites.of(data, f"{self.path} over sites.yaml")
 
     def _save(self) -> None:
+        data = {"added": self._added, "joined": self._joined, "revoked": self._revoked}
+        if self.documents is not None:
+            self.documents.save_document("fleet", data)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path, {"added": self._added, "joined": self._joined, "revoked": self._revoked})
+        write_json_atomic(self.path, data)
         self.path.chmod(0o600)
 
     def add(self, name: str, site: dict[str, Any]) -> Site:

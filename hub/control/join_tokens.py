@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hub.control.state import Documents
 from spanedge.errors import InvalidJoinToken, SpanEdgeError
 from spanedge.join_token import JoinToken, digest_matches, new_join_token, parse_join_token, token_digest
 
@@ -52,8 +53,16 @@ def _utc(t: float) -> str:
 class JoinTokens:
     """The join tokens of one hub, in ``path``; thread-safe."""
 
-    def __init__(self, path: Path, ttl_s: float = DEFAULT_TTL_S, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: Path,
+        ttl_s: float = DEFAULT_TTL_S,
+        clock: Callable[[], float] = time.time,
+        documents: Documents | None = None,
+    ) -> None:
         """Keep tokens in ``path``, each valid ``ttl_s`` seconds.
+
+        With ``documents`` they are kept there as ``join-tokens`` (``path`` is read once, when they hold none).
 
         Raises:
             SpanEdgeError: ``path`` exists but cannot be read as a token file.
@@ -62,6 +71,7 @@ class JoinTokens:
             msg = f"join token lifetime must be a positive number of seconds, got {ttl_s!r}"
             raise ValueError(msg)
         self.path = Path(path)
+        self.documents = documents
         self.ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -69,6 +79,9 @@ class JoinTokens:
         self._tokens = self._load()
 
     def _load(self) -> dict[str, dict[str, Any]]:
+        kept = self.documents.load_document("join-tokens") if self.documents is not None else None
+        if kept is not None:
+            return dict(kept)
         if not self.path.exists():
             return {}
         try:
@@ -81,6 +94,9 @@ class JoinTokens:
         return data
 
     def _save(self) -> None:
+        if self.documents is not None:
+            self.documents.save_document("join-tokens", self._tokens)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -88,8 +88,21 @@ def holds_site(record: Presence, me: Presence) -> bool:
 class HubPresence:
     """Claims, holds and releases one hub site on its broker for one hub process."""
 
-    def __init__(self, broker: Broker, me: Presence, client_id: str, *, timeout: float = CLAIM_TIMEOUT_S) -> None:
-        """Prepare the claim of ``me`` on ``broker`` as ``client_id``; nothing connects until :meth:`claim`."""
+    def __init__(
+        self,
+        broker: Broker,
+        me: Presence,
+        client_id: str,
+        *,
+        timeout: float = CLAIM_TIMEOUT_S,
+        peer: Callable[[Presence], bool] | None = None,
+    ) -> None:
+        """Prepare the claim of ``me`` on ``broker`` as ``client_id``; nothing connects until :meth:`claim`.
+
+        A record ``peer`` accepts never blocks the claim: a hub of the same high-availability group that
+        no longer leads (the lease says who does: :mod:`hub.ha.node`).
+        """
+        self.peer = peer
         self.broker = broker
         self.me = me
         self.topic = topics.control(me.hub_site, "presence")
@@ -175,7 +188,7 @@ class HubPresence:
     # -- decisions -----------------------------------------------------------------
 
     def _blocks(self, record: Presence) -> bool:
-        return holds_site(record, self.me)
+        return holds_site(record, self.me) and not (self.peer is not None and self.peer(record))
 
     def _is_echo(self, record: Presence, retained: bool) -> bool:
         return not retained and record.live and record.same_process(self.me)

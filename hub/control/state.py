@@ -22,11 +22,23 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from spanedge.errors import SpanEdgeError
 from spanedge.names import file_stem
 from spanedge.plan import Plan
+
+
+class Documents(Protocol):
+    """Named JSON documents kept elsewhere than in the state directory (:class:`hub.ha.pg_state.PgStateStore`)."""
+
+    def load_document(self, name: str) -> Any:
+        """The document ``name``, or None if none is kept."""
+        ...
+
+    def save_document(self, name: str, body: Any) -> None:
+        """Keep ``body`` as the document ``name``."""
+        ...
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -28,8 +28,13 @@ class StateDirLocked(SpanEdgeError):
 class StateDirLock:
     """Holds ``<state_dir>/hub.lock`` until :meth:`release` or the end of the process."""
 
-    def __init__(self, state_dir: Path, instance: str) -> None:
-        """Prepare the lock of ``state_dir`` for the hub ``instance``; nothing is locked until :meth:`acquire`."""
+    def __init__(self, state_dir: Path, instance: str, shared: bool = False) -> None:
+        """Prepare the lock of ``state_dir`` for the hub ``instance``; nothing is locked until :meth:`acquire`.
+
+        A ``shared`` lock is the one hubs of a high-availability group hold together (the lease decides which
+        of them writes): it keeps out a hub without ``--ha``, and writes no holder.
+        """
+        self.shared = shared
         self.state_dir = Path(state_dir).resolve()
         self.path = self.state_dir / LOCK_FILE
         self.instance = instance
@@ -49,7 +54,7 @@ class StateDirLock:
             msg = f"cannot open the hub's lock file {self.path}: {exc.strerror}; give the hub a writable --state-dir"
             raise SpanEdgeError(msg) from None
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle.fileno(), (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
             handle.seek(0)
             holder = _describe(handle.read())
@@ -59,6 +64,9 @@ class StateDirLock:
                 "or give this one its own --state-dir"
             )
             raise StateDirLocked(msg) from None
+        if self.shared:
+            self._file = handle
+            return self
         handle.seek(0)
         handle.truncate()
         holder_data = {
@@ -91,4 +99,4 @@ def _describe(text: str) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder["since"])))
         return f"pid {holder['pid']} on host {holder['host']}, instance {holder['instance']}, since {since}"
     except (ValueError, KeyError, TypeError):
-        return "a process that has not said who it is yet"
+        return "a process that has not said who it is yet, or the hubs of a group started with --ha"

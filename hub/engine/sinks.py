@@ -54,6 +54,7 @@ from hub.engine.python_operators import STAGING_PROPERTY
 from hub.engine.window_close import OBSERVATION as CLOSED_COUNT
 from hub.engine.window_close import WindowCloser
 from hub.handover.cutoffs import Share
+from hub.ingest import fence
 from spanedge import topics
 from spanedge.result_latency import ResultLatency, Summary
 from spanedge.sites import Broker
@@ -201,7 +202,8 @@ class BatchSink:
         self._last = batch_id
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        """Write one micro-batch and its dead letters unless it was completed before."""
+        """Write one micro-batch and its dead letters unless it was completed before (and this hub still leads)."""
+        fence.check(f"write batch {batch_id} of sink {self.name}")
         staging = self.staging / f"batch-{batch_id:012d}"
         shutil.rmtree(staging, ignore_errors=True)  # what an interrupted run of this batch staged
         context = df.sparkSession.sparkContext

@@ -68,6 +68,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from hub.ingest import fence
 from hub.ingest.seal_points import Closings
 from spanedge.wire.batch import Record
 from spanedge.wire.log_line import VERSION as LINE_VERSION
@@ -666,6 +667,7 @@ class AppLog:
         """Append encoded lines with event times from ``earliest`` to ``latest`` (not yet durable: call :meth:`flush`)."""
         if not data:
             return
+        fence.check("append to an ingest log")
         if self.position - self._base >= self.segment_bytes:
             self._roll()
         self._fh.write(data)
@@ -711,6 +713,7 @@ class AppLog:
         self._crossed = False
         if self.position == self._base:
             return False
+        fence.check("seal an ingest log segment")
         self._roll()
         self._held = distribute(self.dir, self.hold, self.latest, self.earliest, self._earliest)
         collect_garbage(self.dir)

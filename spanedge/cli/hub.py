@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -59,6 +60,15 @@ def _plan_ttl(_ctx: click.Context, _param: click.Parameter, value: str) -> float
 def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion of ``--log-level``: the levels that start with what is typed, whatever its case."""
     return [level for level in LOG_LEVELS if level.startswith(incomplete.upper())]
+
+
+def _ha_config(dsn: str | None, name: str | None, lease_s: float) -> Any:
+    """The ``HaConfig`` of ``--ha`` (None without it)."""
+    if dsn is None:
+        return None
+    from hub.ha.config import HaConfig
+
+    return HaConfig(dsn, ttl_s=lease_s) if name is None else HaConfig(dsn, name=name, ttl_s=lease_s)
 
 
 @click.command(cls=Command)
@@ -215,6 +225,23 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     show_default=True,
     help="how long a join token of 'spanedge site add' stays valid (a duration: 1h, 30m)",
 )
+@option(
+    "--ha",
+    "ha_dsn",
+    envvar="SPANEDGE_HUB_HA",
+    metavar="DSN",
+    help="run as one hub of a highly available group: the PostgreSQL database (postgresql://USER@HOST/DB) that "
+    "holds the leader's lease, the apps, plans, added sites and join tokens; every hub of the group shares it and "
+    "--state-dir; one leads, the others stand by (see the high-availability guide)",
+)
+@option("--ha-name", help="this hub's name in the group, shown as 'leader' by the standbys [default: the host name]")
+@option(
+    "--ha-lease",
+    default=10.0,
+    type=click.FloatRange(min=1),
+    show_default=True,
+    help="seconds a leader's lease lasts after each renewal: a standby takes over this long after the leader died",
+)
 def hub(
     sites: Path,
     host: str,
@@ -246,6 +273,9 @@ def hub(
     broker_observer: tuple[str, ...],
     broker_local_topic: tuple[str, ...],
     join_token_ttl: float,
+    ha_dsn: str | None,
+    ha_name: str | None,
+    ha_lease: float,
 ) -> None:
     """Run the hub: REST API, plan distribution, ingest and Spark.
 
@@ -306,7 +336,13 @@ def hub(
             tls_key=tls_key,
             tls_names=tls_names,
             plain_http=plain_http,
+            ha=_ha_config(ha_dsn, ha_name, ha_lease),
         )
-        Hub(parsed, config).serve()
+        if config.ha is None:
+            Hub(parsed, config).serve()
+        else:
+            from hub.ha.node import HaNode
+
+            HaNode(parsed, config).serve()
     except SpanEdgeError as exc:
         raise fail(exc) from None
