@@ -14,16 +14,15 @@ import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from edge_agent.heartbeat import CPU_BUDGET_FILE
 from hub.api.client import HubClient
 from simulate.broker import Mosquitto, free_port
 from simulate.errors import SimulationError
+from simulate.hub_calls import HubCalls
+from simulate.hub_faults import HubFaults
 from simulate.joins import enrol
 from simulate.processes import Child, spanedge_command
-from simulate.readiness import wait_healthy
-from simulate.rollout_fault import DeploySpec
 from simulate.topology import OBSERVER, Topology, hub_ca_dir
 from spanedge.errors import SpanEdgeError
 from spanedge.signing import ENV_PUBLIC_KEY_FILE, PlanSigningKey
@@ -86,7 +85,7 @@ def agent_argv(
     return spanedge_command(*args)
 
 
-class Cluster:
+class Cluster(HubFaults, HubCalls):
     """The hub and agent processes of a run, their credentials, and the hub's REST client in managed mode."""
 
     def __init__(self, topology: Topology, run_dir: Path, hub_site: str, spokes: Sequence[str]) -> None:
@@ -109,6 +108,9 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
         }
         self.hub: Child | None = None
+        #: every hub process: the hub, and with ``--ha`` the standby started beside it (``hub-b``)
+        self.hubs: dict[str, Child] = {}
+        self._clients: dict[str, HubClient] = {}
         self.agents: dict[str, Child] = {}
         self.dead: set[str] = set()  # spokes killed for good
         self.client: HubClient | None = None
@@ -135,7 +137,7 @@ class Cluster:
 
     def children(self) -> list[Child]:
         """Every process started so far: the agents, then the hub."""
-        return [*self.agents.values(), *([self.hub] if self.hub is not None else [])]
+        return [*self.agents.values(), *self.hubs.values()]
 
     def start_hub(
         self,
@@ -144,8 +146,30 @@ class Cluster:
         app_file: Path,
         plan_file: Path | None = None,
         hub_command: Sequence[str] | None = None,
+        ha: str | None = None,
     ) -> Child:
-        """Start the hub (managed: on a free port, with a REST client for it)."""
+        """Start the hub (managed: on a free port, with a REST client for it).
+
+        With ``ha`` (a PostgreSQL connection string: managed mode only) two hubs start on the one state
+        directory, ``hub`` and ``hub-b``, with ``--ha``; the REST client follows whichever leads.
+        """
+        names = ("hub", "hub-b") if ha is not None else ("hub",)
+        for name in names:
+            self._start_one(name, mode, spark_master, app_file, plan_file, hub_command, ha)
+        self.hub = self.hubs["hub"]
+        self.client = self._clients.get("hub")
+        return self.hub
+
+    def _start_one(
+        self,
+        name: str,
+        mode: str,
+        spark_master: str,
+        app_file: Path,
+        plan_file: Path | None,
+        hub_command: Sequence[str] | None,
+        ha: str | None,
+    ) -> None:
         port = free_port() if mode == "managed" else 0
         argv = hub_argv(
             mode,
@@ -162,11 +186,12 @@ class Cluster:
         if mode == "managed":
             argv += self._broker_files() + self.topology.rest_options(self.hub_site)
             # the hub makes its CA at its first start: the client reads the CA certificate at its first request
-            self.client = HubClient(f"https://{rest}:{port}", self.token, timeout=120, ca_file=self.hub_ca)
+            self._clients[name] = HubClient(f"https://{rest}:{port}", self.token, timeout=120, ca_file=self.hub_ca)
+        if ha is not None:
+            argv += ["--ha", ha, "--ha-name", name]
         env = {**self.env, **self.topology.env(self.hub_site)}  # the hub logs in to the brokers as its site
         argv = self.topology.wrap(self.hub_site, argv)
-        self.hub = Child("hub", argv, self.logs / "hub.log", env).start()
-        return self.hub
+        self.hubs[name] = Child(name, argv, self.logs / f"{name}.log", env).start()
 
     def _broker_files(self) -> list[str]:
         """The hub's options that make it keep the secured brokers' ACLs and reload them (``site revoke``)."""
@@ -206,91 +231,14 @@ class Cluster:
         """:meth:`check_alive` for the agents only."""
         self.check_alive(list(self.agents.values()))
 
-    def _client(self) -> HubClient:
-        if self.client is None:
-            msg = "the hub has no REST API in standalone mode"
-            raise SimulationError(msg)
-        return self.client
-
-    async def wait_hub(self, timeout: float) -> None:
-        """Wait until the managed hub answers ``/healthz`` (see :func:`~simulate.readiness.wait_healthy`)."""
-        hub = self.hub
-        assert hub is not None, "start_hub first"
-        await wait_healthy(self._client(), timeout, lambda: self.check_alive([hub]), hub.log)
-
-    async def deploy(self, app_file: Path) -> dict[str, Any]:
-        """Deploy the app to the managed hub; write its answer to ``deploy.json`` and return it.
-
-        Raises:
-            SimulationError: the hub refused the app or could not be reached.
-        """
-        client = self._client()
-        loop = asyncio.get_running_loop()
-        try:
-            answer = await loop.run_in_executor(None, lambda: client.post_app(app_file.read_text(), app_file.name))
-        except SpanEdgeError as exc:
-            msg = f"the hub refused the app: {exc}"
-            raise SimulationError(msg) from None
-        (self.run_dir / "deploy.json").write_text(json.dumps(answer, indent=2))
-        return answer
-
-    async def placement(self, app: str) -> dict[str, Any] | None:
-        """The managed hub's placement of ``app`` (also written to ``placement.json``); None if unavailable."""
-        if self.client is None:
-            return None
-        client = self.client
-        loop = asyncio.get_running_loop()
-        try:
-            answer = await loop.run_in_executor(None, lambda: client.placement(app, timeout=10))
-        except (SpanEdgeError, ValueError):
-            return None
-        (self.run_dir / "placement.json").write_text(json.dumps(answer, indent=2))
-        return answer
-
-    def deploy_version(self, spec: DeploySpec) -> str:
-        """Deploy a new version of the app (the ``deploy`` fault, :mod:`simulate.rollout_fault`); what the hub said."""
-        try:
-            # named like the first version (deploy): the hub's query fingerprints read both the same way
-            answer = self._client().post_app(spec.file.read_text(), spec.file.name, rollout=spec.options())
-        except (SpanEdgeError, SimulationError, OSError) as exc:
-            return f"the hub refused it: {exc}"
-        version = answer.get("version")
-        if spec.stages is None:
-            return f"plan v{version} at every site at once"
-        return f"a rollout in stages {spec.stages} (plan v{version} once it passes)"
-
-    async def rollout(self, app: str) -> dict[str, Any] | None:
-        """The managed hub's last rollout of ``app`` (also written to ``rollout.json``); None if it has none."""
-        if self.client is None:
-            return None
-        client = self.client
-        loop = asyncio.get_running_loop()
-        try:
-            answer = await loop.run_in_executor(None, lambda: client.rollout(app))
-        except (SpanEdgeError, ValueError):
-            return None
-        (self.run_dir / "rollout.json").write_text(json.dumps(answer, indent=2))
-        return answer
-
     def stopped(self) -> list[str]:
         """A problem line for every process that is not running (it should be, until :meth:`stop`)."""
-        named = [*self.agents.items(), *([("hub", self.hub)] if self.hub is not None else [])]
+        named = [*self.agents.items(), *self.hubs.items()]
         return [
             f"{name} is not running at the end; see {child.log}"
             for name, child in named
             if not child.alive and name not in self.dead
         ]
-
-    async def sample_cpu(self, interval: float = 1.0) -> None:
-        """Sample the hub's CPU time every ``interval`` seconds, until cancelled."""
-        while True:
-            if self.hub is not None:
-                self.hub.sample_cpu()
-            await asyncio.sleep(interval)
-
-    def hub_cpu(self) -> float | None:
-        """CPU seconds the hub and its children used (None without a hub)."""
-        return self.hub.sample_cpu() if self.hub is not None else None
 
     async def stop(self) -> None:
         """Stop every process, concurrently."""
@@ -324,9 +272,9 @@ class Cluster:
         self.agents[site].start()
 
     def restart_hub(self) -> None:
-        """Stop the hub gracefully and start it again (blocks)."""
-        if self.hub is not None:
-            self.hub.restart()
+        """Stop the (leading) hub gracefully and start it again (blocks)."""
+        if self.hubs:
+            self.hubs[self._leading()].restart()
 
     def kill_site(self, site: str) -> None:
         """SIGKILL the agent of ``site`` for good (blocks until reaped)."""

@@ -49,6 +49,18 @@ class FaultTarget(Protocol):
     def restart_hub(self) -> None:
         """Stop the hub gracefully and start it again."""
 
+    def kill_hub(self) -> str:
+        """SIGKILL the (leading) hub's process group; which hub it was."""
+
+    def start_hub_again(self, name: str) -> None:
+        """Start the hub ``name`` killed by :meth:`kill_hub` again, with the same command."""
+
+    def pause_hub(self) -> str:
+        """SIGSTOP the (leading) hub's process group; which hub it was."""
+
+    def resume_hub(self, name: str) -> str:
+        """SIGCONT the hub ``name``; what it did then (with ``--ha``: kept leading, or exited and was restarted)."""
+
     def kill_site(self, site: str) -> None:
         """SIGKILL the agent of ``site`` for good: it is not started again."""
 
@@ -288,6 +300,20 @@ class FaultSchedule:
         elif fault.kind is FaultKind.RESTART_HUB:
             await loop.run_in_executor(None, self.target.restart_hub)
             self.note("restarted the hub")
+        elif fault.kind is FaultKind.KILL_HUB:
+            name = await loop.run_in_executor(None, self.target.kill_hub)
+            self.note(f"killed {name} (SIGKILL of its process group, Spark included)")
+            await asyncio.sleep(self.restart_delay if fault.duration is None else fault.duration)
+            await loop.run_in_executor(None, self.target.start_hub_again, name)
+            record.ended = self.clock()
+            self.note(f"started {name} again")
+        elif fault.kind is FaultKind.PAUSE_HUB:
+            name = await loop.run_in_executor(None, self.target.pause_hub)
+            self.note(f"paused {name} (SIGSTOP of its process group)")
+            await asyncio.sleep(fault.duration or 0)
+            outcome = await loop.run_in_executor(None, self.target.resume_hub, name)
+            record.ended = self.clock()
+            self.note(f"resumed {name} (SIGCONT): {outcome}")
         elif fault.kind is FaultKind.RESTART_BROKER:
             await loop.run_in_executor(None, self.target.restart_broker, site)
             self.note(f"restarted the broker of {site}")

@@ -25,6 +25,8 @@ FORMS = (
     "partition:<site>:<duration>@<t>",
     "kill-agent:<spoke>[:<downtime>]@<t>",
     "restart-hub@<t>",
+    "kill-hub[:<downtime>]@<t>",
+    "pause-hub:<duration>@<t>",
     "restart-broker:<site>@<t>",
     "latency:<site>:<ms>@<t>",
     "overload:<spoke>[:<factor>][:<duration>]@<t>",
@@ -58,6 +60,8 @@ class FaultKind(enum.StrEnum):
     PARTITION = "partition"
     KILL_AGENT = "kill-agent"
     RESTART_HUB = "restart-hub"
+    KILL_HUB = "kill-hub"  # SIGKILL of the (leading) hub's process group, Spark included; started again
+    PAUSE_HUB = "pause-hub"  # SIGSTOP of the (leading) hub's process group, SIGCONT after the duration
     RESTART_BROKER = "restart-broker"
     LATENCY = "latency"
     OVERLOAD = "overload"
@@ -123,6 +127,8 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         FaultKind.PARTITION: 3,
         FaultKind.KILL_AGENT: 2,
         FaultKind.RESTART_HUB: 1,
+        FaultKind.KILL_HUB: 1,
+        FaultKind.PAUSE_HUB: 2,
         FaultKind.RESTART_BROKER: 2,
         FaultKind.LATENCY: 3,
         FaultKind.OVERLOAD: 2,
@@ -135,11 +141,12 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         len(parts) == expected
         or (kind is FaultKind.OVERLOAD and 2 <= len(parts) <= 4)
         or (kind is FaultKind.KILL_AGENT and len(parts) == 3)
+        or (kind is FaultKind.KILL_HUB and len(parts) == 2)
     )
     if not fits:
         form = next(f for f in FORMS if f.startswith(kind.value))
         raise _bad(spec, f"{kind.value} takes the form {form}")
-    site = parts[1] if len(parts) > 1 else None
+    site = parts[1] if len(parts) > 1 and kind not in _HUB_FAULTS else None
     if site is not None and not site:
         raise _bad(spec, "empty site name")
     if kind is FaultKind.JOIN and anchor is not None:
@@ -147,7 +154,10 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
     if site in (OLD_OWNER, NEW_OWNER) and anchor is None:
         raise _bad(spec, f"{site!r} stands for a site of the first handover: give a time like switch+2s or replan+3s")
     fault = Fault(kind=kind, at=at, site=site, anchor=anchor, text=spec.strip())
-    if kind is FaultKind.PARTITION or (kind is FaultKind.KILL_AGENT and len(parts) == 3):
+    if kind in _HUB_FAULTS and len(parts) == 2:
+        label = "duration" if kind is FaultKind.PAUSE_HUB else "downtime"
+        fault = Fault(kind, at, None, duration=_seconds(spec, label, parts[1]), anchor=anchor, text=fault.text)
+    elif kind is FaultKind.PARTITION or (kind is FaultKind.KILL_AGENT and len(parts) == 3):
         label = "duration" if kind is FaultKind.PARTITION else "downtime"
         fault = Fault(kind, at, site, duration=_seconds(spec, label, parts[2]), anchor=anchor, text=fault.text)
     elif kind is FaultKind.LATENCY:
@@ -191,6 +201,9 @@ def _when(spec: str, when: str) -> tuple[float, Anchor | None]:
     offset = _seconds(spec, "offset", relative["offset"]) if relative["offset"] else 0.0
     return (-offset if relative["sign"] == "-" else offset), Anchor(relative["anchor"])
 
+
+#: The faults of the hub's process: they take a duration, not a site.
+_HUB_FAULTS = (FaultKind.KILL_HUB, FaultKind.PAUSE_HUB)
 
 _AGENT_FAULTS = (FaultKind.KILL_AGENT, FaultKind.KILL_SITE, FaultKind.OVERLOAD, FaultKind.REVOKE, FaultKind.JOIN)
 

@@ -177,13 +177,12 @@ class Run:
         if scenario.mode == "standalone":
             plan_file, summary = place(scenario)
             self.events.note(summary)
-        child = cluster.start_hub(scenario.mode, opts.spark_master, scenario.app_file, plan_file, opts.hub_command)
+        child = cluster.start_hub(
+            scenario.mode, opts.spark_master, scenario.app_file, plan_file, opts.hub_command, opts.ha
+        )
         self._spawn(tasks, cluster.sample_cpu())
         if scenario.mode == "managed":
-            await cluster.wait_hub(opts.ready_timeout)
-            # host and port, not the URL: the HTML report, which shows these notes, holds no link
-            address = cluster.hub_url.removeprefix("https://")
-            self.events.note(f"hub up: REST API over HTTPS at {address} (its CA certificate: {cluster.hub_ca})")
+            self.events.note(await cluster.wait_hub(opts.ready_timeout))
         cluster.start_agents(opts.heartbeat_interval, plan_file)
         if scenario.mode == "managed":
             plan = await cluster.deploy(scenario.app_file)

@@ -71,6 +71,8 @@ class Options:
     on_status: Callable[[Status], None] | None = None
     baseline: bool = False
     """A baseline run beside SpanEdge's (``--compare``): not keeping up is its result, not a failure."""
+    #: a PostgreSQL connection string: run two hubs with ``--ha`` (managed mode; :mod:`hub.ha`)
+    ha: str | None = None
 
     def resolved_mode(self) -> str:
         """``managed`` for the ILP unless told otherwise; baselines need ``standalone``."""
@@ -105,6 +107,11 @@ def check_options(opts: Options, compare: str | None = None) -> None:
             raise InvalidOption(msg)
     elif opts.resolved_mode() == "managed" and opts.placement != "ilp":
         msg = f"--placement {opts.placement} needs --mode standalone (the hub always places with its ILP)"
+        raise InvalidOption(msg)
+    if opts.ha is not None and (compare is not None or opts.resolved_mode() != "managed"):
+        msg = (
+            "--ha runs two hubs with the REST API the simulation deploys through: it needs --mode managed, no --compare"
+        )
         raise InvalidOption(msg)
     if opts.duration is not None and opts.duration <= 0:
         msg = f"--duration must be positive, got {opts.duration:g}s"

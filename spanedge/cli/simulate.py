@@ -79,6 +79,12 @@ def _choices(name: str) -> Callable[[click.Context, click.Parameter, str], list[
     is_flag=True,
     help="run plain anonymous brokers (no TLS, credentials or ACLs); development only",
 )
+@option(
+    "--ha",
+    metavar="DSN",
+    help="run two hubs with 'spanedge hub --ha DSN' (a PostgreSQL database they share): one leads, one stands by; "
+    "kill-hub and pause-hub then hit the leader",
+)
 @option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @option("--live/--no-live", default=None, help="live progress display (default: on a terminal)")
 def simulate(
@@ -95,6 +101,7 @@ def simulate(
     spark_master: str,
     hosts: str,
     insecure_brokers: bool,
+    ha: str | None,
     as_json: bool,
     live: bool | None,
 ) -> None:
@@ -127,6 +134,7 @@ def simulate(
             broker=broker,
             spark_master=spark_master,
             hosts=hosts,
+            ha=ha,
         )
         check_options(opts, compare)
     except (SpanEdgeError, ValueError) as exc:
