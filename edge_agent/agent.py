@@ -32,6 +32,8 @@ from edge_agent.config import AgentConfig
 from edge_agent.connectors.status import connector_states
 from edge_agent.heartbeat import CPU_BUDGET_FILE
 from edge_agent.intake import Intake
+from edge_agent.models.intake import ModelIntake
+from edge_agent.models.store import ModelStore
 from edge_agent.mqtt.transport import Inbox, Message, Transport, TransportFactory
 from edge_agent.outbox import Drainer, Outbox
 from edge_agent.plans import HubPlans, PlanIntake
@@ -134,7 +136,10 @@ class Agent:
         self.hub.on_connected = self.telemetry.reconnected
         self.hub_plans: HubPlans | None = None
         self.plan_intake: PlanIntake | None = None
+        self.models: ModelIntake | None = None
         if self.managed:
+            self.models = ModelIntake(site, config.trusted_keys or _no_keys(), ModelStore(config.state_dir / "models"))
+            self.models.restore()
             self.plan_intake = PlanIntake(site, config.trusted_keys or _no_keys())
             saved = config.state_dir / "plan.signed"
             self.hub_plans = HubPlans(self.plan_intake, saved, config.plan_wait, self.hub_site)
@@ -183,7 +188,9 @@ class Agent:
             serve_metrics(self.config.metrics_port, self._exposition)
         self.hub.start()
         if self.hub_plans is not None:
-            self.hub.subscribe([(topics.control(self.site, "plan"), 1), (topics.control(self.site, "probe"), 0)])
+            assert self.models is not None
+            plan, probe = topics.control(self.site, "plan"), topics.control(self.site, "probe")
+            self.hub.subscribe([(self.models.topic_filter, 1), (plan, 1), (probe, 0)])
             self._apply_if_any(self.hub_plans.start(loop.time()))
         else:
             self.hub.subscribe([(topics.control(self.site, "probe"), 0)])
@@ -321,6 +328,8 @@ class Agent:
                 self._apply_if_any(self.hub_plans.receive(m.payload))
         elif m.topic == topics.control(self.site, "probe"):
             self.telemetry.echo(m.payload, m.arrival)
+        elif self.models is not None and self.models.handles(m.topic):
+            self.models.receive(m.topic, m.payload)
         self.hub.ack(m.mid, m.qos)
 
     def _on_hub_published(self, mid: int) -> None:
@@ -347,6 +356,8 @@ class Agent:
             beat = msgspec.structs.replace(beat, connectors=states)
         sources = {name: source_hash(plan.app_source) for name, plan in self.plans.items() if plan.app_source}
         beat = msgspec.structs.replace(beat, sources=sources)
+        if self.models is not None:
+            beat = msgspec.structs.replace(beat, models=self.models.report())
         if self.hub_plans is not None and self.hub_plans.warn_if_expired():
             return msgspec.structs.replace(beat, plan_expired=True)
         return beat

@@ -251,6 +251,7 @@ class Hub:
         self.control.start()
         if self.config.spark:
             self._start_data_plane()
+        self.models()  # the model versions go out with the plans the resume sends
         self.coordinator.resume()
         if self.engine is not None and self.ingest is not None:
             self._hold_windows_once()  # before the ingest opens a log: what was held before a restart stays held
@@ -272,12 +273,9 @@ class Hub:
         """The apps' models (:class:`hub.models.service.ModelService`), trained with the engine's Spark if it runs."""
         if self._models is None:
             from hub.api.model_routes import coordinator_apps
-            from hub.models.registry import ModelRegistry
-            from hub.models.service import ModelService
+            from hub.models.assembly import hub_models
 
-            registry = ModelRegistry(self.state_dir / "models", self.config.plan_key)
-            spark = (lambda: self.engine.spark) if self.engine is not None else None
-            self._models = ModelService(registry, coordinator_apps(self.coordinator), self.state_dir / "ingest", spark)
+            self._models = hub_models(self, coordinator_apps(self.coordinator))
         return self._models
 
     def _start_data_plane(self) -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from placement.graph import operator_dag, operators_in_order, replica_dag
 from placement.latency import LatencyMatrix, nearest
+from placement.models import fit_models
 from spanedge.app import App
 from spanedge.errors import InfeasiblePlacement, InvalidSites
 from spanedge.operators import Kind, Operator
@@ -259,6 +260,7 @@ def build_problem(
             order.append(r.id)
     dag = replica_dag({rid: replicas[rid].inputs for rid in order})
     _candidates(replicas, order, sites, latency, hubs, spokes, previous or {})
+    fit_models(replicas, order, sites)
     _colocate_sinks(replicas, order)
     _windows_apart(replicas, order, hubs, dag)
     _propagate(replicas, order, hubs, dag)

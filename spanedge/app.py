@@ -101,6 +101,8 @@ class App:
         label: str | None = None,
         every: str | float | None = None,
         min_rows: int = 100,
+        max_psi: float = 0.25,
+        max_error: float | None = None,
         **params: int,
     ) -> ModelSpec:
         """Declare a model the hub trains with Spark MLlib on the records of ``train_on``.
@@ -110,6 +112,8 @@ class App:
         ``every`` is the schedule (e.g. ``"1h"``; None: on demand only); a
         training needs ``min_rows`` records; ``params`` are the algorithm's
         (``k``, ``trees``, ``depth``, ``max_iter``). Score with :meth:`Stream.predict`.
+        A site reporting a population stability index over ``max_psi``, or a live
+        error over ``max_error``, makes the hub train a new version.
         """
         location = _caller_location()
         if not isinstance(train_on, Stream) or train_on.app is not self:
@@ -125,6 +129,8 @@ class App:
             min_rows=min_rows,
             params=params,
             location=location,
+            max_psi=max_psi,
+            max_error=max_error,
         )
         existing = self._models.get(spec.name)
         if existing is not None:

@@ -13,7 +13,8 @@ gets (:func:`acl_text`) then says, with ``pattern`` rules on the username
   the plans, :mod:`hub.ingest.publishers`);
 * publish its heartbeat ``spanedge/v1/control/<site>/heartbeat``, and publish
   and read its latency probe ``spanedge/v1/control/<site>/probe``;
-* read only its own plan ``spanedge/v1/control/<site>/plan``.
+* read only its own plan ``spanedge/v1/control/<site>/plan`` and its own model
+  versions ``spanedge/v1/control/<site>/model/<app>/<model>``.
 
 Hub sites read and write every topic (they read every site's data and publish
 the plans, dead letters, hub sink results and their presence
@@ -62,6 +63,7 @@ def spoke_patterns() -> list[str]:
         f"pattern write {topics.control('%u', 'heartbeat')}",
         f"pattern readwrite {topics.control('%u', 'probe')}",
         f"pattern read {topics.control('%u', 'plan')}",
+        f"pattern read {topics.PREFIX}/control/%u/model/#",
     ]
 
 

@@ -203,6 +203,8 @@ class Site(FileModel, frozen=True):
         labels: ``key: value`` pairs that select the site (``fleet: north``), each following the site name rule.
         max_message_bytes: a hub's only: the largest edge batch its ingest takes (``None``:
             :data:`MAX_MESSAGE_BYTES`, see :attr:`message_limit`); the agents send none larger.
+        model_budget_bytes: the most memory one model version may take at the site (``None``: no limit);
+            placement runs no ``predict`` here of a model whose estimated size is larger.
     """
 
     tier: Tier
@@ -215,6 +217,7 @@ class Site(FileModel, frozen=True):
     streams: dict[str, StreamBinding] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     max_message_bytes: Bytes | None = None
+    model_budget_bytes: Bytes | None = None
 
     def __post_init__(self) -> None:
         """Check the broker URL, that an ``mqtts://`` broker has TLS settings, the stream names and the labels."""

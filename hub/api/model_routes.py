@@ -55,7 +55,20 @@ class VersionView(BaseModel):
     )
     size_bytes: int = Field(description="the size of its portable parameters as JSON")
     signed: bool = Field(description="whether the hub holds it signed with its plan key")
+    switch_at: float | None = Field(
+        description="the event time from which it scores, fixed when it was sent to the sites (null: not sent)"
+    )
     stats: list[FeatureStatsView]
+
+
+class SiteModelView(BaseModel):
+    """What one site that predicts with the model holds and reports."""
+
+    sent: int | None = Field(description="the version the site's broker acknowledged from the hub")
+    held: int | None = Field(description="the newest version the site reports installed")
+    report: dict[str, float] = Field(
+        description="the site's last drift report: version, records, psi, psi.<feature>, error, labelled"
+    )
 
 
 class ModelDetail(BaseModel):
@@ -73,7 +86,10 @@ class ModelDetail(BaseModel):
     location: str = Field(description="file:line of its declaration")
     size_estimate_bytes: int = Field(description="the placement's estimate of a version's size")
     cost_per_record_s: float = Field(description="the placement's estimate of CPU core-seconds per record scored")
+    max_psi: float = Field(description="a site's PSI over this trains a new version")
+    max_error: float | None = Field(description="a site's live error over this trains a new version (null: none)")
     versions: list[VersionView]
+    sites: dict[str, SiteModelView] = Field(description="per site that predicts with it or was sent a version")
 
 
 class TrainRequest(BaseModel):
@@ -104,8 +120,23 @@ def _view(service: ModelService, v: ModelVersion) -> dict[str, Any]:
         "metrics": v.metrics,
         "size_bytes": len(encode_model(v.params)),
         "signed": service.registry.signed(v.app, v.model, v.version) is not None,
+        "switch_at": v.switch_at,
         "stats": [{f: getattr(s, f) for f in FeatureStatsView.model_fields} for s in v.stats],
     }
+
+
+def _sites(service: ModelService, app: str, model: str) -> dict[str, dict[str, Any]]:
+    link = service.link
+    if link is None:
+        return {}
+    sent = link.distributor.where(app, model)
+    reports = service.drift_reports(app, model)
+    out = {}
+    for site in sorted(sent.keys() | reports.keys()):
+        report = reports.get(site, {})
+        held = report.get("held")
+        out[site] = {"sent": sent.get(site), "held": int(held) if held is not None else None, "report": report}
+    return out
 
 
 def coordinator_apps(coordinator: Coordinator) -> Callable[[str], App]:
@@ -171,7 +202,10 @@ def model_router(coordinator: Coordinator, service: ModelService, admin: Sequenc
             },
             "size_estimate_bytes": spec.size_bytes,
             "cost_per_record_s": spec.cost_per_record,
+            "max_psi": spec.max_psi,
+            "max_error": spec.max_error,
             "versions": [_view(service, v) for v in service.registry.versions(name, model)],
+            "sites": _sites(service, name, model),
         }
 
     @router.post(

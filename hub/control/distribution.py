@@ -195,6 +195,8 @@ class PlanDistributor:
         self._delivered: dict[str, str] = {}
         # per site, the last message sent: when it was issued, the digest of its views and its entries
         self._sent: dict[str, tuple[float, str, list[PlanApp]]] = {}
+        #: given the deployed apps before their plans go out (the apps' model versions go first: hub.models)
+        self.before_send: Callable[[Mapping[str, SiteApp]], object] | None = None
 
     @property
     def versions(self) -> dict[str, int]:
@@ -235,6 +237,11 @@ class PlanDistributor:
             (and sent anew by the next publish that concerns the site).
         """
         result: dict[str, str] = {}
+        if self.before_send is not None:
+            try:
+                self.before_send(apps)
+            except Exception:
+                log.exception("sending the apps' model versions before their plans failed")
         with self._lock:
             # each app's entry, sites, source hash and flow index once, not once per site
             prepared = [(sites_of(a.plan), a, _Index.of(a.plan), source_hash(a.source)) for a in apps.values()]

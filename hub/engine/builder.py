@@ -110,6 +110,7 @@ class QueryBuilder:
         batch_sink.operator = op.name
         if isinstance(op.sink, PostgresSinkSpec):
             batch_sink.postgres = postgres_writer(op, op.sink, app, name, checkpoint)
+        compiler.models_dir = self.state_dir / "models"  # predict operators score with the versions sent out
         df = compiler.frame(sink.replica, self.log_dir(app), name)
         closing = compiler.closing_window(sink.replica)
         if closing is not None and closing.window is not None:

@@ -22,6 +22,7 @@ query's plan stands for; :mod:`hub.engine.operator_counts` totals them and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from hub.engine.window_close import OBSERVATION as CLOSED_COUNT
 from hub.engine.windows import closes_early, parse_fields, parses_once, window_frame
 from spanedge.dag import known_fields
 from spanedge.errors import InvalidDataflow, InvalidPlan
+from spanedge.models.predict import Predictor
 from spanedge.operators import Kind, Operator
 from spanedge.plan import Assignment, split_replica
 
@@ -121,6 +123,8 @@ class Compiler:
         self._closing: str | None = None
         #: per sink replica, the window-close mode its query keeps where it differs from ``close_windows``
         self.modes: dict[str, bool] = {}
+        #: where the hub keeps the model versions it sent out (``<state_dir>/models``), for predict operators
+        self.models_dir: Path | None = None
 
     def closes(self, sink: str) -> bool:
         """Whether the sink of ``sink`` closes its window at the watermark, if it reads one it can close."""
@@ -378,6 +382,8 @@ class Compiler:
 
         if op.record_level:
             pickle_user_code(op.func)
+            if op.kind is Kind.PREDICT and self.models_dir is not None and isinstance(op.func, Predictor):
+                op = dataclasses.replace(op, func=op.func.at_hub(str(self.models_dir)))  # the versions sent out
             return df.mapInArrow(record_level(op, self.on_failure), SCHEMA_DDL)
         if op.kind is Kind.UNION:
             return df.withColumn("stream", F.lit(op.name))

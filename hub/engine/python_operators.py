@@ -187,7 +187,7 @@ def record_level(op: Operator, on_failure: FailurePolicy = LogFailures) -> Arrow
             out: dict[str, list[Any]] = {c: [] for c in COLUMNS}
             for site, seq, t, key, raw in zip(*columns, strict=True):
                 try:
-                    results = apply(op, orjson.loads(raw) if raw is not None else None)
+                    results = apply(op, orjson.loads(raw) if raw is not None else None, t)
                 except Exception as exc:
                     record = FailedRecord(site, seq, t, key, raw, exc)
                     staged.add(record)

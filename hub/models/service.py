@@ -46,6 +46,15 @@ class ModelService:
         ingest_dir: ``<state_dir>/ingest``, the apps' ingest logs.
         spark: the SparkSession to train with (None: no training).
         clock: seconds since the epoch.
+
+    Attributes:
+        on_trained: given each new version once it is stored; it returns the version as it was sent out
+            (with its switch time, :mod:`hub.models.distribution`). None: versions are only stored.
+        link: the :class:`hub.models.link.ModelLink` sending the versions out, if any (for where each runs).
+        drift_check: trains the models of the given apps whose sites report drift (:class:`hub.models.drift.DriftWatch`);
+            run after the schedule, at each check.
+        check_every_s: seconds between two checks of the schedule and of drift (:meth:`start_training`).
+        drift_reports: per ``(app, model)``, the last drift report of each site that predicts with it.
     """
 
     def __init__(
@@ -63,6 +72,12 @@ class ModelService:
         self.spark = spark
         self.clock = clock
         self._training = threading.Lock()
+        self.on_trained: Callable[[ModelVersion], ModelVersion] | None = None
+        self.link: Any = None  # what sends the versions out (hub.models.link.ModelLink), if anything
+        self.drift_check: Callable[[list[str]], list[ModelVersion]] | None = None
+        self.check_every_s = 60.0
+        self._newest: dict[tuple[str, str], tuple[int, float]] = {}  # per model: newest number, its trained_at
+        self.drift_reports: Callable[[str, str], dict[str, dict[str, float]]] = lambda app, model: {}
 
     def spec(self, app: str, model: str) -> ModelSpec:
         """The declaration of ``app``'s ``model``; ``KeyError`` saying what exists if there is none."""
@@ -121,9 +136,11 @@ class ModelService:
             trained.held_out.unpersist()
             self.registry.save(trained.version)
             log.info("trained version %d of model %s of app %s (%s)", number, model, app, reason)
-            return trained.version
         finally:
             self._training.release()
+        if self.on_trained is None:
+            return trained.version
+        return self.on_trained(trained.version)
 
     def due(self, apps: list[str]) -> list[tuple[str, str]]:
         """The ``(app, model)`` pairs whose schedule (``every=``) calls for a training now."""
@@ -137,25 +154,41 @@ class ModelService:
             for name, spec in models.items():
                 if spec.every is None:
                     continue
-                latest = self.registry.latest(app, name)
-                if latest is None or now - latest.trained_at >= spec.every:
+                trained_at = self._trained_at(app, name)
+                if trained_at is None or now - trained_at >= spec.every:
                     out.append((app, name))
         return out
 
+    def _trained_at(self, app: str, model: str) -> float | None:
+        """When the newest version was trained (None: never), its file read once per version."""
+        numbers = self.registry.numbers(app, model)
+        if not numbers:
+            return None
+        held = self._newest.get((app, model))
+        if held is None or held[0] != numbers[-1]:
+            held = self._newest[(app, model)] = (numbers[-1], self.registry.get(app, model, numbers[-1]).trained_at)
+        return held[1]
+
     def run_schedule(self, apps: list[str]) -> list[ModelVersion]:
-        """Train every model that is due; a training that fails is logged and retried at the next call."""
+        """Train every model that is due, then those drift calls for; a training that fails is logged and retried later."""
         made = []
         for app, model in self.due(apps):
             try:
                 made.append(self.train(app, model, "scheduled"))
             except (TrainingFailed, TrainingBusy, NoSpark) as exc:
                 log.warning("scheduled training of model %s of app %s skipped: %s", model, app, exc)
+        if self.drift_check is not None:
+            made += self.drift_check(apps)
         return made
 
     def start_training(
-        self, stop: threading.Event, apps: Callable[[], list[str]], every_s: float = 60.0
+        self, stop: threading.Event, apps: Callable[[], list[str]], every_s: float | None = None
     ) -> threading.Thread:
-        """Start a thread that trains what is due among ``apps()`` every ``every_s`` seconds until ``stop`` is set."""
+        """Start a thread that trains what is due among ``apps()`` every ``every_s`` seconds until ``stop`` is set.
+
+        ``every_s`` defaults to :attr:`check_every_s`.
+        """
+        every_s = self.check_every_s if every_s is None else every_s
 
         def keep_training() -> None:
             while not stop.wait(every_s):

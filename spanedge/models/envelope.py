@@ -9,6 +9,10 @@ model's signature is never a valid plan signature, nor the other way round.
 :func:`open_model` refuses a message that is not such an envelope, is
 signed with a key it does not trust, was altered, is of another app or
 model, or is not newer than the version held.
+
+The hub publishes each version, retained, on :func:`model_topic`
+(``spanedge/v1/control/<site>/model/<app>/<model>``), one topic per site,
+app and model, which only that site's agent may read.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import binascii
 
 import msgspec
 
+from spanedge import topics
 from spanedge.errors import SpanEdgeError
 from spanedge.models.portable import InvalidModel, check_model
 from spanedge.models.version import ModelVersion
@@ -31,6 +36,27 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 class RefusedModel(SpanEdgeError, ValueError):
     """A model version that must not be used; the message says why."""
+
+
+def model_topic(site: str, app: str, model: str) -> str:
+    """The retained topic the hub publishes ``app``'s ``model`` on for ``site``."""
+    return f"{topics.PREFIX}/control/{site}/model/{app}/{model}"
+
+
+def model_filter(site: str) -> str:
+    """The topic filter of every model sent to ``site``."""
+    return f"{topics.PREFIX}/control/{site}/model/#"
+
+
+def parse_model_topic(topic: str, site: str) -> tuple[str, str] | None:
+    """``(app, model)`` of a :func:`model_topic` of ``site``; None if ``topic`` is not one."""
+    prefix = f"{topics.PREFIX}/control/{site}/model/"
+    if not topic.startswith(prefix):
+        return None
+    parts = topic[len(prefix) :].split("/")
+    if len(parts) != 2 or not all(parts):
+        return None
+    return parts[0], parts[1]
 
 
 def seal_model(version: ModelVersion, key: PlanSigningKey) -> bytes:

@@ -4,72 +4,29 @@
 process may use, each from an event-time switch on: a record is scored by
 the newest version whose switch is at or before its event time (a record
 before every switch by the oldest held). Installing a version never touches
-any operator's window state. The hub compiles its queries with the newest
-version pinned in the pickled function (:meth:`Predictor.__getstate__`).
+any operator's window state. At the hub the function reads the versions the
+hub sent out from its model folder instead (:meth:`Predictor.at_hub`,
+:mod:`spanedge.models.shelf`), so Spark's workers score with the same
+versions and switch times as the sites.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spanedge.errors import SpanEdgeError
+from spanedge.models.drift import SCORED
+from spanedge.models.installed import INSTALLED, KEPT_VERSIONS, InstalledModels
+from spanedge.models.shelf import shelf_of
 from spanedge.models.spec import Algorithm, ModelSpec
-from spanedge.models.version import ModelVersion
+from spanedge.models.version import ModelVersion, features_of
 
-#: Versions kept per model: the one in force and the ones still due to switch in.
-KEPT_VERSIONS = 3
+__all__ = ["INSTALLED", "KEPT_VERSIONS", "InstalledModels", "ModelNotReady", "Predictor"]
 
 
 class ModelNotReady(SpanEdgeError, LookupError):
     """No version of a model is installed where a record is scored."""
-
-
-class InstalledModels:
-    """The versions a process may score with, per ``(app, model)``, by event-time switch."""
-
-    def __init__(self) -> None:
-        """Start with none."""
-        self._lock = threading.Lock()
-        self._by_model: dict[tuple[str, str], list[tuple[float, int, ModelVersion]]] = {}
-
-    def install(self, version: ModelVersion, switch_at: float = -math.inf) -> None:
-        """Use ``version`` for records at or after event time ``switch_at`` (keeping :data:`KEPT_VERSIONS`)."""
-        key = (version.app, version.model)
-        with self._lock:
-            held = [e for e in self._by_model.get(key, []) if e[1] != version.version]
-            held.append((switch_at, version.version, version))
-            held.sort(key=lambda e: (e[0], e[1]))
-            self._by_model[key] = held[-KEPT_VERSIONS:]
-
-    def held(self, app: str, model: str) -> int:
-        """The newest version number held (0: none)."""
-        with self._lock:
-            return max((e[1] for e in self._by_model.get((app, model), [])), default=0)
-
-    def pick(self, app: str, model: str, event_time: float | None = None) -> ModelVersion | None:
-        """The version for a record at ``event_time`` (None: the newest), None if none is held."""
-        with self._lock:
-            held = self._by_model.get((app, model))
-            if not held:
-                return None
-            if event_time is None:
-                return held[-1][2]
-            at = bisect.bisect_right([e[0] for e in held], event_time)
-            return held[max(at - 1, 0)][2]
-
-    def remove(self, app: str) -> None:
-        """Forget every version of ``app``'s models."""
-        with self._lock:
-            for key in [k for k in self._by_model if k[0] == app]:
-                del self._by_model[key]
-
-
-INSTALLED = InstalledModels()
-"""The versions this process scores with."""
 
 
 @dataclass
@@ -77,13 +34,19 @@ class Predictor:
     """Adds ``output`` to each record: the probability of label 1, the regression's value or the cluster.
 
     ``app`` and ``spec`` name the model; ``pinned`` is the version a pickled
-    copy carries (see the module docstring).
+    copy carries when no other is found; ``shelf`` the hub's model folder
+    (see the module docstring).
     """
 
     app: str
     spec: ModelSpec
     output: str
     pinned: ModelVersion | None = None
+    shelf: str | None = field(default=None, repr=False, compare=False)
+
+    def at_hub(self, folder: str) -> Predictor:
+        """A copy that scores with the versions the hub sent out, kept under ``folder`` (``<state_dir>/models``)."""
+        return replace(self, shelf=folder)
 
     def version_for(self, event_time: float | None) -> ModelVersion:
         """The version that scores a record at ``event_time``.
@@ -91,7 +54,10 @@ class Predictor:
         Raises:
             ModelNotReady: no version is installed here yet.
         """
-        version = INSTALLED.pick(self.app, self.spec.name, event_time) or self.pinned
+        if self.shelf is not None:
+            version = shelf_of(self.shelf).pick(self.app, self.spec.name, event_time) or self.pinned
+        else:
+            version = INSTALLED.pick(self.app, self.spec.name, event_time) or self.pinned
         if version is None:
             msg = (
                 f"model '{self.spec.name}' of app '{self.app}' has no trained version here yet; "
@@ -108,7 +74,10 @@ class Predictor:
             ValueError: the record lacks a feature, or has one that is not a number.
         """
         version = self.version_for(event_time)
-        score = version.score(value)
+        x = features_of(value, version.features, version.model)
+        score = version.params.score(x)
+        if self.shelf is None:  # at a site: the drift of what it scores is measured (spanedge.models.drift)
+            SCORED.observe(version, x, score, value.get(self.spec.label) if self.spec.label else None)
         out = dict(value)
         out[self.output] = int(score) if self.spec.algorithm is Algorithm.KMEANS else score
         return out

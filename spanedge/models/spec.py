@@ -64,7 +64,9 @@ class ModelSpec:
     ``every`` is the seconds between scheduled trainings (None: on demand
     only); a training needs at least ``min_rows`` records. ``params`` holds the
     algorithm's parameters (:data:`PARAMETERS`); ``location`` is ``file:line``
-    of the declaration.
+    of the declaration. The hub trains a new version when a site reports a
+    population stability index over ``max_psi`` or a live error over
+    ``max_error`` (None: the error triggers nothing) for the version in force.
     """
 
     name: str
@@ -76,6 +78,8 @@ class ModelSpec:
     min_rows: int = 100
     params: tuple[tuple[str, int], ...] = ()
     location: str = "<unknown>"
+    max_psi: float = 0.25
+    max_error: float | None = None
     _param_map: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +132,8 @@ class ModelSpec:
             "min_rows": self.min_rows,
             "params": dict(self._param_map),
             "location": self.location,
+            "max_psi": self.max_psi,
+            "max_error": self.max_error,
         }
 
 
@@ -153,6 +159,8 @@ def check_model(
     min_rows: object,
     params: Mapping[str, object],
     location: str,
+    max_psi: object = 0.25,
+    max_error: object = None,
 ) -> ModelSpec:
     """Validate the arguments of ``app.model(...)`` and return the spec.
 
@@ -209,6 +217,10 @@ def check_model(
         checked.append((key, value))
     if algo is Algorithm.KMEANS and dict(checked).get("k", 2) < 2:
         raise _fail(where, "k-means needs k >= 2 clusters")
+    psi_limit = _threshold(where, "max_psi", max_psi)
+    error_limit = None if max_error is None else _threshold(where, "max_error", max_error)
+    if error_limit is not None and not algo.supervised:
+        raise _fail(where, f"{algo.value} has no label to measure an error against: drop max_error={max_error!r}")
     return ModelSpec(
         name=name,
         algorithm=algo,
@@ -219,4 +231,12 @@ def check_model(
         min_rows=min_rows,
         params=tuple(sorted(checked)),
         location=location,
+        max_psi=psi_limit,
+        max_error=error_limit,
     )
+
+
+def _threshold(where: str, name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1e6:
+        raise _fail(where, f"{name} must be a number over 0 (e.g. {name}=0.25), got {value!r}")
+    return float(value)

@@ -22,7 +22,9 @@ class ModelVersion(msgspec.Struct, kw_only=True, frozen=True):
     trained (``on demand``, ``scheduled``, ...); ``rows`` how many records it
     learnt from (``held_out`` more were kept for ``metrics``); ``time_from``
     and ``time_to`` the range of their event times; ``stats`` the statistics of
-    each feature; ``params`` the portable parameters.
+    each feature; ``params`` the portable parameters. ``switch_at`` is the
+    event time from which it scores records, set by the hub when it sends the
+    version out (None: not sent yet); records before it keep the older version.
     """
 
     format: int = FORMAT
@@ -41,6 +43,7 @@ class ModelVersion(msgspec.Struct, kw_only=True, frozen=True):
     metrics: dict[str, Finite]
     stats: Annotated[list[FeatureStats], msgspec.Meta(max_length=MAX_FEATURES)]
     params: Model
+    switch_at: Finite | None = None
 
     def score(self, value: object) -> float:
         """Score one record (a mapping holding every feature as a number).

@@ -64,6 +64,11 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
             Added within format version 1.
         sources: per app, the SHA-256 of the source the site's pipeline runs (the version a staged rollout
             confirms). Added within format version 1, like ``result_latency``.
+        models: per app, per model the site holds: ``held``, the newest version installed, and, once it scored,
+            ``version`` (the one that scored the newest records), ``records`` in the drift window, ``psi`` (the
+            largest per-feature population stability index against the version's training statistics),
+            ``psi.<feature>``, and where labels came ``error`` and ``labelled`` (:mod:`spanedge.models.drift`).
+            Added within format version 1.
     """
 
     site: str | None = None
@@ -89,6 +94,7 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
     result_latency: dict[str, dict[str, dict[str, NonNegative]]] = {}
     connectors: dict[str, dict[str, bool | Count | str]] = {}
     sources: dict[str, str] = {}
+    models: dict[str, dict[str, dict[str, Finite]]] = {}
 
 
 _FIELDS = msgspec.structs.fields(Heartbeat)

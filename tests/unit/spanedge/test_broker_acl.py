@@ -64,6 +64,7 @@ def test_spokes_get_their_own_topics_by_username_pattern() -> None:
         "pattern write spanedge/v1/control/%u/heartbeat",
         "pattern readwrite spanedge/v1/control/%u/probe",
         "pattern read spanedge/v1/control/%u/plan",
+        "pattern read spanedge/v1/control/%u/model/#",
     ]
     for line in spoke_patterns():
         assert line in text.splitlines()

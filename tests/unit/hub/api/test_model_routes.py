@@ -31,6 +31,9 @@ def test_a_declared_model_is_shown_and_training_without_spark_says_so(client) ->
     assert body["every_s"] == 3600.0
     assert body["versions"] == []
     assert body["size_estimate_bytes"] > 0
+    assert body["max_psi"] == 0.25
+    assert body["max_error"] is None
+    assert body["sites"] == {}
     trained = client.post("/apps/plant/models/wear/train", headers=AUTH, json={"reason": "test"})
     assert trained.status_code == 503
     assert "without Spark" in trained.json()["detail"]
