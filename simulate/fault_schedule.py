@@ -341,6 +341,8 @@ class FaultSchedule:
             spec = parse_deploy(fault.text.rpartition("@")[0])
             said = await loop.run_in_executor(None, self.target.deploy_version, spec)
             self.note(f"deployed {spec.file.name}: {said}")
+        elif fault.kind is FaultKind.DRIFT:  # the sensors shift the values they make (simulate.drift)
+            self.note(f"the sensors of {site} read {fault.field} {fault.shift:+g} from now on")
 
     async def _join(self, site: str, fault: Fault, record: AppliedFault) -> None:
         """Enrol ``site``; once the hub planned it in, start its sensors from the switch of its join."""

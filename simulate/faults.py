@@ -6,6 +6,8 @@ re-plan that moves something: ``replan+3s`` (the hub's re-plan) or
 With such a time the site may be ``old-owner`` or ``new-owner``: the source
 or target of that re-plan's first handover. ``join:<spoke>@<t>`` enrols a spoke
 of ``sites.yaml`` that the hub is not told of at the start (:mod:`simulate.joins`).
+``drift:<spoke>:<field>:<shift>@<t>`` shifts a field of a spoke's sensor values
+from ``t`` on (:mod:`simulate.drift`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from simulate.drift import Drift, parse_shift
 from simulate.rollout_fault import FORM as DEPLOY_FORM
 from simulate.rollout_fault import parse_deploy
 from spanedge.durations import parse_duration
@@ -34,6 +37,7 @@ FORMS = (
     "revoke:<spoke>@<t>",
     "join:<spoke>@<t>",
     DEPLOY_FORM,
+    "drift:<spoke>:<field>:<shift>@<t>",
 )
 
 #: Site names that stand for the source or target of the first handover (with a relative time only).
@@ -69,6 +73,7 @@ class FaultKind(enum.StrEnum):
     REVOKE = "revoke"
     JOIN = "join"
     DEPLOY = "deploy"
+    DRIFT = "drift"
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class Fault:
     factor: float | None = None
     anchor: Anchor | None = None
     text: str = ""
+    field: str | None = None
+    shift: float | None = None
 
     def describe(self) -> str:
         """The specification it was parsed from."""
@@ -136,6 +143,7 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
         FaultKind.REVOKE: 2,
         FaultKind.JOIN: 2,
         FaultKind.DEPLOY: 2,
+        FaultKind.DRIFT: 4,
     }[kind]
     fits = (
         len(parts) == expected
@@ -149,8 +157,8 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
     site = parts[1] if len(parts) > 1 and kind not in _HUB_FAULTS else None
     if site is not None and not site:
         raise _bad(spec, "empty site name")
-    if kind is FaultKind.JOIN and anchor is not None:
-        raise _bad(spec, "a join happens at a time after the sensors start, such as join:<spoke>@30s")
+    if kind in (FaultKind.JOIN, FaultKind.DRIFT) and anchor is not None:
+        raise _bad(spec, f"a {kind.value} happens at a time after the sensors start, such as {kind.value}:...@30s")
     if site in (OLD_OWNER, NEW_OWNER) and anchor is None:
         raise _bad(spec, f"{site!r} stands for a site of the first handover: give a time like switch+2s or replan+3s")
     fault = Fault(kind=kind, at=at, site=site, anchor=anchor, text=spec.strip())
@@ -171,6 +179,12 @@ def parse_fault(spec: str, sites: Sites | None = None) -> Fault:
     elif kind is FaultKind.OVERLOAD:
         factor, duration = _overload(spec, parts[2:])
         fault = Fault(kind, at, site, duration=duration, factor=factor, anchor=anchor, text=fault.text)
+    elif kind is FaultKind.DRIFT:
+        try:
+            name, shift = parse_shift(parts[2], parts[3])
+        except ValueError as exc:
+            raise _bad(spec, str(exc)) from None
+        fault = Fault(kind, at, site, field=name, shift=shift, text=fault.text)
     if sites is not None and site is not None and not (anchor is not None and site in (OLD_OWNER, NEW_OWNER)):
         if site not in sites.sites:
             raise _bad(spec, f"unknown site {site!r}; sites.yaml defines: {', '.join(sites.sites)}")
@@ -205,7 +219,14 @@ def _when(spec: str, when: str) -> tuple[float, Anchor | None]:
 #: The faults of the hub's process: they take a duration, not a site.
 _HUB_FAULTS = (FaultKind.KILL_HUB, FaultKind.PAUSE_HUB)
 
-_AGENT_FAULTS = (FaultKind.KILL_AGENT, FaultKind.KILL_SITE, FaultKind.OVERLOAD, FaultKind.REVOKE, FaultKind.JOIN)
+_AGENT_FAULTS = (
+    FaultKind.KILL_AGENT,
+    FaultKind.KILL_SITE,
+    FaultKind.OVERLOAD,
+    FaultKind.REVOKE,
+    FaultKind.JOIN,
+    FaultKind.DRIFT,
+)
 
 
 def _overload(spec: str, args: list[str]) -> tuple[float, float | None]:
@@ -257,6 +278,15 @@ def insecure_refusal(faults: Iterable[Fault]) -> str | None:
         if named:
             return f"{', '.join(named)} {why}, which plain anonymous brokers cannot: drop --insecure-brokers"
     return None
+
+
+def drifts(faults: Iterable[Fault]) -> list[Drift]:
+    """The sensor drifts of ``drift`` faults."""
+    return [
+        Drift(f.site, f.field, f.shift, f.at)
+        for f in faults
+        if f.kind is FaultKind.DRIFT and f.site is not None and f.field is not None and f.shift is not None
+    ]
 
 
 def joining(faults: Iterable[Fault]) -> dict[str, float]:

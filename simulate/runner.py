@@ -31,7 +31,7 @@ from simulate.cluster import Cluster
 from simulate.drain import drain_problems, wait_drained
 from simulate.errors import InvalidOption, SimulationError
 from simulate.fault_schedule import FaultSchedule
-from simulate.faults import FaultKind, insecure_refusal
+from simulate.faults import FaultKind, drifts, insecure_refusal
 from simulate.joins import first_offset
 from simulate.netns.topology import NetnsTopology
 from simulate.progress import EventLog, SiteStatus, Status
@@ -220,6 +220,7 @@ class Run:
         ports, hosts, logins = self.topology.sensor_endpoints()
         held = set(scenario.joining)  # a site that joins sends from the switch of its join on
         self.fleet = SensorFleet.build(scenario.sites, scenario.sim, ports, self.t0, hosts, logins=logins, held=held)
+        self.fleet.drift(drifts(scenario.faults))  # drift faults shift values as the sensors make them
         joins = f" (held until they join: {', '.join(held)})" if held else ""
         self.events.note(f"sensors started: {self.fleet.devices} devices{joins}")
         faults = asyncio.ensure_future(self.faults.run(start_mono, until=start_mono + scenario.duration))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from simulate.broker import Login
 from simulate.config import Simulation
+from simulate.drift import Drift, drifts_by_site
 from simulate.sensors import Device, Sent, SiteSensors
 from spanedge.sites import Sites
 
@@ -51,6 +52,13 @@ class SensorFleet:
             address = host if isinstance(host, str) else host[site]
             sensors[site] = SiteSensors(site, address, ports[site], devices, qos, login=login, held=site in held)
         return cls(sensors)
+
+    def drift(self, drifts: Iterable[Drift]) -> None:
+        """Shift fields of the values some sites' devices make, from a time on (``drift`` faults, :mod:`simulate.drift`)."""
+        for site, mine in drifts_by_site(drifts).items():
+            sensors = self.sensors.get(site)
+            for device in sensors.devices if sensors is not None else ():
+                device.drifts = mine
 
     @property
     def devices(self) -> int:

@@ -24,6 +24,7 @@ import orjson
 
 from simulate.broker import Login
 from simulate.config import FieldSpec, SensorSpec
+from simulate.drift import Drift, shifted
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Device:
                 s = fs.walk.start
                 self.walks[name] = self.rng.uniform(*s) if isinstance(s, tuple) else float(s)
         self.time_field = spec.time_field()
+        self.drifts: list[Drift] = []  # the drift faults of its site (simulate.drift), in time order
 
     def offset(self, seq: int) -> float:
         """Seconds after the start at which message ``seq`` is due."""
@@ -135,6 +137,8 @@ class Device:
         disorder = self.rng.uniform(0.0, self.spec.disorder) if self.spec.disorder > 0 else 0.0
         event_time = round(self.start + offset - disorder + self.spec.clock_skew, 6)
         value = {name: self._field(name, fs, event_time) for name, fs in self.spec.value.items()}
+        if self.drifts:
+            shifted(value, self.drifts, offset)
         malformed: str | None = None
         if self.spec.malformed > 0 and self.rng.random() < self.spec.malformed:
             kinds = MALFORMED_KINDS if self.time_field else MALFORMED_KINDS[:1]

@@ -44,7 +44,8 @@ def _choices(name: str) -> Callable[[click.Context, click.Parameter, str], list[
     multiple=True,
     help="partition:<site>:<dur>@<t>, kill-agent:<spoke>[:<downtime>]@<t>, restart-hub@<t>, "
     "restart-broker:<site>@<t>, latency:<site>:<ms>@<t>, overload:<spoke>[:<factor>][:<dur>]@<t>, "
-    "kill-site:<spoke>@<t>, revoke:<spoke>@<t>, join:<spoke>@<t>; <t> is 20s, or replan+3s / switch-2s (from the first "
+    "kill-site:<spoke>@<t>, revoke:<spoke>@<t>, join:<spoke>@<t>, drift:<spoke>:<field>:<shift>@<t>; "
+    "<t> is 20s, or replan+3s / switch-2s (from the first "
     "move, whose sites old-owner and new-owner name); repeat for several",
 )
 @option(
