@@ -62,6 +62,15 @@ def _no_keys() -> TrustedKeys:
     return TrustedKeys([])
 
 
+def _managed_intakes(config: AgentConfig, hub_site: str) -> tuple[ModelIntake, PlanIntake, HubPlans]:
+    """A managed agent's model and plan intakes (the plan last saved under its state directory comes back first)."""
+    keys = config.trusted_keys or _no_keys()
+    models = ModelIntake(config.site, keys, ModelStore(config.state_dir / "models"))
+    models.restore()
+    plans = PlanIntake(config.site, keys)
+    return models, plans, HubPlans(plans, config.state_dir / "plan.signed", config.plan_wait, hub_site)
+
+
 class Agent:
     """Runs the operators a plan gives one site: composes the parts and runs their loops.
 
@@ -94,7 +103,10 @@ class Agent:
         self.connect = connect
         self.intake = Intake(site, sites, self.inbox, connect)
         self.site_broker = SiteBrokerLink(site, sites, self.intake, connect)
-        self.sinks = LocalSinks(site, config.state_dir, config.late_file_max_bytes, self.hub, self.site_broker.get)
+        devices = lambda: getattr(self.sites.sites.get(site), "devices", {})  # noqa: E731
+        self.sinks = LocalSinks(
+            site, config.state_dir, config.late_file_max_bytes, self.hub, self.site_broker.get, devices=devices
+        )
         self.telemetry = Telemetry(
             site,
             sites,
@@ -138,11 +150,7 @@ class Agent:
         self.plan_intake: PlanIntake | None = None
         self.models: ModelIntake | None = None
         if self.managed:
-            self.models = ModelIntake(site, config.trusted_keys or _no_keys(), ModelStore(config.state_dir / "models"))
-            self.models.restore()
-            self.plan_intake = PlanIntake(site, config.trusted_keys or _no_keys())
-            saved = config.state_dir / "plan.signed"
-            self.hub_plans = HubPlans(self.plan_intake, saved, config.plan_wait, self.hub_site)
+            self.models, self.plan_intake, self.hub_plans = _managed_intakes(config, self.hub_site)
         self._initial = plans or []
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()

@@ -7,13 +7,14 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from edge_agent.checkpoint import Committed
+from edge_agent.connectors.bindings import UnboundDevice, bind
 from edge_agent.intake import Intake
 from edge_agent.mqtt.transport import Transport, TransportFactory
 from spanedge import topics
@@ -23,7 +24,7 @@ from spanedge.private_files import open_private
 from spanedge.result_latency import ResultLatency
 from spanedge.runtime import DeadLetter
 from spanedge.sinks import ConnectorSinkSpec
-from spanedge.sites import Sites
+from spanedge.sites import DeviceBinding, Sites
 
 if TYPE_CHECKING:
     from edge_agent.connectors.actuators import Actuators
@@ -137,7 +138,9 @@ class LocalSinks:
     """Serves what a commit made durable: ``mqtt``, ``file``, ``console``, ``memory`` and connector sinks, the DLQ and late records.
 
     Connector sinks (``sinks.modbus/opcua/connector(...)``) go to a durable queue in the state
-    directory, written by their connectors (:mod:`edge_agent.connectors.actuators`).
+    directory, written by their connectors (:mod:`edge_agent.connectors.actuators`). A sink given
+    ``"device:NAME"`` writes to this site's device ``NAME`` (:func:`~edge_agent.connectors.bindings.bind`);
+    without that binding its values are dead-lettered.
 
     Args:
         site: the site this agent serves (file names, DLQ topics).
@@ -145,6 +148,7 @@ class LocalSinks:
         late_file_max_bytes: bound of each late-records file (the count is always kept).
         hub: the hub broker connection (dead letters).
         site_broker: returns the connection to this site's broker, for MQTT sinks (opened on first use).
+        devices: returns this site's device bindings (``devices:`` in ``sites.yaml``; none if left out).
     """
 
     def __init__(
@@ -154,9 +158,11 @@ class LocalSinks:
         late_file_max_bytes: int,
         hub: Transport,
         site_broker: Callable[[], Transport],
+        devices: Callable[[], Mapping[str, DeviceBinding]] | None = None,
     ) -> None:
         """Open nothing until a sink needs it."""
         self.site = site
+        self.devices = devices or dict
         self.state_dir = state_dir
         self.late_file_max_bytes = late_file_max_bytes
         self.hub = hub
@@ -187,12 +193,14 @@ class LocalSinks:
 
     def resume(self, pipelines: dict[str, Pipeline]) -> None:
         """Write what the connector sinks of ``pipelines`` had left before the agent stopped."""
-        specs = {
-            f"{app}/{node.op.name}": node.op.sink
-            for app, pipeline in pipelines.items()
-            for node in pipeline.nodes
-            if isinstance(node.op.sink, ConnectorSinkSpec)
-        }
+        specs: dict[str, ConnectorSinkSpec] = {}
+        for app, pipeline in pipelines.items():
+            for node in pipeline.nodes:
+                if isinstance(node.op.sink, ConnectorSinkSpec):
+                    try:
+                        specs[f"{app}/{node.op.name}"] = bind(node.op.sink, self.site, self.devices())
+                    except UnboundDevice as exc:
+                        log.error("sink %s/%s: %s; its waiting values stay queued", app, node.op.name, exc)
         if specs and (self._actuators is not None or (self.state_dir / "actuators.db").exists()):
             self.actuators.resume(specs)
 
@@ -213,14 +221,11 @@ class LocalSinks:
             elif spec.kind == "console":
                 print(body.decode(), flush=True)
             elif isinstance(spec, ConnectorSinkSpec):
-                self.actuators.put(f"{app}/{item.operator}", spec, item.value)
+                self._actuate(app, item.operator, spec, item.value, body, item.event_time)
             else:
                 self.memory[spec.target or item.operator].append(item.value)
         for app, dead in done.dlq:
-            self.dlq_count += 1
-            if self.dlq_count <= 10 or self.dlq_count % 1000 == 0:
-                log.info("dead letter #%d (%s, %s): %s", self.dlq_count, app, dead.operator, escaped(dead.reason))
-            self.hub.publish(topics.dlq(app, self.site), dead.to_json(), 1)
+            self._dead(app, dead)
         for app, dead in done.late:
             self.late_count += 1
             self._side_output(app, dead)
@@ -228,6 +233,24 @@ class LocalSinks:
             handle.flush()
         for sink, event_times in written.items():
             self.latency.written(sink, event_times)
+
+    def _actuate(
+        self, app: str, operator: str, spec: ConnectorSinkSpec, value: Any, body: bytes, event_time: float | None
+    ) -> None:
+        """Queue a connector sink's value for its device, or dead-letter it if this site lacks the device."""
+        try:
+            bound = bind(spec, self.site, self.devices())
+        except UnboundDevice as exc:
+            self._dead(app, DeadLetter.of(str(exc), operator, body, self.site, event_time or 0.0))
+            return
+        self.actuators.put(f"{app}/{operator}", bound, value)
+
+    def _dead(self, app: str, dead: DeadLetter) -> None:
+        """Publish a dead letter to the hub (logged for the first ten, then every thousandth)."""
+        self.dlq_count += 1
+        if self.dlq_count <= 10 or self.dlq_count % 1000 == 0:
+            log.info("dead letter #%d (%s, %s): %s", self.dlq_count, app, dead.operator, escaped(dead.reason))
+        self.hub.publish(topics.dlq(app, self.site), dead.to_json(), 1)
 
     def result_latency(self) -> dict[str, dict[str, dict[str, float]]]:
         """Per app, per local sink that wrote in the last minute, its result latency p50/p95 and count."""

@@ -3,13 +3,15 @@
 A placement is valid when every replica runs at one of its candidate sites,
 no site's CPU is exceeded, all hub-placed replicas share one hub, the
 spoke-placed replicas of one source site share one spoke, everything
-downstream of a hub-placed replica is hub-placed, and a sink shares its
-input's site.
+downstream of a hub-placed replica is hub-placed, a sink shares its
+input's site, and a sink that writes to a device binding (``"device:NAME"``)
+runs at a spoke that declares that device.
 """
 
 from __future__ import annotations
 
 from placement.cost import site_loads
+from placement.devices import device_sites
 from placement.problem import OFFLOAD_MS, Problem, Replica
 from spanedge.errors import InfeasiblePlacement
 
@@ -26,6 +28,9 @@ def violations(problem: Problem, placement: dict[str, str], hub: str | None = No
             out.append(f"{r.id} at {site}, not one of {', '.join(r.candidates)}")
         if r.colocate is not None and site != placement.get(r.colocate):
             out.append(f"sink {r.id} at {site}, its input {r.colocate} at {placement.get(r.colocate)}")
+        allowed = device_sites(r.op, problem.sites) if r.op.sink is not None else None
+        if allowed is not None and site not in allowed and any(c in allowed for c in r.candidates):
+            out.append(f"sink {r.id} at {site}, which lacks its device; sites declaring it: {', '.join(allowed)}")
     for site, load in site_loads(problem, placement).items():
         if load > problem.cpu(site) + EPS:
             out.append(f"{site} uses {load:.3f} cores of {problem.cpu(site)}")

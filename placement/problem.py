@@ -26,10 +26,12 @@ keeping it there is always an option the solvers weigh.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from placement.devices import device_sites
 from placement.graph import operator_dag, operators_in_order, replica_dag
 from placement.latency import LatencyMatrix, nearest
 from placement.models import fit_models
@@ -39,6 +41,8 @@ from spanedge.operators import Kind, Operator
 from spanedge.plan import KeyPart, Plan, replica_id
 from spanedge.scope import Scope
 from spanedge.sites import Sites, Tier
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -382,6 +386,9 @@ def _candidates(
         others = [p for p in spokes if p != home]
         around[home] = nearest(latency, home, others, OFFLOAD_MS)[:OFFLOAD_NEIGHBOURS]
     tight = {h for h, d in demand.items() if d > sites.sites[h].cpu}
+    devices = _device_rules(replicas, sites)
+    unbound = {replicas[rid].home for rid, allowed in devices.items() if replicas[rid].home not in allowed}
+    tight |= {h for h in demand if h in unbound}  # a sink must leave a site without its device: reach out
     tight |= {p for h in tight for p in around[h] if demand.get(p, 0.0) + demand[h] > sites.sites[p].cpu}
     ran: dict[str, set[str]] = {}
     for rid, site in previous.items():
@@ -404,6 +411,32 @@ def _candidates(
         else:
             own = (r.home,) if sites.sites[r.home].tier is Tier.SPOKE else ()
             r.candidates = own + tuple(near[r.home]) + hubs
+        if rid in devices:
+            reach = tuple(c for c in r.candidates if c in devices[rid])
+            if reach:
+                r.candidates = reach
+            else:  # placed as if it had none: where it runs, its values are dead letters that name the fix
+                log.warning(
+                    "sink %s writes to a device that only %s declare(s), none within %.0f ms of its source site %s; "
+                    "its values there are dead letters until the device is declared under %s's devices: in "
+                    "sites.yaml, or at a spoke near it",
+                    op.describe(),
+                    ", ".join(devices[rid]),
+                    OFFLOAD_MS,
+                    r.home,
+                    r.home,
+                )
+
+
+def _device_rules(replicas: dict[str, Replica], sites: Sites) -> dict[str, tuple[str, ...]]:
+    """The sites each sink replica writing to a device binding may run at (:func:`placement.devices.device_sites`)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for rid, r in replicas.items():
+        if r.op.kind is Kind.SINK and not r.is_source:
+            allowed = device_sites(r.op, sites)
+            if allowed is not None:
+                out[rid] = allowed
+    return out
 
 
 def _may_help(latency: LatencyMatrix, hubs: tuple[str, ...], home: str, spoke: str) -> bool:

@@ -13,10 +13,14 @@ from spanedge.connectors import modbus as modbus_points
 from spanedge.connectors import opcua as opcua_nodes
 from spanedge.connectors import scheme_of
 from spanedge.errors import InvalidDataflow
+from spanedge.names import name_problem
 from spanedge.operators import PostgresSinkSpec, SinkSpec
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+DEVICE = "device:"
+"""The prefix of a connector sink's target that names a device binding of the site (``"device:valves"``)."""
 
 
 def mqtt(topic: str) -> SinkSpec:
@@ -92,6 +96,9 @@ class ConnectorSinkSpec(SinkSpec):
 
     Each result is a mapping: ``key_field`` names the point to write, ``value_field`` the value.
     With ``last_value_wins``, a result replaces a value of the same point not yet written.
+    A ``target`` of ``"device:NAME"`` is the device binding ``NAME`` of the site where the sink
+    runs (its ``devices:`` in ``sites.yaml``); ``connector`` is then the scheme it must have
+    (``""``: any).
     """
 
     nodes: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -100,14 +107,26 @@ class ConnectorSinkSpec(SinkSpec):
     key_field: str = "point"
     value_field: str = "value"
     last_value_wins: bool = True
+    connector: str = ""
+
+    @property
+    def device(self) -> str | None:
+        """The name of the device binding the sink writes to, or ``None`` for a sink given a URL."""
+        return self.target.removeprefix(DEVICE) if self.target.startswith(DEVICE) else None
 
     @property
     def scheme(self) -> str:
-        """The URL's scheme: which connector writes the sink."""
-        return scheme_of(self.target)
+        """The URL's scheme: which connector writes the sink (for a device binding, the one it must have)."""
+        return self.connector if self.device is not None else scheme_of(self.target)
 
 
 def _scheme(url: str, expected: str | None, what: str) -> None:
+    if url.startswith(DEVICE):
+        problem = name_problem(url.removeprefix(DEVICE), "device")
+        if problem is not None:
+            msg = f"{what}: {problem} (a device binding is 'device:NAME', NAME under a spoke's devices: in sites.yaml)"
+            raise InvalidDataflow(msg)
+        return
     try:
         scheme = scheme_of(url)
     except ValueError as exc:
@@ -128,7 +147,8 @@ def modbus(
 ) -> ConnectorSinkSpec:
     """Write results to a Modbus TCP device's coils and holding registers, at least once (``spanedge[modbus]``).
 
-    ``url`` is ``modbus://host:502`` (``?unit=N`` for a device id other than 1); ``points`` names
+    ``url`` is ``modbus://host:502`` (``?unit=N`` for a device id other than 1), or
+    ``"device:NAME"``: the ``modbus://`` device ``NAME`` of the site where the sink runs; ``points`` names
     the points as a ``modbus://`` stream's ``points:`` do. A result ``{key: "valve", value: true}``
     writes to the point ``valve``. Values wait in a durable queue at the agent until the device
     took them; with ``last_value_wins`` only the newest value of each point waits. The sink runs at
@@ -150,7 +170,13 @@ def modbus(
             msg = f"{what}: point {name!r} is a {parsed[name].where()}; only coils and holding registers are written"
             raise InvalidDataflow(msg)
     return ConnectorSinkSpec(
-        "connector", url, points=parsed, key_field=key, value_field=value, last_value_wins=last_value_wins
+        "connector",
+        url,
+        points=parsed,
+        key_field=key,
+        value_field=value,
+        last_value_wins=last_value_wins,
+        connector="modbus",
     )
 
 
@@ -165,7 +191,7 @@ def opcua(
 ) -> ConnectorSinkSpec:
     """Write results to OPC UA nodes, at least once (``spanedge[opcua]``), as :func:`modbus` does to points.
 
-    ``url`` is ``opcua://host:4840/path``; ``nodes`` maps point names to node ids. ``options``
+    ``url`` is ``opcua://host:4840/path`` or ``"device:NAME"``; ``nodes`` maps point names to node ids. ``options``
     takes ``security={...}``, ``username=`` and ``password_env=`` as an ``opcua://`` stream does.
     """
     what = f"sinks.opcua({url!r})"
@@ -196,13 +222,17 @@ def opcua(
         key_field=key,
         value_field=value,
         last_value_wins=last_value_wins,
+        connector="opcua",
     )
 
 
 def connector(
     url: str, *, key: str = "point", value: str = "value", last_value_wins: bool = True, **options: Any
 ) -> ConnectorSinkSpec:
-    """Write results with a connector the app registers for the URL's scheme (see the connectors guide)."""
+    """Write results with a connector the app registers for the URL's scheme (see the connectors guide).
+
+    ``url`` may be ``"device:NAME"``: the device ``NAME`` of the site where the sink runs, any scheme.
+    """
     _scheme(url, None, f"sinks.connector({url!r})")
     return ConnectorSinkSpec(
         "connector", url, options=options, key_field=key, value_field=value, last_value_wins=last_value_wins
@@ -227,7 +257,7 @@ def webhook(
     """
     what = f"sinks.webhook({url!r})"
     _scheme(url, None, what)
-    if scheme_of(url) not in ("http", "https"):
+    if url.startswith(DEVICE) or scheme_of(url) not in ("http", "https"):
         msg = f"{what}: the URL must start with http:// or https://"
         raise InvalidDataflow(msg)
     if token_env is not None and not _ENV_NAME.fullmatch(token_env):

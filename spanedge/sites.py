@@ -161,6 +161,45 @@ class StreamBinding(FileModel, frozen=True, kw_only=True):
         return {**opcua.url_nodes(self.url or ""), **self.nodes}
 
 
+class DeviceBinding(FileModel, frozen=True, kw_only=True):
+    """A spoke's named device that connector sinks given ``"device:NAME"`` write to.
+
+    Attributes:
+        url: the device, as a stream's ``url:`` gives it (``modbus://10.0.0.5:502``, ``opcua://plc:4840/path``).
+        unit: ``modbus://`` only: the device (unit) id, unless the URL has ``?unit=``.
+        security: ``opcua://`` only: certificate security (left out: none).
+        username: ``opcua://`` only: a user name, with its password in ``password_env``.
+        password_env: the environment variable holding that password.
+        options: settings of a connector the user registered, passed to its sink as they are.
+    """
+
+    url: str
+    unit: Annotated[int, msgspec.Meta(ge=0, le=255)] = 1
+    security: opcua.Security | None = None
+    username: str | None = None
+    password_env: str | None = None
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Check the URL as a stream's (a connector URL, no MQTT, no password in it)."""
+        connectors.scheme_of(self.url)
+
+    @property
+    def connector(self) -> str:
+        """The scheme of the device's connector."""
+        return connectors.scheme_of(self.url)
+
+    def sink_options(self) -> dict[str, Any]:
+        """The settings a connector sink at this device takes, those of the scheme's connector only."""
+        scheme = self.connector
+        if scheme == "modbus":
+            return {"unit": self.unit}
+        if scheme == "opcua":
+            found = {"security": self.security, "username": self.username, "password_env": self.password_env}
+            return {k: v for k, v in found.items() if v is not None}
+        return dict(self.options)
+
+
 class Broker(FileModel, frozen=True):
     """A parsed broker URL with its credentials."""
 
@@ -200,6 +239,7 @@ class Site(FileModel, frozen=True):
     Attributes:
         name: the site's key in ``sites:`` (filled in by :class:`Sites`).
         cpu: CPU cores available to SpanEdge.
+        devices: a spoke's only: its named devices, which sinks given ``"device:NAME"`` write to.
         labels: ``key: value`` pairs that select the site (``fleet: north``), each following the site name rule.
         max_message_bytes: a hub's only: the largest edge batch its ingest takes (``None``:
             :data:`MAX_MESSAGE_BYTES`, see :attr:`message_limit`); the agents send none larger.
@@ -215,6 +255,7 @@ class Site(FileModel, frozen=True):
     password_env: str | None = None
     tls: TLS | None = None
     streams: dict[str, StreamBinding] = msgspec.field(default_factory=dict)
+    devices: dict[str, DeviceBinding] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     max_message_bytes: Bytes | None = None
     model_budget_bytes: Bytes | None = None
@@ -227,6 +268,14 @@ class Site(FileModel, frozen=True):
                 "e.g. streams: {readings: {topic: ..., rate: ..., max_message_bytes: 4194304}}"
             )
             raise ValueError(msg)
+        if self.devices and self.tier is not Tier.SPOKE:
+            msg = "devices: only a spoke has devices (its agent writes to them); move them to the spoke on their LAN"
+            raise ValueError(msg)
+        for device in self.devices:
+            problem = name_problem(device, "device")
+            if problem is not None:
+                msg = f"{key_path('devices', device)}: {problem}"
+                raise ValueError(msg)
         for key, value in self.labels.items():
             problem = label_problem(key, value)
             if problem is not None:
@@ -349,6 +398,10 @@ class Sites(FileModel, frozen=True):
     def sources_of(self, stream: str) -> list[Site]:
         """Sites that source ``stream``."""
         return [s for s in self.sites.values() if stream in s.streams]
+
+    def with_device(self, device: str) -> list[Site]:
+        """The spokes that declare the device ``device`` (under their ``devices:``)."""
+        return [s for s in self.spokes if device in s.devices]
 
     def site(self, name: str) -> Site:
         """Return the site called ``name`` or raise with the known names."""
