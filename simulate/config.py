@@ -140,6 +140,8 @@ class SensorSpec(FileModel, frozen=True):
         clock_skew: seconds added to every event time of this stream.
         malformed: fraction of malformed messages.
         qos: MQTT QoS (default: the stream binding's).
+        device: ``opcua``: the sensors are the nodes of a simulated OPC UA server (one per key) that the
+            site's ``opcua://`` stream subscribes to; ``value`` then makes one number (besides specials).
     """
 
     count: Annotated[int, msgspec.Meta(ge=1)]
@@ -151,9 +153,10 @@ class SensorSpec(FileModel, frozen=True):
     clock_skew: SignedSeconds = SignedSeconds(0.0)
     malformed: Fraction = 0.0
     qos: QoS | None = None
+    device: Annotated[str, msgspec.Meta(pattern="^opcua$")] | None = None
 
     def __post_init__(self) -> None:
-        """Check the rate and the specials of the value; store the durations as floats."""
+        """Check the rate, the specials of the value and a device's one value; store the durations as floats."""
         low, high = self.rate if isinstance(self.rate, tuple) else (self.rate, self.rate)
         if low <= 0 or high < low:
             msg = "rate: rate must be positive, and [min, max] with min <= max"
@@ -162,7 +165,17 @@ class SensorSpec(FileModel, frozen=True):
             if isinstance(spec, str) and spec.startswith("$") and spec not in SPECIALS:
                 msg = f"value: field {name!r}: unknown {spec!r}; use one of {', '.join(SPECIALS)} or {{const: ...}}"
                 raise ValueError(msg)
+        if self.device is not None and (self.malformed or len(self.measured()) != 1):
+            msg = (
+                f"device: an {self.device} sensor's node holds one number: give value: one field besides "
+                "$key/$event_time/$seq/$site (e.g. value: {moisture: {normal: [30, 8], round: 1}}) and no malformed:"
+            )
+            raise ValueError(msg)
         _as_floats(self, "disorder", "clock_skew")
+
+    def measured(self) -> list[str]:
+        """The value fields that are not specials: for a device sensor, the one its node holds."""
+        return [k for k, v in self.value.items() if not (isinstance(v, str) and v in SPECIALS)]
 
     @property
     def key_count(self) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 from simulate import charts
 from simulate.checking import Reference, check_sinks, site_counts
 from simulate.cluster import Cluster
+from simulate.devices.actuated import Devices
 from simulate.drain import drain_problems, wait_drained
 from simulate.errors import InvalidOption, SimulationError
 from simulate.fault_schedule import FaultSchedule
@@ -130,6 +131,8 @@ class Run:
             start_sensors=self._start_joined,
         )
         self.fleet = SensorFleet()
+        self.devices = Devices.of(scenario.sites, scenario.app, scenario.sim, loopback=opts.hosts != "netns")
+        self.device_checks: dict[str, SinkCheck] = {}
         self.wan = WanSampler(self.topology.wan_bytes)
         self.stop_event = asyncio.Event()
         self.phase = "starting"
@@ -156,6 +159,7 @@ class Run:
     async def _bring_up(self, tasks: list[asyncio.Task[Any]]) -> None:
         """Brokers and WAN, the watchers, the hub and agents, the deploy; return once everyone subscribed."""
         scenario, opts, topology, cluster = self.scenario, self.opts, self.topology, self.cluster
+        await self.devices.start(topology, self.events.note)
         await topology.start()
         kind = topology.broker_kind
         note = " (embedded Python broker: Mosquitto is not installed)" if kind == "amqtt" else ""
@@ -205,6 +209,7 @@ class Run:
         sources = [s for s in scenario.source_sites if s not in scenario.joining]
         for sites, what in (([scenario.hub], "the hub ingest"), (sources, "the agents")):
             await wait_subscribed(self.collector, kind, sites, baseline, opts.ready_timeout, cluster.check_alive, what)
+        await self.devices.sensors.wait_subscribed(opts.ready_timeout, cluster.check_alive)
         await asyncio.sleep(1.0)
         self.events.note("ready: agents and hub subscribed")
 
@@ -219,7 +224,10 @@ class Run:
         self.phase = "sensors running"
         ports, hosts, logins = self.topology.sensor_endpoints()
         held = set(scenario.joining)  # a site that joins sends from the switch of its join on
-        self.fleet = SensorFleet.build(scenario.sites, scenario.sim, ports, self.t0, hosts, logins=logins, held=held)
+        nodes = self.devices.sensors
+        self.fleet = SensorFleet.build(
+            scenario.sites, scenario.sim, ports, self.t0, hosts, logins=logins, held=held, nodes=nodes
+        )
         self.fleet.drift(drifts(scenario.faults))  # drift faults shift values as the sensors make them
         joins = f" (held until they join: {', '.join(held)})" if held else ""
         self.events.note(f"sensors started: {self.fleet.devices} devices{joins}")
@@ -233,6 +241,7 @@ class Run:
         if self.faults.killed:  # what the dead sites destroyed depends on when their replicas moved
             self.placement = await self.cluster.placement(scenario.app.name)
         await self._drain(sensors_done)
+        self.device_checks = await self.devices.check(self._reference(), self.events.note)
         self.placement = await _final_placement(self.cluster, scenario)
         self.problems += self.faults.skipped + self.cluster.stopped()
 
@@ -277,6 +286,7 @@ class Run:
             with contextlib.suppress(BaseException):
                 await task
         await self.topology.stop()
+        await self.devices.stop()
 
     # --- progress ------------------------------------------------------------------------------
 
@@ -353,6 +363,7 @@ class Run:
         checks, latencies = check_sinks(
             scenario.app, reference, collector.results, self.t0 + scenario.sim.warmup, destroyed, repeats
         )
+        checks = [self.device_checks.get(c.sink, c) for c in checks]  # what the devices hold, read back
         failures = {site: self.fleet.failures_at(site) for site in scenario.spokes}
         report = Report(
             label=scenario.label,
@@ -384,26 +395,27 @@ class Run:
             settle=scenario.sim.settle,
             baseline=self.opts.baseline,
         )
-        timeline = self._timeline(checks, latencies)
+        timeline = _timeline(self, checks, latencies)
         run_dir = scenario.run_dir
         html = write_outputs(run_dir, report, timeline, self.events.lines)
         return Outcome(report, self.fleet.sent(), collector, run_dir, self.t0, self.events.lines, timeline, html)
 
-    def _timeline(self, checks: list[SinkCheck], latencies: dict[str, list[float]]) -> Timeline:
-        """The series of the charts: WAN bytes (with a last sample now), backlog, faults, re-plans, latencies."""
-        self.wan.sample(self.t0)
-        spokes = self.scenario.spokes
-        history = self.collector.backlog_history
-        return Timeline(
-            wan_times=list(self.wan.times),
-            wan={link: list(series) for link, series in self.wan.wan.items()},
-            backlog={site: relative(history[site], self.t0) for site in spokes if site in history},
-            marks=fault_marks(self.faults.applied, self.t0) + replan_marks(self.placement, self.t0),
-            latency_ms={
-                tier: [v * 1000.0 for c in checks if c.tier == tier for v in latencies.get(c.sink, [])]
-                for tier in ("local", "global")
-            },
-        )
+
+def _timeline(sim: Run, checks: list[SinkCheck], latencies: dict[str, list[float]]) -> Timeline:
+    """The series of ``sim``'s charts: WAN bytes (with a last sample now), backlog, faults, re-plans, latencies."""
+    sim.wan.sample(sim.t0)
+    spokes = sim.scenario.spokes
+    history = sim.collector.backlog_history
+    return Timeline(
+        wan_times=list(sim.wan.times),
+        wan={link: list(series) for link, series in sim.wan.wan.items()},
+        backlog={site: relative(history[site], sim.t0) for site in spokes if site in history},
+        marks=fault_marks(sim.faults.applied, sim.t0) + replan_marks(sim.placement, sim.t0),
+        latency_ms={
+            tier: [v * 1000.0 for c in checks if c.tier == tier for v in latencies.get(c.sink, [])]
+            for tier in ("local", "global")
+        },
+    )
 
 
 async def run(opts: Options, *, insecure_brokers: bool = False) -> Outcome:

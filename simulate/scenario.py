@@ -228,9 +228,9 @@ class Scenario:
 
     @property
     def source_sites(self) -> list[str]:
-        """The spokes that source a stream the app reads: the brokers the agents' intake subscribes on."""
+        """The spokes that source an MQTT stream the app reads: the brokers the agents' intake subscribes on."""
         streams = self.app.source_streams()
-        return [s.name for s in self.sites.spokes if streams & set(s.streams)]
+        return [s.name for s in self.sites.spokes if streams & {n for n, b in s.streams.items() if b.url is None}]
 
 
 def place(scenario: Scenario) -> tuple[Path, str]:

@@ -7,6 +7,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from simulate.broker import Login
 from simulate.config import Simulation
+from simulate.devices.sensing import NodeSensors
 from simulate.drift import Drift, drifts_by_site
 from simulate.sensors import Device, Sent, SiteSensors
 from spanedge.sites import Sites
@@ -15,9 +16,10 @@ from spanedge.sites import Sites
 class SensorFleet:
     """The sensors of every site of a run and what they sent."""
 
-    def __init__(self, sensors: Mapping[str, SiteSensors] | None = None) -> None:
-        """Hold ``sensors`` per site (none until :meth:`build`)."""
+    def __init__(self, sensors: Mapping[str, SiteSensors] | None = None, nodes: NodeSensors | None = None) -> None:
+        """Hold ``sensors`` per site (none until :meth:`build`) and the sensors that are OPC UA ``nodes``."""
         self.sensors: dict[str, SiteSensors] = dict(sensors or {})
+        self.nodes = nodes or NodeSensors()
 
     @classmethod
     def build(
@@ -29,6 +31,7 @@ class SensorFleet:
         host: str | Mapping[str, str] = "127.0.0.1",
         logins: Mapping[str, Login | None] | None = None,
         held: Collection[str] = (),
+        nodes: NodeSensors | None = None,
     ) -> SensorFleet:
         """The devices of every sensor spec, publishing to the broker of their site at ``host:ports[site]``.
 
@@ -38,20 +41,25 @@ class SensorFleet:
 
         ``start`` is the wall-clock time event times count from; the QoS of a
         stream is the sensor spec's, else the stream binding's. The sensors of
-        the ``held`` sites send nothing until :meth:`release`.
+        the ``held`` sites send nothing until :meth:`release`. The ``device: opcua`` sensors write to
+        the servers of ``nodes`` instead (:mod:`simulate.devices.sensing`).
         """
         sensors = {}
         for site, streams in sim.sensors.items():
             devices: list[Device] = []
             qos: dict[str, int] = {}
             for stream, spec in streams.items():
+                if spec.device is not None:
+                    continue
                 binding = sites.sites[site].streams[stream]
                 qos[stream] = spec.qos if spec.qos is not None else binding.qos
                 devices += [Device(site, stream, i, spec, binding.topic, sim.seed, start) for i in range(spec.count)]
             login = (logins or {}).get(site)
             address = host if isinstance(host, str) else host[site]
             sensors[site] = SiteSensors(site, address, ports[site], devices, qos, login=login, held=site in held)
-        return cls(sensors)
+        if nodes is not None:
+            nodes.build(sim.seed, start)
+        return cls(sensors, nodes)
 
     def drift(self, drifts: Iterable[Drift]) -> None:
         """Shift fields of the values some sites' devices make, from a time on (``drift`` faults, :mod:`simulate.drift`)."""
@@ -63,11 +71,11 @@ class SensorFleet:
     @property
     def devices(self) -> int:
         """Number of devices over every site."""
-        return sum(len(s.devices) for s in self.sensors.values())
+        return sum(len(s.devices) for s in self.sensors.values()) + sum(len(s.devices) for s in self.nodes.streams)
 
     def sent(self) -> list[Sent]:
         """Every message a site broker accepted, site by site."""
-        return [s for sensors in self.sensors.values() for s in sensors.sent]
+        return [s for sensors in self.sensors.values() for s in sensors.sent] + self.nodes.sent()
 
     def sent_at(self, site: str) -> int:
         """Messages sent at ``site`` so far."""
@@ -99,7 +107,11 @@ class SensorFleet:
         sensors = self.sensors.get(site)
         if sensors is not None:
             sensors.stop()
+        self.nodes.stop(site)
 
     async def run(self, start_monotonic: float, duration: float) -> None:
         """Send every message due in the first ``duration`` seconds after ``start_monotonic`` (event-loop time)."""
-        await asyncio.gather(*(s.run(start_monotonic, duration) for s in self.sensors.values()))
+        await asyncio.gather(
+            *(s.run(start_monotonic, duration) for s in self.sensors.values()),
+            self.nodes.run(start_monotonic, duration),
+        )

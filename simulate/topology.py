@@ -172,6 +172,10 @@ class Topology:
             self.links[frozenset((wan.a, wan.b))] = link
         self.proxies: dict[tuple[str, str], LinkProxy] = {}
         self.files: dict[str, Path] = {}
+        self.device_urls: dict[str, str] = {}
+        """Device URLs of the sites' ``devices:`` and those of their simulated devices, rewritten in every sites file."""
+        self.stream_urls: dict[tuple[str, str], str] = {}
+        """The URLs of simulated servers that (site, stream) reads, rewritten in every sites file."""
         atexit.register(self._close_brokers)
 
     def _secure_brokers(self, directory: Path) -> dict[str, BrokerSecurity]:
@@ -300,6 +304,11 @@ class Topology:
         for name, site in data["sites"].items():
             site.pop("name", None)
             site["broker"] = self.broker_url(seen_from, name)
+            for device in site.get("devices", {}).values():
+                device["url"] = self.device_urls.get(device["url"]) or device["url"]
+            for stream, binding in site.get("streams", {}).items():
+                if (name, stream) in self.stream_urls:
+                    binding["url"] = self.stream_urls[name, stream]
             if self.certificates:  # every broker takes the name of this process's certificate as its username
                 site["tls"] = msgspec.to_builtins(self.identities[seen_from])
             elif self.secure:  # every broker sees this process as its own site

@@ -7,8 +7,11 @@ their rate, so the plan offloads them to the nearest spoke with room (the
 barn, a few milliseconds away) instead of shipping raw readings over the
 farm's thin uplink to the cloud; when the barn's link degrades, a re-plan
 moves them to the machine shed. Irrigation valves are driven from the
-per-probe means; the cloud keeps a farm-wide view of the dry spots per zone,
-and only dry readings need to cross the uplink for it.
+per-probe means: the farm's irrigation controller is one Modbus TCP device on
+the farm LAN, with a coil per probe, which every spoke of the farm reaches
+(``devices: {valves: ...}`` in sites.yaml), so the valve commands are written
+wherever the placement runs them, the same app at every site. The cloud keeps a farm-wide view of the dry spots per zone, and only dry
+readings need to cross the uplink for it.
 """
 
 from dataclasses import dataclass
@@ -49,6 +52,14 @@ def valve_command(stats: dict) -> dict:
     return {"probe": stats["probe"], "zone": zone, "open": stats["moisture"] < 25.0, "at": stats["window_end"]}
 
 
+#: The irrigation controller's coils: east probes e00..e39 on coils 0..39, west w00..w39 on 40..79.
+VALVES = {
+    f"{zone}/{side}{i:02d}": {"table": "coil", "address": base + i}
+    for zone, side, base in (("east", "e", 0), ("west", "w", 40))
+    for i in range(40)
+}
+
+
 def too_dry(reading: dict) -> bool:
     """Keep the readings of soil drier than 15 %: rare, and all the cloud needs to see."""
     return reading["moisture"] < 15.0
@@ -71,7 +82,9 @@ minute = readings.window(
     keys=40,
     cost=1e-4,
 )
-minute.map(valve_command, name="valves", cost=1e-5).sink(sinks.mqtt("farm/valves"), name="valve_bus")
+valves = minute.map(valve_command, name="valves", cost=1e-5)
+valves.sink(sinks.modbus("device:valves", points=VALVES, key="probe", value="open"), name="valve_coils")
+valves.sink(sinks.mqtt("farm/valves"), name="valve_bus")  # the commands, for the farm's dashboard
 (
     readings.filter(too_dry, selectivity=0.05)
     .window(

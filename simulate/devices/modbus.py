@@ -57,6 +57,10 @@ class ModbusDevice:
         """The coils from ``address`` on, as a client wrote them."""
         return [bool(b) for b in await self._server().async_getValues(self.unit, _COILS, address, count)]
 
+    async def holding(self, address: int, count: int = 1) -> list[int]:
+        """The holding registers from ``address`` on, as a client wrote them."""
+        return [int(w) for w in await self._server().async_getValues(self.unit, _HOLDING, address, count)]
+
     async def stop(self) -> None:
         """Close the port."""
         if self.server is not None:

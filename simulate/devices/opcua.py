@@ -19,13 +19,25 @@ class OpcUaDevice:
         values: the variables' names and first values.
         name: the object's browse name.
         port: the port (a free one if ``None``).
+        ids: node ids (``ns=2;s=e00``) for some variables, in the device's namespace (index 2);
+            the others get numeric ids.
+        path: the endpoint's path.
     """
 
-    def __init__(self, values: Mapping[str, float], name: str = "Device", port: int | None = None) -> None:
+    def __init__(
+        self,
+        values: Mapping[str, float],
+        name: str = "Device",
+        port: int | None = None,
+        ids: Mapping[str, str] | None = None,
+        path: str = "/spanedge/sim/",
+    ) -> None:
         self.port = port or free_port()
         self.initial = dict(values)
+        self.ids = dict(ids or {})
+        self.path = path
         self.name = name
-        self.url = f"opcua://127.0.0.1:{self.port}/spanedge/sim/"
+        self.url = f"opcua://127.0.0.1:{self.port}{path}"
         self.server: Server | None = None
         self.nodes: dict[str, Any] = {}
 
@@ -33,12 +45,14 @@ class OpcUaDevice:
         """Build the address space and listen (this takes a second or two)."""
         server = Server()
         await server.init()
-        server.set_endpoint(f"opc.tcp://127.0.0.1:{self.port}/spanedge/sim/")
+        server.set_endpoint(f"opc.tcp://127.0.0.1:{self.port}{self.path}")
         server.set_security_policy([ua.SecurityPolicyType.NoSecurity])
         idx = await server.register_namespace("urn:spanedge:sim")
         device = await server.nodes.objects.add_object(idx, self.name)
         for var, value in self.initial.items():
-            self.nodes[var] = await device.add_variable(idx, var, float(value), ua.VariantType.Double)
+            where: Any = self.ids.get(var, idx)
+            name = var if isinstance(where, int) else f"{idx}:{var}"
+            self.nodes[var] = await device.add_variable(where, name, float(value), ua.VariantType.Double)
         await server.start()
         self.server = server
 
@@ -51,6 +65,12 @@ class OpcUaDevice:
         stamp: Any = datetime.datetime.fromtimestamp(at, datetime.UTC)  # asyncua's DateTime is a datetime
         variant = ua.Variant(float(value), ua.VariantType.Double)
         await self.nodes[var].write_value(ua.DataValue(variant, SourceTimestamp=stamp))
+
+    def subscriptions(self) -> int:
+        """The clients' subscriptions open on the server now."""
+        if self.server is None:
+            return 0
+        return len(self.server.iserver.subscription_service.subscriptions)
 
     async def stop(self) -> None:
         """Close the port and every session."""

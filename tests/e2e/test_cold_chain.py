@@ -14,9 +14,11 @@ def _sink(outcome: Any, name: str) -> Any:
     return next(c for c in outcome.report.sinks if c.sink == name)
 
 
-def _assert_exact(outcome: Any) -> None:
-    """Every checked window arrived once, with the reference's values."""
+def _assert_exact(outcome: Any, may_skip: frozenset[str] = frozenset()) -> None:
+    """Every checked window arrived once, with the reference's values; the sinks in ``may_skip`` may go unchecked."""
     for check in outcome.report.sinks:
+        if check.sink in may_skip and check.unchecked is not None:
+            continue
         assert check.unchecked is None, check
         assert check.checked > 0, f"{check.sink}: nothing to check; see {outcome.run_dir}"
         assert check.missing == 0, (check.sink, check.examples, outcome.run_dir)
