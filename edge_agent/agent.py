@@ -36,7 +36,7 @@ from edge_agent.models.intake import ModelIntake
 from edge_agent.models.store import ModelStore
 from edge_agent.mqtt.transport import Inbox, Message, Transport, TransportFactory
 from edge_agent.outbox import Drainer, Outbox
-from edge_agent.plans import HubPlans, PlanIntake
+from edge_agent.plans import HubPlans, PlanIntake, peer_learner
 from edge_agent.processing import Processor
 from edge_agent.recovery import Recoveries, Spool, SpoolFeed
 from edge_agent.sinks import LocalSinks, SiteBrokerLink
@@ -67,7 +67,7 @@ def _managed_intakes(config: AgentConfig, hub_site: str) -> tuple[ModelIntake, P
     keys = config.trusted_keys or _no_keys()
     models = ModelIntake(config.site, keys, ModelStore(config.state_dir / "models"))
     models.restore()
-    plans = PlanIntake(config.site, keys)
+    plans = PlanIntake(config.site, keys, learn=peer_learner(config.sites, config.site))
     return models, plans, HubPlans(plans, config.state_dir / "plan.signed", config.plan_wait, hub_site)
 
 

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from spanedge.app import App
 from spanedge.errors import InvalidPlan
@@ -34,6 +37,7 @@ from spanedge.private_files import write_private
 
 if TYPE_CHECKING:
     from spanedge.signing import TrustedKeys
+    from spanedge.sites import Site, Sites
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +52,19 @@ class PlanIntake:
         site: the site this agent serves.
         trusted: the hub's public keys this agent trusts (see :func:`spanedge.signing.load_trusted_keys`).
         version: the version already held (plans must be newer).
+        learn: given the site entries each held plan carries, for the sites its replicas read that the
+            agent's ``sites.yaml`` lacks (:meth:`spanedge.sites.Sites.learn`).
     """
 
-    def __init__(self, site: str, trusted: TrustedKeys, version: int = -1) -> None:
+    def __init__(
+        self,
+        site: str,
+        trusted: TrustedKeys,
+        version: int = -1,
+        learn: Callable[[Mapping[str, Site]], list[str]] | None = None,
+    ) -> None:
         self.site = site
+        self.learn = learn  # takes the site entries a plan carries (Sites.learn)
         self.trusted = trusted
         self.version = version
         self.epoch = 0  # the newest hub leader epoch of a plan held (hub.ha.lease; 0: no hub with --ha yet)
@@ -80,6 +93,9 @@ class PlanIntake:
         return site_plan
 
     def _hold(self, payload: bytes, site_plan: SitePlan) -> None:
+        added = self.learn(site_plan.peers) if self.learn is not None else []
+        if added:
+            log.info("site(s) %s not in this agent's sites.yaml: using the hub's entries in the plan", ", ".join(added))
         self.epoch = max(self.epoch, _epoch(site_plan))
         self.version = site_plan.version
         self.held = payload
@@ -248,6 +264,20 @@ class HubPlans:
                 now - current.expires_at,
             )
         return True
+
+
+def peer_learner(sites: Sites, site: str) -> Callable[[Mapping[str, Site]], list[str]]:
+    """What learns a plan's peer sites into ``sites``: each reached with ``site``'s own credentials and TLS files.
+
+    The hub's entry names its own files; an agent's identity comes from the fleet's CA, which every broker trusts.
+    """
+
+    def learn(peers: Mapping[str, Site]) -> list[str]:
+        own = sites.site(site)
+        mine = {"tls": own.tls, "username": own.username, "password_env": own.password_env}
+        return sites.learn({name: msgspec.structs.replace(peer, **mine) for name, peer in peers.items()})
+
+    return learn
 
 
 def _epoch(site_plan: SitePlan) -> int:

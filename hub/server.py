@@ -44,7 +44,7 @@ from hub.control.fleet import Fleet
 from hub.control.identity import HubIdentity
 from hub.control.join_tokens import DEFAULT_TTL_S, JoinTokens
 from hub.control.presence import HubPresence, presence_of
-from hub.control.registry import SiteRegistry
+from hub.control.registry import SiteRegistry, shared_entry
 from hub.control.site_health import HealthPolicy
 from hub.control.state import Documents, StateStore
 from hub.control.state_lock import StateDirLock
@@ -153,6 +153,7 @@ class Hub:
             on_heartbeat=lambda site, payload: self.coordinator.heartbeat(site, payload),
         )
         self.distributor = PlanDistributor(self.control, config.plan_key, self.store, ttl_s=config.plan_ttl_s)
+        self.distributor.site_entry = lambda name: shared_entry(self.registry.sites, name)
         self.ingest: Any = None
         self.engine: Any = None
         self.coordinator = Coordinator(

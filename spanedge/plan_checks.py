@@ -16,13 +16,16 @@ It is pure: the caller keeps the applied version and advances it on success.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from spanedge.errors import InvalidName, InvalidPlan
 from spanedge.loader import source_hash
-from spanedge.names import check_app_name
+from spanedge.names import check_app_name, check_site_name
 from spanedge.plan import Plan
+from spanedge.sites import Site
 from spanedge.wire.plan import PlanApp, parse_payload
 
 
@@ -35,6 +38,8 @@ class SitePlan:
     issued_at: float
     plans: tuple[Plan, ...]
     expires_at: float | None = None
+    #: the entries of the sites whose replicas the site runs, as the hub knows them (:meth:`Sites.learn`)
+    peers: Mapping[str, Site] = field(default_factory=dict)
 
     def expired(self, now: float) -> bool:
         """True once ``now`` (seconds since the epoch) is past the plan's expiry."""
@@ -74,7 +79,27 @@ def check_plan_envelope(payload: Mapping[str, Any], *, site: str, applied_versio
     if len(set(names)) != len(names):
         msg = f"plan lists an app twice: {names}"
         raise InvalidPlan(msg)
-    return SitePlan(site, message.version, message.issued_at, plans, message.expires_at)
+    return SitePlan(site, message.version, message.issued_at, plans, message.expires_at, _peers(message.peers))
+
+
+#: The most peer site entries a plan message may carry.
+MAX_PEERS = 10_000
+
+
+def _peers(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Site]:
+    """Check the ``peers`` of a plan message: each a ``sites.yaml`` site entry under a valid site name."""
+    if len(entries) > MAX_PEERS:
+        msg = f"plan lists {len(entries)} peer sites, more than {MAX_PEERS}"
+        raise InvalidPlan(msg)
+    out = {}
+    for name, entry in entries.items():
+        try:
+            check_site_name(name, f"plan peers[{name!r}]")
+            out[name] = msgspec.convert({**entry, "name": name}, Site)
+        except (InvalidName, msgspec.ValidationError, ValueError) as exc:
+            msg = f"plan peers[{name!r}]: not a site entry sites.yaml would accept: {exc}"
+            raise InvalidPlan(msg) from None
+    return out
 
 
 def _app(entry: PlanApp, index: int) -> Plan:

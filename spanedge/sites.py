@@ -411,6 +411,16 @@ class Sites(FileModel, frozen=True):
             msg = f"unknown site {name!r}; sites.yaml defines: {', '.join(self.sites)}"
             raise InvalidSites(msg) from None
 
+    def learn(self, peers: Mapping[str, Site]) -> list[str]:
+        """Add the sites of ``peers`` this file does not define (the hub's entries of sites that joined later).
+
+        A site the file defines keeps its own entry. Returns the names added.
+        """
+        added = [name for name in peers if name not in self.sites]
+        for name in added:
+            self.sites[name] = peers[name]  # the one dict every part of the agent reads its sites from
+        return added
+
     def spoke(self, name: str) -> Site:
         """Return the spoke called ``name``, or raise saying what it is and which sites are spokes.
 

@@ -43,7 +43,7 @@ from hub.control.state import StateStore
 from spanedge import topics
 from spanedge.loader import source_hash
 from spanedge.logsafe import escaped
-from spanedge.plan import Plan
+from spanedge.plan import Plan, split_replica
 from spanedge.signing import PlanSigningKey, sign_plan
 from spanedge.sites import Broker
 from spanedge.wire.plan import PlanApp, PlanPayload
@@ -195,6 +195,8 @@ class PlanDistributor:
         self._delivered: dict[str, str] = {}
         # per site, the last message sent: when it was issued, the digest of its views and its entries
         self._sent: dict[str, tuple[float, str, list[PlanApp]]] = {}
+        #: the ``sites.yaml`` entry of a site as the hub knows it now (None: unknown), for a plan's ``peers``
+        self.site_entry: Callable[[str], dict[str, Any] | None] | None = None
         #: given the deployed apps before their plans go out (the apps' model versions go first: hub.models)
         self.before_send: Callable[[Mapping[str, SiteApp]], object] | None = None
 
@@ -218,9 +220,27 @@ class PlanDistributor:
         if self.epoch:
             apps = [msgspec.structs.replace(e, plan={**e.plan, "hub_epoch": self.epoch}) for e in apps]
         payload = PlanPayload(
-            site=site, version=version, issued_at=issued_at, expires_at=issued_at + self.ttl_s, apps=apps
+            site=site,
+            version=version,
+            issued_at=issued_at,
+            expires_at=issued_at + self.ttl_s,
+            apps=apps,
+            peers=self._peers(site, apps),
         )
         return sign_plan(payload, self._key)
+
+    def _peers(self, site: str, entries: list[PlanApp]) -> dict[str, dict[str, Any]]:
+        """The entries of the other sites whose replicas ``site`` runs: its agent's sites.yaml may predate them."""
+        if self.site_entry is None:
+            return {}
+        homes = set()
+        for e in entries:
+            for a in e.plan.get("assignments", ()):
+                home = split_replica(a["replica"])[1]
+                if a["site"] == site and home is not None and home != site:
+                    homes.add(home)
+        found = {home: self.site_entry(home) for home in sorted(homes)}
+        return {home: entry for home, entry in found.items() if entry is not None}
 
     def publish(self, apps: Mapping[str, SiteApp], sites: Iterable[str]) -> dict[str, str]:
         """Publish the message of every site in ``sites`` whose part changed, from the full set of deployed ``apps``.

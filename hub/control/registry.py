@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from hub.control.links import WINDOW_S, Links, pair
 from placement.latency import LatencyMatrix
 from spanedge.keyrange import KEY_BUCKETS
@@ -412,3 +414,14 @@ def _row(site: Site, state: _SiteState) -> dict[str, Any]:
         "rejected_heartbeats": state.rejected,
         "latency": None,
     }
+
+
+def shared_entry(sites: Sites, name: str) -> dict[str, Any] | None:
+    """The ``sites.yaml`` entry of site ``name`` without the hub's own credentials and files (None: unknown)."""
+    site = sites.sites.get(name)
+    if site is None:
+        return None
+    data: dict[str, Any] = msgspec.to_builtins(site)
+    for private in ("name", "tls", "username", "password_env", "devices"):
+        data.pop(private, None)
+    return data

@@ -64,6 +64,8 @@ class PlanPayload(msgspec.Struct, kw_only=True):
     apps: list[PlanApp]
     expires_at: Finite | None = None
     issued_at: Finite = 0.0
+    #: the sites.yaml entries of the sites whose replicas run here (a site that joined after this one enrolled)
+    peers: dict[str, dict[str, Any]] = {}
     site: str
     version: int
 
