@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -34,10 +34,11 @@ from spanedge.logsafe import escaped
 from spanedge.plan import Plan
 from spanedge.plan_checks import SitePlan, check_plan_envelope
 from spanedge.private_files import write_private
+from spanedge.sites import Site
 
 if TYPE_CHECKING:
     from spanedge.signing import TrustedKeys
-    from spanedge.sites import Site, Sites
+    from spanedge.sites import Sites
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class PlanIntake:
         site: str,
         trusted: TrustedKeys,
         version: int = -1,
-        learn: Callable[[Mapping[str, Site]], list[str]] | None = None,
+        learn: Callable[[Mapping[str, Mapping[str, Any]]], list[str]] | None = None,
     ) -> None:
         self.site = site
         self.learn = learn  # takes the site entries a plan carries (Sites.learn)
@@ -266,16 +267,25 @@ class HubPlans:
         return True
 
 
-def peer_learner(sites: Sites, site: str) -> Callable[[Mapping[str, Site]], list[str]]:
+def peer_learner(sites: Sites, site: str) -> Callable[[Mapping[str, Mapping[str, Any]]], list[str]]:
     """What learns a plan's peer sites into ``sites``: each reached with ``site``'s own credentials and TLS files.
 
-    The hub's entry names its own files; an agent's identity comes from the fleet's CA, which every broker trusts.
+    The hub's entry leaves out its own files; an agent's identity comes from the fleet's CA, which every broker
+    trusts. An entry that ``sites.yaml`` would refuse even so is logged and left out.
     """
 
-    def learn(peers: Mapping[str, Site]) -> list[str]:
-        own = sites.site(site)
-        mine = {"tls": own.tls, "username": own.username, "password_env": own.password_env}
-        return sites.learn({name: msgspec.structs.replace(peer, **mine) for name, peer in peers.items()})
+    def learn(peers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        own = msgspec.to_builtins(sites.site(site))
+        mine = {k: own[k] for k in ("tls", "username", "password_env") if k in own}
+        found = {}
+        for name, entry in peers.items():
+            if name in sites.sites:
+                continue
+            try:
+                found[name] = msgspec.convert({**entry, **mine, "name": name}, Site)
+            except (msgspec.ValidationError, ValueError, TypeError) as exc:
+                log.error("plan peer site %s is not an entry sites.yaml would accept: %s; left out", name, exc)
+        return sites.learn(found)
 
     return learn
 

@@ -19,13 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from spanedge.errors import InvalidName, InvalidPlan
 from spanedge.loader import source_hash
 from spanedge.names import check_app_name, check_site_name
 from spanedge.plan import Plan
-from spanedge.sites import Site
 from spanedge.wire.plan import PlanApp, parse_payload
 
 
@@ -39,7 +36,7 @@ class SitePlan:
     plans: tuple[Plan, ...]
     expires_at: float | None = None
     #: the entries of the sites whose replicas the site runs, as the hub knows them (:meth:`Sites.learn`)
-    peers: Mapping[str, Site] = field(default_factory=dict)
+    peers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def expired(self, now: float) -> bool:
         """True once ``now`` (seconds since the epoch) is past the plan's expiry."""
@@ -86,20 +83,23 @@ def check_plan_envelope(payload: Mapping[str, Any], *, site: str, applied_versio
 MAX_PEERS = 10_000
 
 
-def _peers(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Site]:
-    """Check the ``peers`` of a plan message: each a ``sites.yaml`` site entry under a valid site name."""
+def _peers(entries: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Check the ``peers`` of a plan message: site entries (mappings) under valid site names, at most :data:`MAX_PEERS`.
+
+    The entries are checked as ``sites.yaml`` entries by the agent, once it has added its own credentials to them.
+    """
     if len(entries) > MAX_PEERS:
         msg = f"plan lists {len(entries)} peer sites, more than {MAX_PEERS}"
         raise InvalidPlan(msg)
-    out = {}
     for name, entry in entries.items():
         try:
             check_site_name(name, f"plan peers[{name!r}]")
-            out[name] = msgspec.convert({**entry, "name": name}, Site)
-        except (InvalidName, msgspec.ValidationError, ValueError) as exc:
-            msg = f"plan peers[{name!r}]: not a site entry sites.yaml would accept: {exc}"
-            raise InvalidPlan(msg) from None
-    return out
+        except InvalidName as exc:
+            raise InvalidPlan(str(exc)) from None
+        if not isinstance(entry, Mapping):
+            msg = f"plan peers[{name!r}]: a site entry must be a mapping, got {type(entry).__name__}"
+            raise InvalidPlan(msg)
+    return {name: dict(entry) for name, entry in entries.items()}
 
 
 def _app(entry: PlanApp, index: int) -> Plan:

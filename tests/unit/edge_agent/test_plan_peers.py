@@ -55,8 +55,36 @@ def test_a_gateway_learns_a_later_sites_entry_from_the_plan_and_reaches_it_as_it
     assert distributor._peers("truck-7", [_entry(("tag@truck-7", "truck-7"))]) == {}
 
 
-def test_a_peer_entry_sites_yaml_would_refuse_refuses_the_plan() -> None:
+def test_a_bad_peer_name_refuses_the_plan_and_a_bad_entry_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(InvalidPlan, match=r"plan peers\['Truck-9'\]"):
         _peers({"Truck-9": {"tier": "spoke", "broker": "mqtt://x:1883"}})
-    with pytest.raises(InvalidPlan, match=r"plan peers\['truck-9'\]: not a site entry"):
-        _peers({"truck-9": {"tier": "spoke"}})
+    with pytest.raises(InvalidPlan, match=r"plan peers\['truck-9'\]: a site entry must be a mapping"):
+        _peers({"truck-9": ["spoke"]})
+    mine = parse_sites(GATEWAY_FILE)
+    assert peer_learner(mine, "truck-7")(_peers({"truck-9": {"tier": "spoke"}})) == []
+    assert "plan peer site truck-9 is not an entry sites.yaml would accept" in caplog.text
+    assert "truck-9" not in mine.sites
+
+
+def test_a_peer_behind_tls_is_reached_with_the_gateways_own_certificate() -> None:
+    hub_side = parse_sites(
+        """
+sites:
+  cloud: {tier: hub, broker: "mqtts://h:8883", tls: {ca_file: /hub/ca.pem}}
+  barn: {tier: spoke, broker: "mqtts://h:8883", tls: {ca_file: /hub/ca.pem}}
+  field-east: {tier: spoke, broker: "mqtts://h:8883", tls: {ca_file: /hub/ca.pem},
+               streams: {probes: {topic: probes/east/+, rate: 5}}}
+"""
+    )
+    mine = parse_sites(
+        """
+sites:
+  cloud: {tier: hub, broker: "mqtts://h:8883", tls: {ca_file: /gw/ca.pem, cert_file: /gw/c.pem, key_file: /gw/k.pem}}
+  barn: {tier: spoke, broker: "mqtts://h:8883", tls: {ca_file: /gw/ca.pem, cert_file: /gw/c.pem, key_file: /gw/k.pem}}
+"""
+    )
+    entry = shared_entry(hub_side, "field-east")
+    assert entry is not None
+    assert "tls" not in entry  # the hub's CA path means nothing at the gateway
+    assert peer_learner(mine, "barn")(_peers({"field-east": entry})) == ["field-east"]
+    assert mine.site("field-east").tls == mine.site("barn").tls
