@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -26,8 +27,10 @@ from spanedge import topics
 from spanedge.errors import SpanEdgeError
 from spanedge.models.portable import InvalidModel, check_model
 from spanedge.models.version import ModelVersion
-from spanedge.signing import PlanSigningKey, TrustedKeys
 from spanedge.wire.plan import ALGORITHM, VERSION, SignedMessage, encode_signed
+
+if TYPE_CHECKING:  # the signature library loads only where a signed message is made or checked
+    from spanedge.signing import PlanSigningKey, TrustedKeys
 
 _CONTEXT = b"spanedge model v1\x00"
 #: A signed model is at most this many bytes.
