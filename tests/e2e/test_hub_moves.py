@@ -46,6 +46,12 @@ FAULTS = ["overload:barn:4@1s", "overload:barn:4:2s@replan"]
 APP_EDITS = [
     ('    scope="local",\n    keys=40,\n', "    keys=40,\n"),  # probe_means: may run at the hub
     ('        size="30s",\n', '        size="10s",\n'),  # dry_spots
+    # the valve coils: their device rule keeps the valve chain at the spokes that declare the controller,
+    # and this run moves the probe windows to the hub
+    (
+        'valves.sink(sinks.modbus("device:valves", points=VALVES, key="probe", value="open"), name="valve_coils")\n',
+        "",
+    ),
 ]
 WINDOW_SINK = 'minute.sink(sinks.mqtt("farm/probe-means"), name="probe_means_bus")\n'
 
