@@ -225,7 +225,7 @@ def test_a_revoked_certificate_is_refused(certificate_fleet: Fleet, monkeypatch:
     assert isinstance(outcome, OSError) or "connack" not in outcome or outcome["connack"].is_failure
     log = certificate_fleet.broker.workdir / certificate_fleet.broker.log_name
     # the broker logs the refusal after the client sees it
-    wait_for(lambda: "certificate verify failed" in log.read_text(), what="the broker to log the refusal")
+    wait_for(lambda: "certificate verify failed" in log.read_text(), 120, what="the broker to log the refusal")
     other = Session(certificate_fleet.login("truck-9", monkeypatch), "truck-9-after")  # the CA's other sites: in
     other.close()
     assert other.refused is None

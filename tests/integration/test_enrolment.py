@@ -267,7 +267,9 @@ def test_a_site_added_and_joined_logs_in_with_its_certificate_until_revoked(flee
         wait_for(lambda: _tls_refused(gateway.site("cloud").mqtt()), what="the broker to refuse truck-12's certificate")
         broker_log = tmp_path / "broker" / "mosquitto.log"
         # refused in the TLS handshake (the reloaded CRL); the broker logs it after the client sees the refusal
-        wait_for(lambda: "certificate verify failed" in broker_log.read_text(), what="the broker to log the refusal")
+        wait_for(
+            lambda: "certificate verify failed" in broker_log.read_text(), 120, what="the broker to log the refusal"
+        )
         # the connection truck-12 held stays open, but the reloaded ACL drops what it publishes
         truck.publish(topics.data(APP, "readings", "truck-12"), _batch("truck-12", range(4, 6)))
         watcher.publish(topics.data(APP, "readings", "truck-12"), _batch("truck-12", range(6, 8)))  # a marker
@@ -360,4 +362,4 @@ def test_a_wrong_site_or_forged_certificate_is_refused_with_a_clear_line(fleet: 
     refused = _tls_refused(Broker(scheme="mqtts", host="127.0.0.1", port=fleet.broker.port, tls=tls))
     assert refused, "the broker accepted a certificate another CA issued"
     broker_log = tmp_path / "broker" / "mosquitto.log"
-    wait_for(lambda: "certificate verify failed" in broker_log.read_text(), what="the broker to log the refusal")
+    wait_for(lambda: "certificate verify failed" in broker_log.read_text(), 120, what="the broker to log the refusal")
