@@ -24,6 +24,7 @@ from hub.api.client import HubClient
 from simulate.broker import Mosquitto, free_port, mosquitto_path
 from spanedge.errors import InvalidRollout, SpanEdgeError
 from spanedge.loader import source_hash
+from tests.conftest import missing_part
 from tests.integration.hubkit import CLI, api_status, hub_ca, mqtt_client, start_hub
 from tests.keys import key_env
 from tests.polling import wait_for
@@ -163,7 +164,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     try:
         mosquitto_path()
     except SpanEdgeError as exc:
-        pytest.skip(str(exc))
+        missing_part(str(exc))
     tmp = tmp_path_factory.mktemp("rollout")
     base = {k: v for k, v in os.environ.items() if not k.startswith("SPANEDGE_")}
     env = {**base, "SPANEDGE_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1", **key_env(tmp), "PYTHONPATH": str(ROOT)}
