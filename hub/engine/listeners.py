@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import (
@@ -24,6 +24,8 @@ from pyspark.sql.streaming.listener import (
     QueryProgressEvent,
     StreamingQueryListener,
 )
+
+from hub.engine.session import spark_ended
 
 if TYPE_CHECKING:
     from py4j.java_gateway import JavaObject
@@ -76,8 +78,35 @@ class ProgressFanout(StreamingQueryListener):
 
 
 class _JsonEvents(JStreamingQueryListener):
-    """The object the JVM calls: progress events are read from their JSON in one call."""
+    """The object the JVM calls: progress events are read from their JSON in one call.
+
+    Reading an event calls back into the JVM. An event that arrives while
+    Spark ends the session (the hub stopping, or its JVM told to stop) can no
+    longer be read; that is logged at INFO and the event dropped, since py4j
+    would log any error the callback raised as an ERROR with a traceback.
+    """
+
+    def onQueryStarted(self, jevent: JavaObject) -> None:
+        self._read("onQueryStarted", lambda: super(_JsonEvents, self).onQueryStarted(jevent))
 
     def onQueryProgress(self, jevent: JavaObject) -> None:
-        progress = json.loads(jevent.progress().json())
-        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson({"progress": progress}))
+        def progress() -> None:
+            event = json.loads(jevent.progress().json())
+            self.pylistener.onQueryProgress(QueryProgressEvent.fromJson({"progress": event}))
+
+        self._read("onQueryProgress", progress)
+
+    def onQueryIdle(self, jevent: JavaObject) -> None:
+        self._read("onQueryIdle", lambda: super(_JsonEvents, self).onQueryIdle(jevent))
+
+    def onQueryTerminated(self, jevent: JavaObject) -> None:
+        self._read("onQueryTerminated", lambda: super(_JsonEvents, self).onQueryTerminated(jevent))
+
+    @staticmethod
+    def _read(method: str, deliver: Callable[[], None]) -> None:
+        try:
+            deliver()
+        except Exception as exc:
+            if not spark_ended(exc):
+                raise
+            log.info("streaming listener: Spark ended the session before %s could be read", method)

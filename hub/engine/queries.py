@@ -74,6 +74,7 @@ class Query:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=trigger)
+        self.sink.stop_requested = False
         self.handle = writer.start()
         return self.handle
 

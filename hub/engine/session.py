@@ -26,6 +26,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from hub.engine import stopped_batch
 from spanedge.errors import MissingExtra
 
 if TYPE_CHECKING:
@@ -209,6 +210,7 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    stopped_batch.install()
     log.info("spark %s session on %s", spark.version, master)
     for key, value in sorted((extra or {}).items()):
         log.info("spark setting %s=%s (given)", key, value)

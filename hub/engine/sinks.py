@@ -51,6 +51,7 @@ import orjson
 from hub.engine.dead_letters import DEAD_LETTERS
 from hub.engine.publish_progress import PublishProgress, digest, publish_order
 from hub.engine.python_operators import STAGING_PROPERTY
+from hub.engine.stopped_batch import StoppedMidBatch
 from hub.engine.window_close import OBSERVATION as CLOSED_COUNT
 from hub.engine.window_close import WindowCloser
 from hub.handover.cutoffs import Share
@@ -165,13 +166,16 @@ class BatchSink:
         """The sink operator's name (its replicas' names add ``@<site>``)."""
         self.postgres: PostgresWriter | None = None
         """Writes a ``postgres`` sink's batches (:mod:`hub.engine.connectors.postgres`)."""
+        self.stop_requested = False
+        """Set once the hub stops the query: a batch that fails from then on was cut short by the stop."""
 
     def status(self) -> dict[str, Any]:
         """The figures of the sink's external store for ``/metrics`` (a PostgreSQL sink's: reachable, failures, ...)."""
         return self.postgres.status() if self.postgres is not None else {}
 
     def stopping(self) -> None:
-        """The query is about to stop: stop waiting for an unreachable store."""
+        """The query is about to stop: stop waiting for an unreachable store; a batch it cuts short says so."""
+        self.stop_requested = True
         if self.postgres is not None:
             self.postgres.stop()
 
@@ -216,6 +220,11 @@ class BatchSink:
                 df.write.format("noop").mode("overwrite").save()
             else:
                 self._write_batch(df, batch_id, staging)
+        except Exception as exc:
+            if not self.stop_requested:
+                raise
+            msg = f"sink {self.name}: batch {batch_id} was cut short by its query's stop and stays uncommitted"
+            raise StoppedMidBatch(msg) from exc
         finally:
             context.setLocalProperty(STAGING_PROPERTY, None)  # type: ignore[arg-type]  # None removes it
         shutil.rmtree(staging, ignore_errors=True)

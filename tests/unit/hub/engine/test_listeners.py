@@ -116,3 +116,29 @@ def test_every_listener_gets_every_event_even_after_one_fails(caplog: pytest.Log
     assert recorder.events == [("started", started), ("progress", progress), ("idle", idle), ("terminated", ended)]
     assert broken.events == [("started", started), ("idle", idle), ("terminated", ended)]
     assert "_Broken failed in onQueryProgress" in caplog.text
+
+
+class _EndedEvent:
+    """An event that arrives while Spark ends the session: reading it finds no JVM."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __getattr__(self, name: str) -> Any:
+        raise self.error
+
+
+def test_an_event_spark_ended_the_session_under_is_dropped_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    from hub.engine.listeners import ProgressFanout, _JsonEvents
+
+    recorder = _Recorder()
+    events = _JsonEvents(ProgressFanout([recorder]))
+    caplog.set_level("INFO")
+    gone = ConnectionRefusedError("the JVM is gone")
+    events.onQueryProgress(_EndedEvent(gone))
+    events.onQueryTerminated(_EndedEvent(gone))
+    assert recorder.events == []
+    assert "Spark ended the session before onQueryTerminated could be read" in caplog.text
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    with pytest.raises(ValueError, match="a bad event"):
+        events.onQueryProgress(_EndedEvent(ValueError("a bad event")))
