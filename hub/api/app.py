@@ -83,7 +83,7 @@ def create_app(
     api.include_router(sites_router(coordinator), dependencies=authorized)
     api.include_router(metrics_router(coordinator, ingest_stats, engine_metrics), dependencies=authorized)
     # the page at / is public (it holds no data); its event stream checks the token itself
-    snapshot = lambda: build_snapshot(coordinator, engine_metrics, ingest_stats)  # noqa: E731
+    snapshot = lambda: build_snapshot(coordinator, engine_metrics, ingest_stats, models)  # noqa: E731
     api.include_router(
         dashboard_router(snapshot, scope_dependency(tokens, TokenScope.READ), max_stream_s=dashboard_stream_s)
     )

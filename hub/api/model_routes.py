@@ -108,7 +108,8 @@ class TrainResponse(BaseModel):
     version: VersionView
 
 
-def _view(service: ModelService, v: ModelVersion) -> dict[str, Any]:
+def version_view(service: ModelService, v: ModelVersion) -> dict[str, Any]:
+    """One version as ``GET /apps/{name}/models/{model}`` lists it."""
     return {
         "version": v.version,
         "trained_at": v.trained_at,
@@ -125,7 +126,8 @@ def _view(service: ModelService, v: ModelVersion) -> dict[str, Any]:
     }
 
 
-def _sites(service: ModelService, app: str, model: str) -> dict[str, dict[str, Any]]:
+def model_sites(service: ModelService, app: str, model: str) -> dict[str, dict[str, Any]]:
+    """Per site: the version sent to it, the version it holds and its last drift report."""
     link = service.link
     if link is None:
         return {}
@@ -204,8 +206,8 @@ def model_router(coordinator: Coordinator, service: ModelService, admin: Sequenc
             "cost_per_record_s": spec.cost_per_record,
             "max_psi": spec.max_psi,
             "max_error": spec.max_error,
-            "versions": [_view(service, v) for v in service.registry.versions(name, model)],
-            "sites": _sites(service, name, model),
+            "versions": [version_view(service, v) for v in service.registry.versions(name, model)],
+            "sites": model_sites(service, name, model),
         }
 
     @router.post(
@@ -237,6 +239,6 @@ def model_router(coordinator: Coordinator, service: ModelService, admin: Sequenc
             version.version,
             escaped(reason),
         )
-        return {"app": name, "model": model, "version": _view(service, version)}
+        return {"app": name, "model": model, "version": version_view(service, version)}
 
     return router

@@ -208,6 +208,7 @@
     drawLinks(snap.sites || [], snap.links || []);
     drawHistory(app);
     drawRollout(app);
+    drawModels(app);
     drawHub(snap.hub || {});
     showProblems((snap.hub && snap.hub.errors) || []);
   }
@@ -515,6 +516,63 @@
     h("td", { text: step.status }),
     h("td", {}, ...((step.gates || []).length ? step.gates.map(gateItem) : [dash])),
     h("td", { class: "reason", text: step.reason }))));
+  }
+
+  // -- the app's models: each one's newest versions (why, rows, metrics) and what each site scores with --
+
+  function drawModels(app) {
+    const models = app ? app.models || [] : [];
+    $("models-card").hidden = !models.length;
+    if (!models.length) return;
+    $("models-app").textContent = app.app;
+    $("models").replaceChildren(...models.map((m) => h("div", { "data-testid": "model", "data-model": m.model },
+      h("h3", { text: `${m.model} · ${m.algorithm} on ${m.features.join(", ")}` }),
+      h("p", { class: "note", text: modelNote(m) }),
+      h("div", { class: "scroll" }, h("table", { "data-testid": "model-versions" },
+        h("thead", {}, h("tr", {}, ...["Version", "Trained", "Reason", "Rows", "Metrics", "Scores from"].map(
+          (t, i) => h("th", { class: [0, 3].includes(i) ? "num" : "", text: t })))),
+        h("tbody", {}, ...(m.versions.length ? m.versions.map(versionRow) : [h("tr", {},
+          h("td", { colspan: 6, class: "empty", text: "Not trained yet." }))])))),
+      h("div", { class: "scroll" }, h("table", { "data-testid": "model-sites" },
+        h("thead", {}, h("tr", {}, ...["Site", "Sent", "Holds", "PSI", "Live error", "Records"].map(
+          (t, i) => h("th", { class: i ? "num" : "", text: t })))),
+        h("tbody", {}, ...modelSiteRows(m)))))));
+  }
+
+  function modelNote(m) {
+    const limits = isNum(m.max_psi) ? [`retrain at PSI > ${num(m.max_psi, 2)}`] : [];
+    if (isNum(m.max_error)) limits.push(`${limits.length ? "or " : "retrain at "}live error > ${num(m.max_error, 3)}`);
+    const shown = m.versions.length < m.version_count ? ` (newest ${m.versions.length} shown)` : "";
+    return [`${m.version_count} version${m.version_count === 1 ? "" : "s"}${shown}`, limits.join(" ")].filter(Boolean).join(" · ");
+  }
+
+  function versionRow(v) {
+    const metrics = Object.entries(v.metrics).map(([k, x]) => `${k} ${num(x, 3)}`).join(", ");
+    return h("tr", { "data-testid": "model-version", "data-version": String(v.version), "data-reason": v.reason },
+      h("td", { class: "num", text: `v${v.version}` }),
+      h("td", { text: clock(v.trained_at) }),
+      h("td", { class: "reason", text: v.reason }),
+      h("td", { class: "num", text: `${v.rows} (+${v.held_out} held out)` }),
+      h("td", { text: metrics || dash }),
+      h("td", { text: isNum(v.switch_at) ? clock(v.switch_at) : "not sent" }));
+  }
+
+  function modelSiteRows(m) {
+    const rows = Object.entries(m.sites).map(([site, s]) => {
+      const r = s.report || {};
+      const drifted = isNum(r.psi) && isNum(m.max_psi) && r.psi > m.max_psi;
+      return h("tr", {
+        "data-testid": "model-site", "data-site": site, "data-held": isNum(s.held) ? String(s.held) : "",
+        "data-psi": isNum(r.psi) ? String(r.psi) : "", class: drifted ? "infeasible" : "",
+      },
+      h("td", { text: site }),
+      h("td", { class: "num", text: isNum(s.sent) ? `v${s.sent}` : dash }),
+      h("td", { class: "num", text: isNum(s.held) ? `v${s.held}` : dash }),
+      h("td", { class: "num", text: isNum(r.psi) ? num(r.psi, 3) + (drifted ? " ✗" : "") : dash }),
+      h("td", { class: "num", text: isNum(r.error) ? num(r.error, 3) : dash }),
+      h("td", { class: "num", text: isNum(r.records) ? String(r.records) : dash }));
+    });
+    return rows.length ? rows : [h("tr", {}, h("td", { colspan: 6, class: "empty", text: "No site scores with it yet." }))];
   }
 
   function stageState(r, i) {

@@ -12,12 +12,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
+from hub.api.dashboard.models_panel import ModelPanel, model_panels
 from hub.api.rollout_routes import rollout_view
 from hub.control.rollout.runner import ROLLOUT_REASON
 from spanedge.history import fold, get, summary, unchanged
 from spanedge.numbers import number
+
+if TYPE_CHECKING:
+    from hub.models.service import ModelService
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +138,8 @@ class AppView(TypedDict):
     history: list[HistoryView]
     rollout: dict[str, Any] | None
     """The app's staged rollout, in progress or its last one, as ``GET /apps/{name}/rollout`` answers (None: never one)."""
+    models: list[ModelPanel]
+    """Each model the app declares: its newest versions and what each site scores with (:mod:`.models_panel`)."""
 
 
 class SiteView(TypedDict):
@@ -218,6 +224,7 @@ def build_snapshot(
     coordinator: CoordinatorLike,
     engine_metrics: StatsSource | None = None,
     ingest_stats: StatsSource | None = None,
+    models: ModelService | None = None,
 ) -> Snapshot:
     """Read the dashboard's snapshot from the hub.
 
@@ -225,6 +232,7 @@ def build_snapshot(
         coordinator: the hub's coordinator (deployed apps and the site registry).
         engine_metrics: ``Engine.metrics`` when the Spark engine runs.
         ingest_stats: ``Ingest.stats`` when the MQTT ingest runs.
+        models: the hub's model service (the apps' model versions and drift reports).
 
     Returns:
         The snapshot; see :class:`Snapshot` for its shape.
@@ -242,6 +250,7 @@ def build_snapshot(
             hub_figures, hub_queries = _hub_figures(engine, name), _hub_queries(engine, name)
             view = app_view(record, status, getattr(coordinator, "app", None), hub_figures, hub_queries)
             view["rollout"] = _rollout(coordinator, name)
+            view["models"] = model_panels(models, name)
             apps.append(view)
         except Exception as exc:  # one malformed record must not hide the others
             errors.append(f"app {getattr(record, 'name', '?')}: {exc}")
@@ -352,6 +361,7 @@ def app_view(
         "results": _results(name, assignments, status, hub_queries),
         "history": [_history_view(g, plan) for g in fold(list(_get(record, "history", ()) or ()), _kept_placement)],
         "rollout": None,
+        "models": [],
     }
 
 

@@ -119,7 +119,7 @@ def test_crossed_names_the_worst_feature() -> None:
 def test_the_hubs_model_service_is_wired_to_its_plans_heartbeats_and_control(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from hub.api.model_routes import _sites
+    from hub.api.model_routes import model_sites
     from hub.models.assembly import hub_models
 
     app = App("plant")
@@ -145,7 +145,7 @@ def test_the_hubs_model_service_is_wired_to_its_plans_heartbeats_and_control(tmp
     service.registry.save(make_version())
     service.on_trained(make_version())
     assert sent == ["spanedge/v1/control/a/model/plant/wear"]
-    assert _sites(service, "plant", "wear") == {
+    assert model_sites(service, "plant", "wear") == {
         "a": {"sent": 1, "held": 1, "report": {"held": 1.0, "version": 1.0, "records": 500.0, "psi": 0.01}}
     }
 
