@@ -50,6 +50,18 @@ CA_HINT = (
 )
 
 
+#: How many redirects (a standby's 307 to the leader) a request follows.
+MAX_REDIRECTS = 3
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follow no redirect: :meth:`HubClient.request` follows a 307 or 308 itself, with the method and body."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse every redirect, so that it raises :class:`urllib.error.HTTPError`."""
+        return
+
+
 class HubClient:
     """Talks to a hub at ``url`` with a bearer ``token``, trusting the CA certificate in ``ca_file`` (or the system's)."""
 
@@ -102,17 +114,52 @@ class HubClient:
         if not self.url.startswith(("http://", "https://")):
             msg = f"hub URL must start with http:// or https://, got {self.url!r}"
             raise HubError(msg)
-        req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)  # noqa: S310
-        context = self.context() if self.url.startswith("https://") else None
-        try:
-            with urllib.request.urlopen(  # noqa: S310 - scheme checked above
-                req, timeout=self.timeout if timeout is None else timeout, context=context
-            ) as resp:
-                return _decode(resp.read(), resp.headers.get_content_type())
-        except urllib.error.HTTPError as exc:
-            raise self._error(exc) from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise HubError(self._unreachable(getattr(exc, "reason", exc))) from None
+        url = self.url + path
+        for _ in range(MAX_REDIRECTS + 1):
+            request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
+            try:
+                return self._send(request, self.timeout if timeout is None else timeout)
+            except urllib.error.HTTPError as exc:
+                location = exc.headers.get("Location") if exc.code in (307, 308) else None
+                if location is None:
+                    raise self._error(exc) from None
+                exc.close()
+                url = self._redirected(url, location)
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+                raise HubError(self._unreachable(getattr(exc, "reason", exc))) from None
+        msg = (
+            f"{method} {path} at the hub {self.url} was redirected more than {MAX_REDIRECTS} times (last to {url}); "
+            "check the --ha-url of the hubs of the group: a standby must redirect to the leader"
+        )
+        raise HubError(msg)
+
+    def _send(self, request: urllib.request.Request, timeout: float) -> Any:
+        """Send ``request`` once, following no redirect (a 3xx raises :class:`urllib.error.HTTPError`)."""
+        handlers: list[Any] = [_NoRedirect]
+        if request.full_url.startswith("https://"):
+            handlers.append(urllib.request.HTTPSHandler(context=self.context()))
+        with urllib.request.build_opener(*handlers).open(request, timeout=timeout) as resp:
+            return _decode(resp.read(), resp.headers.get_content_type())
+
+    def _redirected(self, url: str, location: str) -> str:
+        """The URL a standby's 307 or 308 at ``url`` sends the request on to (the token goes with it).
+
+        Raises:
+            HubError: it is not http(s), or goes from HTTPS to plain HTTP, where the token would travel in clear.
+        """
+        from urllib.parse import urljoin
+
+        target = urljoin(url, location)
+        if not target.startswith(("http://", "https://")):
+            msg = f"the hub at {url} redirected to {target!r}, not an http(s) URL; check the leader's --ha-url"
+            raise HubError(msg)
+        if url.startswith("https://") and target.startswith("http://"):
+            msg = (
+                f"the hub at {url} redirected to the plain-HTTP {target}, which would send the token in clear; "
+                "give the leader an https:// --ha-url, or send the request to the leader yourself"
+            )
+            raise HubError(msg)
+        return target
 
     def _unreachable(self, reason: object) -> str:
         """Why the hub could not be reached over the connection, and the fix."""

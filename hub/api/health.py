@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
 
 from hub.api.metrics import CONTENT_TYPE, render_metrics
 from hub.api.models import HealthResponse, errors_of_text_route
@@ -68,30 +68,3 @@ def metrics_router(
         return PlainTextResponse(text, media_type=CONTENT_TYPE)
 
     return router
-
-
-def standby_app(role: StatsSource) -> FastAPI:
-    """The REST API of a standby hub (``--ha``): ``/healthz`` with ``role``'s fields, 503 naming the leader otherwise.
-
-    A standby runs no coordinator: every other request, reading or writing, gets 503 with the leader's name and
-    epoch and ``Retry-After``, for the client to ask the leader (or this hub again once it leads).
-    """
-    api = FastAPI(title="SpanEdge hub (standby)", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @api.get("/healthz", response_model=HealthResponse, response_model_exclude_unset=True)
-    def healthz() -> dict[str, Any]:
-        """Liveness; needs no token."""
-        return {"status": "ok", "apps": 0, **role()}
-
-    @api.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])
-    def elsewhere(request: Request, path: str) -> JSONResponse:
-        fields = role()
-        leader, epoch = fields.get("leader"), fields.get("epoch")
-        detail = (
-            f"this hub is a standby: {request.method} /{path} is served by the leader "
-            f"{leader or '(none yet)'} (epoch {epoch}); send it there, or retry here once this hub leads"
-        )
-        body = {"error": "standby", "detail": detail, "leader": leader, "epoch": epoch}
-        return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
-
-    return api

@@ -54,6 +54,9 @@ class HealthResponse(BaseModel):
     role: str | None = Field(default=None, description="with --ha: 'leader' or 'standby'")
     leader: str | None = Field(default=None, description="with --ha: the name of the hub that leads")
     epoch: int | None = Field(default=None, description="with --ha: the leader's epoch")
+    leader_url: str | None = Field(
+        default=None, description="with --ha: the REST URL the leader advertises (--ha-url), if known"
+    )
 
 
 # -- plans -----------------------------------------------------------------------------------------

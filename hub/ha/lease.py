@@ -34,6 +34,8 @@ class LeaseState:
     holder: str
     epoch: int
     remaining_s: float
+    #: the REST URL the holder advertises (``spanedge hub --ha-url``), if the store keeps it
+    url: str | None = None
 
     @property
     def live(self) -> bool:

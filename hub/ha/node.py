@@ -1,10 +1,12 @@
 """A hub of a high-availability group: a standby until it takes the lease, then the leader until it loses it.
 
 :class:`HaNode` binds the REST port at once and serves the standby API
-(:func:`hub.api.health.standby_app`: ``/healthz`` with ``role``, ``leader``
-and ``epoch``, 503 naming the leader otherwise), warms a SparkSession, and
+(:func:`hub.api.standby.standby_app`: ``/healthz`` with ``role``, ``leader``,
+``epoch`` and ``leader_url``, the apps read from the database, writes
+redirected to the leader's URL), warms a SparkSession, and
 once it is up tries to take the lease every ``poll_s``: a standby still
-starting Spark leaves the lease to a warm one. Once it leads, it installs the
+starting Spark leaves the lease to a warm one; a lease it takes records
+this hub's REST URL (``--ha-url``) for the standbys. Once it leads, it installs the
 lease's check as the process's fence (:mod:`hub.ingest.fence`), starts renewing
 (:class:`hub.ha.keeper.LeaseKeeper`), and starts a :class:`hub.server.Hub`
 whose apps and plan versions live in the database
@@ -30,11 +32,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hub.ha.config import served_url
 from hub.ha.db import Database, redacted
 from hub.ha.keeper import LeaseKeeper
 from hub.ha.lease import Lease
 from hub.ha.pg_lease import PgLeaseStore
-from hub.ha.pg_state import PgStateStore
+from hub.ha.pg_state import PgStateStore, stored_apps
 from hub.ha.schema import migrate
 from hub.ingest import fence
 from spanedge.errors import SpanEdgeError
@@ -83,20 +86,22 @@ class HaNode:
         self.config = config
         self.ha = config.ha
         self.db = Database(self.ha.dsn)
-        self.lease = Lease(PgLeaseStore(Database(self.ha.dsn)), self.ha.name, self.ha.ttl_s)
+        #: the REST URL this hub advertises with its lease
+        self.url = self.ha.url or served_url(config.host, config.port, config.plain_http)
+        self.lease = Lease(PgLeaseStore(Database(self.ha.dsn), self.url), self.ha.name, self.ha.ttl_s)
         self.leading = False
-        self._leader: tuple[str | None, int | None] = (None, None)
+        self._leader: tuple[str | None, int | None, str | None] = (None, None, None)
         self.hub: Hub | None = None
         self._keeper: LeaseKeeper | None = None
         self._stop = threading.Event()
         self._warm = threading.Event()  # set once Spark is up (or not wanted)
 
     def role(self) -> dict[str, Any]:
-        """The fields ``/healthz`` adds: ``role``, ``leader`` and ``epoch``."""
+        """The fields ``/healthz`` adds: ``role``, ``leader``, ``epoch`` and ``leader_url``."""
         if self.leading:
-            return {"role": "leader", "leader": self.ha.name, "epoch": self.lease.epoch}
-        leader, epoch = self._leader
-        return {"role": "standby", "leader": leader, "epoch": epoch}
+            return {"role": "leader", "leader": self.ha.name, "epoch": self.lease.epoch, "leader_url": self.url}
+        leader, epoch, url = self._leader
+        return {"role": "standby", "leader": leader, "epoch": epoch, "leader_url": url}
 
     def serve(self) -> None:
         """Stand by, lead when the lease is free, serve the REST API until SIGINT or SIGTERM.
@@ -126,11 +131,11 @@ class HaNode:
             lock.release()
 
     def _serve(self, listener: Any, tls: Any) -> None:
-        from hub.api.health import standby_app
         from hub.api.serving.run import ApiServer
+        from hub.api.standby import standby_app
         from hub.server import uvicorn_options
 
-        app = RoleApp(standby_app(self.role))
+        app = RoleApp(standby_app(self.role, self.config.tokens, lambda name: stored_apps(self.db, name)))
         server = ApiServer(app, uvicorn_options(self.config, tls), self.config.client_limits)
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _terminate) if main else None
@@ -185,13 +190,17 @@ class HaNode:
             os._exit(EXIT_LEASE_LOST)
 
     def _observe(self) -> None:
-        """Note who leads, for ``/healthz``."""
+        """Note who leads, for ``/healthz``, and where writes go: no URL for an expired lease, or this hub's own."""
         try:
             current = self.lease.store.current()
         except SpanEdgeError as exc:
             log.warning("cannot read the lease: %s; trying again", escaped(exc))
             return
-        self._leader = (current.holder, current.epoch) if current is not None else (None, None)
+        if current is None:
+            self._leader = (None, None, None)
+            return
+        url = current.url if current.live and current.url != self.url else None
+        self._leader = (current.holder, current.epoch, url)
 
     def _lead(self, app: RoleApp) -> None:
         from hub.server import Hub
@@ -205,7 +214,7 @@ class HaNode:
         hub.distributor.epoch = epoch
         hub.role = self.role
         self.hub = hub
-        self._leader = (self.ha.name, epoch)  # the standby API says so while the hub starts
+        self._leader = (self.ha.name, epoch, None)  # the standby API says so while the hub starts (503, no redirect)
         hub.claim(bind=False)
         hub.start()
         app.active = hub.api()

@@ -54,6 +54,36 @@ WHERE d.epoch <= EXCLUDED.epoch
 """
 
 
+_LOAD_APPS = (
+    "SELECT name, octet_length(record::text), CASE WHEN octet_length(record::text) <= %(max)s "
+    "THEN record::text END FROM spanedge_apps WHERE %(name)s::text IS NULL OR name = %(name)s ORDER BY name"
+)
+
+
+def stored_apps(db: Database, name: str | None = None) -> list[AppRecord]:
+    """The apps stored in ``db`` by name (only ``name``'s, if given); reading needs no lease.
+
+    Raises:
+        SpanEdgeError: a record is too large or cannot be parsed; the message names the app.
+        HaStoreError: the database cannot be reached.
+    """
+    rows = db.run(lambda conn: conn.execute(_LOAD_APPS, {"max": MAX_RECORD_BYTES, "name": name}).fetchall())
+    records = []
+    for app, size, text in rows:
+        if text is None:
+            msg = (
+                f"the record of app {app!r} in the hub's database has {size} bytes, over {MAX_RECORD_BYTES}; "
+                "delete the app and deploy it again"
+            )
+            raise SpanEdgeError(msg)
+        try:
+            records.append(AppRecord.from_dict(json.loads(text)))
+        except (ValueError, KeyError, TypeError) as exc:
+            msg = f"cannot read the record of app {app!r} in the hub's database: {exc}; delete and redeploy it"
+            raise SpanEdgeError(msg) from None
+    return records
+
+
 class PgStateStore(StateStore):
     """The apps, plan history and plan versions in ``db``, written only while ``lease`` leads.
 
@@ -115,27 +145,7 @@ class PgStateStore(StateStore):
         return records
 
     def _load_apps(self) -> list[AppRecord]:
-        rows = self.db.run(
-            lambda conn: conn.execute(
-                "SELECT name, octet_length(record::text), CASE WHEN octet_length(record::text) <= %s "
-                "THEN record::text END FROM spanedge_apps ORDER BY name",
-                (MAX_RECORD_BYTES,),
-            ).fetchall()
-        )
-        records = []
-        for name, size, text in rows:
-            if text is None:
-                msg = (
-                    f"the record of app {name!r} in the hub's database has {size} bytes, over {MAX_RECORD_BYTES}; "
-                    "delete the app and deploy it again"
-                )
-                raise SpanEdgeError(msg)
-            try:
-                records.append(AppRecord.from_dict(json.loads(text)))
-            except (ValueError, KeyError, TypeError) as exc:
-                msg = f"cannot read the record of app {name!r} in the hub's database: {exc}; delete and redeploy it"
-                raise SpanEdgeError(msg) from None
-        return records
+        return stored_apps(self.db)
 
     # -- plan versions --------------------------------------------------------------------------
 

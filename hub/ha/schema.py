@@ -46,6 +46,11 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        2,
+        "the REST URL of the lease's holder, that standbys redirect writes to",
+        ("ALTER TABLE spanedge_lease ADD COLUMN url text",),
+    ),
 )
 #: The schema version this hub reads and writes.
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -62,13 +62,27 @@ def _complete_log_level(_ctx: click.Context, _param: click.Parameter, incomplete
     return [level for level in LOG_LEVELS if level.startswith(incomplete.upper())]
 
 
-def _ha_config(dsn: str | None, name: str | None, lease_s: float) -> Any:
+def _ha_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``value`` if it is an http(s) URL (or not given), else a usage error with an example."""
+    if value is None:
+        return None
+    from hub.ha.config import checked_url
+
+    try:
+        return checked_url(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _ha_config(dsn: str | None, name: str | None, lease_s: float, url: str | None) -> Any:
     """The ``HaConfig`` of ``--ha`` (None without it)."""
     if dsn is None:
         return None
     from hub.ha.config import HaConfig
 
-    return HaConfig(dsn, ttl_s=lease_s) if name is None else HaConfig(dsn, name=name, ttl_s=lease_s)
+    if name is None:
+        return HaConfig(dsn, ttl_s=lease_s, url=url)
+    return HaConfig(dsn, name=name, ttl_s=lease_s, url=url)
 
 
 @click.command(cls=Command)
@@ -242,6 +256,13 @@ def _ha_config(dsn: str | None, name: str | None, lease_s: float) -> Any:
     show_default=True,
     help="seconds a leader's lease lasts after each renewal: a standby takes over this long after the leader died",
 )
+@option(
+    "--ha-url",
+    callback=_ha_url,
+    envvar="SPANEDGE_HUB_HA_URL",
+    help="the REST URL clients reach this hub by: while it leads, the standbys redirect writes there "
+    "[default: the URL it serves on, https://HOST:PORT, with the host name for a wildcard --host]",
+)
 def hub(
     sites: Path,
     host: str,
@@ -276,6 +297,7 @@ def hub(
     ha_dsn: str | None,
     ha_name: str | None,
     ha_lease: float,
+    ha_url: str | None,
 ) -> None:
     """Run the hub: REST API, plan distribution, ingest and Spark.
 
@@ -336,7 +358,7 @@ def hub(
             tls_key=tls_key,
             tls_names=tls_names,
             plain_http=plain_http,
-            ha=_ha_config(ha_dsn, ha_name, ha_lease),
+            ha=_ha_config(ha_dsn, ha_name, ha_lease, ha_url),
         )
         if config.ha is None:
             Hub(parsed, config).serve()

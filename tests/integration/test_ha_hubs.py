@@ -1,7 +1,8 @@
 """Two hub processes with ``--ha`` on one PostgreSQL, one broker and one state directory (control plane only).
 
-The first leads and the second stands by (``/healthz`` says so, everything
-else answers 503 naming the leader); the leader is SIGKILLed and the standby
+The first leads and the second stands by (``/healthz`` says so; it reads
+the apps from the database, sends writes on to the leader with a 307 and
+answers the rest 503 naming the leader); the leader is SIGKILLed and the standby
 takes over under the next epoch, with the apps from the database, and sends
 plans of its epoch; the new leader is paused (SIGSTOP) across its lease's
 expiry while a restarted hub takes over, and once resumed it exits without
@@ -99,7 +100,7 @@ def test_the_standby_takes_over_a_killed_leader_and_a_paused_one_exits_writing_n
     b = group("hub-b")
     wait_for(lambda: role(b, "standby", "hub-a", 1), timeout=120, what="hub-b to stand by for hub-a")
     with pytest.raises(HubError, match="503.*standby.*hub-a"):
-        client(b).apps()
+        client(b).sites()
     client(a).deploy(EXAMPLES / "cold_chain" / "app.py")
     assert wait_for(lambda: plan_epoch(mosquitto) == 1, timeout=60, what="a plan of epoch 1")
 
@@ -122,3 +123,23 @@ def test_the_standby_takes_over_a_killed_leader_and_a_paused_one_exits_writing_n
     assert apps == before[1]
     assert plan_epoch(mosquitto) == 3
     assert role(c, "leader", "hub-c", 3)
+
+
+def test_the_standby_reads_the_apps_from_the_database_and_sends_writes_to_the_leader(group: Any) -> None:
+    a = group("hub-a")
+    wait_for(lambda: role(a, "leader", "hub-a", 1), timeout=120, what="hub-a to lead under epoch 1")
+    b = group("hub-b")
+    wait_for(lambda: health(b).get("leader_url") == a.url, timeout=120, what="hub-b to name hub-a's URL")
+    assert health(b)["role"] == "standby"
+    assert client(b).apps() == []
+
+    plan = client(b).deploy(EXAMPLES / "cold_chain" / "app.py")  # POST at the standby, 307 to the leader
+    assert [app["app"] for app in client(a).apps()] == ["cold-chain"]
+    listed = client(b).apps()  # from the shared database
+    assert [(app["app"], app["version"]) for app in listed] == [("cold-chain", plan.version)]
+    assert client(b).placement("cold-chain")["history"] == client(a).placement("cold-chain")["history"]
+    with pytest.raises(HubError, match="rejected the token"):
+        HubClient(b.url, "wrong-token-0123456789abcdef0123456789", ca_file=b.ca_file).delete("cold-chain")
+    assert client(b).delete("cold-chain")["deleted"] == "cold-chain"
+    assert client(a).apps() == [] == client(b).apps()
+    assert role(b, "standby", "hub-a", 1)

@@ -13,7 +13,7 @@ from hub.ha.db import Database
 from hub.ha.errors import HaStoreError, StaleEpoch
 from hub.ha.lease import Lease
 from hub.ha.pg_lease import PgLeaseStore
-from hub.ha.pg_state import PgStateStore
+from hub.ha.pg_state import PgStateStore, stored_apps
 from hub.ha.schema import SCHEMA_VERSION, applied_version, migrate
 from tests.plans import chain_plan
 from tests.polling import wait_for
@@ -199,3 +199,26 @@ def test_the_fleet_and_join_tokens_live_in_the_database(dsn: str, dbs: list[Data
     other = PgStateStore(tmp_path / "b", dbs[0], a)  # another host's state directory: what it reads comes from PG
     assert "truck-1" in Fleet(sites, tmp_path / "b" / "fleet.json", other).sites.sites
     assert len(JoinTokens(tmp_path / "b" / "join-tokens.json", documents=other)._tokens) == 1
+
+
+def test_the_lease_records_its_holders_url_and_a_takeover_replaces_it(
+    dsn: str, dbs: list[Database], tmp_path: Path
+) -> None:
+    dbs += [Database(dsn), Database(dsn)]
+    a = Lease(PgLeaseStore(dbs[0], "https://hub-a:8443"), "hub-a", ttl_s=TTL_S, margin_s=0.5)
+    b = Lease(PgLeaseStore(dbs[1]), "hub-b", ttl_s=TTL_S, margin_s=0.5)
+    assert a.try_acquire()
+    current = b.store.current()
+    assert current is not None
+    assert (current.holder, current.url, current.live) == ("hub-a", "https://hub-a:8443", True)
+    state_a = PgStateStore(tmp_path / "a", dbs[0], a)
+    state_a.save_app(make_record("two"))
+    state_a.save_app(make_record("one"))
+    assert [r.name for r in stored_apps(dbs[1])] == ["one", "two"]  # a standby's read: no lease needed
+    assert [r.name for r in stored_apps(dbs[1], "two")] == ["two"]
+    assert stored_apps(dbs[1], "three") == []
+    a.release()
+    assert b.try_acquire()
+    current = a.store.current()
+    assert current is not None
+    assert (current.holder, current.epoch, current.url) == ("hub-b", 2, None)
