@@ -29,6 +29,7 @@ import msgspec
 
 from edge_agent.apps import Apps
 from edge_agent.config import AgentConfig
+from edge_agent.connectors.mqtt import SiteBrokerLink
 from edge_agent.connectors.status import connector_states
 from edge_agent.heartbeat import CPU_BUDGET_FILE
 from edge_agent.intake import Intake
@@ -39,7 +40,7 @@ from edge_agent.outbox import Drainer, Outbox
 from edge_agent.plans import HubPlans, PlanIntake, peer_learner
 from edge_agent.processing import Processor
 from edge_agent.recovery import Recoveries, Spool, SpoolFeed
-from edge_agent.sinks import LocalSinks, SiteBrokerLink
+from edge_agent.sinks import LocalSinks
 from edge_agent.telemetry import Telemetry
 from spanedge import topics
 from spanedge.loader import source_hash
@@ -355,7 +356,7 @@ class Agent:
             self.apps.handed_over() + self.recoveries.reports(),
             self.processor.checkpointer.frontiers,
             self.processor.checkpointer.sink_frontiers,
-            self.sinks.unacknowledged.bounds(),
+            self.sinks.unacknowledged_bounds(),
             self.sinks.result_latency(),
             0.0 if len(self.inbox) else self.intake.live_for(),
         )

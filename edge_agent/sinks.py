@@ -1,12 +1,9 @@
-"""Local outputs of the agent: sink values, dead letters to the hub, late records to a side file."""
+"""Local outputs of the agent: sink values (MQTT and connector sinks), dead letters to the hub, late records."""
 
 from __future__ import annotations
 
 import collections
-import functools
 import logging
-import math
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -14,17 +11,17 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from edge_agent.checkpoint import Committed
+from edge_agent.connectors.api import Publisher
 from edge_agent.connectors.bindings import UnboundDevice, bind
-from edge_agent.intake import Intake
-from edge_agent.mqtt.transport import Transport, TransportFactory
+from edge_agent.connectors.mqtt import MqttSink, Unacknowledged
+from edge_agent.mqtt.transport import Transport
 from spanedge import topics
 from spanedge.logsafe import escaped
-from spanedge.mqtt import AGENT_SINK
 from spanedge.private_files import open_private
 from spanedge.result_latency import ResultLatency
 from spanedge.runtime import DeadLetter
 from spanedge.sinks import ConnectorSinkSpec
-from spanedge.sites import DeviceBinding, Sites
+from spanedge.sites import DeviceBinding
 
 if TYPE_CHECKING:
     from edge_agent.connectors.actuators import Actuators
@@ -36,107 +33,11 @@ log = logging.getLogger(__name__)
 FILE_SUFFIXES = (".jsonl", ".json", ".txt", ".log")
 
 
-class SiteBrokerLink:
-    """The connection MQTT sinks publish on: the intake's to this site's broker if it reads it, else its own."""
-
-    def __init__(self, site: str, sites: Sites, intake: Intake, connect: TransportFactory) -> None:
-        """Connect on first use."""
-        self.site = site
-        self.sites = sites
-        self.intake = intake
-        self.connect = connect
-        self._transport: Transport | None = None
-
-    def get(self) -> Transport:
-        """The connection, opened on first use."""
-        if self._transport is None:
-            own = self.intake.transports.get(self.site)
-            if own is None:
-                own = self.connect(
-                    self.sites.site(self.site).mqtt(),
-                    f"spanedge-{self.site}-sink",
-                    f"site broker ({self.site})",
-                    settings=AGENT_SINK,
-                )
-                own.start()
-            self._transport = own
-        return self._transport
-
-    def closed(self, transport: Transport) -> None:
-        """The intake closed ``transport``: open another on next use if it was this one."""
-        if self._transport is transport:
-            self._transport = None
-
-    def stop(self) -> None:
-        """Disconnect, unless the intake owns the connection (it stops its own)."""
-        if self._transport is not None and self._transport not in self.intake.transports.values():
-            self._transport.stop()
-
-
-class Unacknowledged:
-    """MQTT sink values published and not yet acknowledged by the broker, each with the event time it lies at or past.
-
-    Sink values are published after their commit; until the broker
-    acknowledges one, a site that dies may lose it. So what the site says it
-    has delivered (:func:`edge_agent.telemetry.delivered`) stays below the
-    lowest bound of these: the app's sink frontier at the commit before
-    (every value of a commit lies at or past it). Acknowledgements come on
-    the connection's thread, possibly before :meth:`published` records the
-    message: such an early one is kept until it does.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[int, int], tuple[str, float | None]] = {}  # (connection, mid) -> (app, bound)
-        self._early: set[tuple[int, int]] = set()
-
-    def hook(self, transport: Transport) -> None:
-        """Hear ``transport``'s acknowledgements (set once per connection, before its first publish)."""
-        if getattr(transport.on_published, "func", None) != self._acked:
-            transport.on_published = functools.partial(self._acked, id(transport))
-
-    def published(self, transport: Transport, mid: int, app: str, bound: float | None) -> None:
-        """``transport`` published a value of ``app`` as ``mid``; its event time is at or past ``bound`` (None: unknown)."""
-        key = (id(transport), mid)
-        with self._lock:
-            if key in self._early:
-                self._early.discard(key)
-            else:
-                self._pending[key] = (app, bound)
-
-    def _acked(self, connection: int, mid: int) -> None:
-        key = (connection, mid)
-        with self._lock:
-            if self._pending.pop(key, None) is None:
-                self._early.add(key)
-
-    def forget(self, transport: Transport) -> int:
-        """Stop waiting for a closed connection's acknowledgements; return how many never came."""
-        connection = id(transport)
-        with self._lock:
-            gone = [k for k in self._pending if k[0] == connection]
-            for k in gone:
-                del self._pending[k]
-            self._early = {k for k in self._early if k[0] != connection}
-        return len(gone)
-
-    def bounds(self) -> dict[str, float]:
-        """Per app, the lowest event time a value still unacknowledged may carry (apps with none left out)."""
-        out: dict[str, float] = {}
-        with self._lock:
-            for app, bound in self._pending.values():
-                if bound is not None and bound < out.get(app, math.inf):
-                    out[app] = bound
-        return out
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._pending)
-
-
 class LocalSinks:
     """Serves what a commit made durable: ``mqtt``, ``file``, ``console``, ``memory`` and connector sinks, the DLQ and late records.
 
+    MQTT sinks are a connector :class:`~edge_agent.connectors.api.Publisher`
+    (:class:`~edge_agent.connectors.mqtt.MqttSink`), handed each value as the commit is served.
     Connector sinks (``sinks.modbus/opcua/connector(...)``) go to a durable queue in the state
     directory, written by their connectors (:mod:`edge_agent.connectors.actuators`). A sink given
     ``"device:NAME"`` writes to this site's device ``NAME`` (:func:`~edge_agent.connectors.bindings.bind`);
@@ -166,7 +67,6 @@ class LocalSinks:
         self.state_dir = state_dir
         self.late_file_max_bytes = late_file_max_bytes
         self.hub = hub
-        self.site_broker = site_broker
         self.memory: dict[str, list[Any]] = collections.defaultdict(list)
         self.latency = ResultLatency()
         """Each sink's recent result latencies, by ``<app>/<sink operator>``."""
@@ -174,7 +74,11 @@ class LocalSinks:
         self.late_count = 0
         self._files: dict[str, IO[str]] = {}
         self._late_full: set[str] = set()
-        self.unacknowledged = Unacknowledged()
+        self.mqtt = MqttSink(site_broker, f"site broker ({site})")
+        self.unacknowledged: Unacknowledged = self.mqtt.pending
+        """The MQTT sink values the broker has not acknowledged yet."""
+        self.publishers: dict[str, Publisher] = {"mqtt": self.mqtt}
+        """The sinks, by kind, whose clients queue their values themselves."""
         self._actuators: Actuators | None = None
 
     @property
@@ -211,11 +115,9 @@ class LocalSinks:
             written.setdefault(f"{app}/{item.operator}", []).append(item.event_time)
             spec = item.spec
             body = orjson.dumps(item.value, default=str)  # a sink never fails on an odd value type
-            if spec.kind == "mqtt":
-                broker = self.site_broker()
-                self.unacknowledged.hook(broker)
-                mid = broker.publish(spec.target, body, 1)
-                self.unacknowledged.published(broker, mid, app, done.sink_floor.get(app))
+            publisher = self.publishers.get(spec.kind)
+            if publisher is not None:
+                publisher.publish(app, spec.target, body, done.sink_floor.get(app))
             elif spec.kind == "file":
                 self._file(item.operator, spec.target).write(body.decode() + "\n")
             elif spec.kind == "console":
@@ -260,15 +162,17 @@ class LocalSinks:
             out.setdefault(app, {})[sink] = summary
         return out
 
+    def unacknowledged_bounds(self) -> dict[str, float]:
+        """Per app, the lowest event time a value some publisher's server has not acknowledged may carry."""
+        out: dict[str, float] = {}
+        for publisher in self.publishers.values():
+            for app, bound in publisher.unacknowledged().items():
+                out[app] = min(bound, out.get(app, bound))
+        return out
+
     def closed(self, transport: Transport) -> None:
-        """``transport`` is closed: its values not yet acknowledged may be lost; say so and stop waiting for them."""
-        lost = self.unacknowledged.forget(transport)
-        if lost:
-            log.warning(
-                "%d MQTT sink value(s) published on %s were never acknowledged before it closed and may be lost",
-                lost,
-                transport.name,
-            )
+        """``transport`` is closed: the MQTT sink stops waiting for its acknowledgements (a warning says how many)."""
+        self.mqtt.closed(transport)
 
     def _side_output(self, app: str, dead: DeadLetter) -> None:
         """Append a late record to ``<state dir>/late-<app>.jsonl`` (bounded; the count is always kept)."""

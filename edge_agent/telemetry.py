@@ -75,7 +75,7 @@ def delivered(
     hub, ``sinks_committed`` for the local sinks, whose values are published
     as the commit is done), lowered to its oldest record still in the outbox
     and to the lowest bound of its MQTT sink values the broker has not yet
-    acknowledged (``unacknowledged``, :class:`edge_agent.sinks.Unacknowledged`).
+    acknowledged (``unacknowledged``, :class:`edge_agent.connectors.mqtt.Unacknowledged`).
     An app with neither frontier known is left out. A site that dies for good
     loses the results from here on (:func:`hub.control.plan_history.at_risk`).
     """

@@ -5,7 +5,13 @@ yields batches of :class:`Reading`; when the connection fails it raises, and the
 new session after a growing wait. Each reading is fed to the pipelines, committed with their
 state and outputs, and only then handed back to :meth:`Source.acknowledge` (at least once into
 the pipeline). A :class:`Sink` writes one value per call; writes must be idempotent (an absolute
-set point, an upsert), since after a failure the agent writes the value again.
+set point, an upsert), since after a failure the agent writes the value again. A :class:`Publisher`
+is a sink whose client queues and retries values itself, as the MQTT sink's QoS 1 session does:
+the agent hands it each value as it serves the commit and keeps no queue of its own.
+
+Every input, the MQTT intake's broker connections included, feeds the agent's inbox as a
+:class:`~edge_agent.mqtt.transport.MessageSource` acknowledged after the commit; a :class:`Source`
+is run as one by :class:`~edge_agent.connectors.runner.SourceRunner`.
 """
 
 from __future__ import annotations
@@ -78,6 +84,29 @@ class Sink(Protocol):
 
     async def close(self) -> None:
         """Close the connection."""
+
+
+class Publisher(Protocol):
+    """A sink whose client keeps its own delivery queue (MQTT at QoS 1): see :mod:`edge_agent.connectors.mqtt`.
+
+    The agent calls :meth:`publish` for each value while it serves the commit that made the value
+    durable, in the commit's order, with no durable queue of its own in between (a :class:`Sink`
+    gets one). Until the server acknowledged a value, a site that dies may lose it, so what the
+    site reports as delivered stays below :meth:`unacknowledged`.
+    """
+
+    name: str
+    """A label for log lines, e.g. ``site broker (truck-7)``."""
+
+    def publish(self, app: str, target: str, body: bytes, bound: float | None) -> None:
+        """Hand ``body`` (a JSON result of ``app``) to the client for ``target``, without waiting for the server.
+
+        ``bound`` is the lowest event time the value may carry (``None``: unknown).
+        """
+
+    def unacknowledged(self) -> dict[str, float]:
+        """Per app, the lowest ``bound`` of the values the server has not acknowledged yet (apps with none left out)."""
+        ...
 
 
 SourceFactory = Callable[["StreamBinding", str], Source]

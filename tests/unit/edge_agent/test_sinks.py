@@ -1,12 +1,20 @@
-"""Local sinks: served after the commit, delivered once their broker acknowledged them."""
+"""Local sinks: served after the commit, MQTT ones through their publisher, delivered once their broker acknowledged them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import orjson
+import pytest
 
+from edge_agent.checkpoint import Committed
+from edge_agent.connectors.api import Publisher
+from edge_agent.connectors.mqtt import MqttSink
+from edge_agent.sinks import LocalSinks
+from spanedge import sinks
+from spanedge.runtime import SinkItem
 from tests.unit.edge_agent.test_processing import _msg, _parts
+from tests.unit.fakes import FakeTransport
 
 
 def test_sinks_serve_a_window_after_its_commit(tmp_path: Path) -> None:
@@ -42,8 +50,7 @@ def test_a_sink_value_counts_as_delivered_once_its_broker_acknowledged_it(tmp_pa
 
 
 def test_an_acknowledgement_may_come_before_the_publish_is_recorded() -> None:
-    from edge_agent.sinks import Unacknowledged
-    from tests.unit.fakes import FakeTransport
+    from edge_agent.connectors.mqtt import Unacknowledged
 
     pending, link = Unacknowledged(), FakeTransport(None, "sink", "site broker (truck-7)")
     pending.hook(link)
@@ -71,3 +78,64 @@ def test_sinks_report_the_latency_of_their_results_from_event_time_to_written(tm
     assert sink["results"] == len(source.published)
     assert 0 < sink["p50_ms"] <= sink["p95_ms"] < 60_000  # from each window's end to its publication
     outbox.close()
+
+
+class QosTransport(FakeTransport):
+    """A site-broker stand-in that also records the QoS of each publish."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(None, "sink", name)
+        self.qos: list[int] = []
+
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int:
+        self.qos.append(qos)
+        return super().publish(topic, payload, qos, retain)
+
+
+def test_the_mqtt_sink_is_a_publisher_at_qos_1_that_warns_of_values_lost_with_their_connection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    link = QosTransport("site broker (truck-7)")
+    sink = MqttSink(lambda: link)  # type: ignore[arg-type]
+    publisher: Publisher = sink  # what the agent's sinks see of it
+    publisher.publish("farm", "farm/valves", b'{"open": true}', 100.0)
+    publisher.publish("farm", "farm/valves", b'{"open": false}', 105.0)
+    assert link.published == [("farm/valves", b'{"open": true}'), ("farm/valves", b'{"open": false}')]
+    assert link.qos == [1, 1]
+    assert publisher.unacknowledged() == {"farm": 100.0}
+    link.on_published(1)  # the broker's PUBACK of the first
+    assert publisher.unacknowledged() == {"farm": 105.0}
+    caplog.set_level("WARNING", "edge_agent.connectors.mqtt")
+    sink.closed(link)  # type: ignore[arg-type]
+    assert publisher.unacknowledged() == {}
+    assert "1 MQTT sink value(s) published on site broker (truck-7) were never acknowledged" in caplog.text
+
+
+class Recording:
+    """A publisher that records what it was handed and reports every value as unacknowledged."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, bytes, float | None]] = []
+
+    def publish(self, app: str, target: str, body: bytes, bound: float | None) -> None:
+        self.calls.append((app, target, body, bound))
+
+    def unacknowledged(self) -> dict[str, float]:
+        return {app: bound for app, _, _, bound in self.calls if bound is not None}
+
+
+def test_local_sinks_hand_each_mqtt_value_to_the_publisher_of_its_kind_with_the_commits_floor(tmp_path: Path) -> None:
+    hub = FakeTransport(None, "hub", "hub broker")
+    local = LocalSinks("truck-7", tmp_path, 2**20, hub, lambda: hub)  # type: ignore[arg-type]
+    recording = Recording()
+    local.publishers["mqtt"] = recording
+    done = Committed(
+        sinks=[("farm", SinkItem("dashboard", sinks.mqtt("farm/dry"), {"zone": "z1"}, 12.0))], sink_floor={"farm": 10.0}
+    )
+    local.serve(done)
+    assert recording.calls == [("farm", "farm/dry", b'{"zone":"z1"}', 10.0)]
+    assert hub.published == []  # nothing went to the hub broker: no dead letter, no publish of its own
+    assert local.unacknowledged_bounds() == {"farm": 10.0}
+    assert local.result_latency()["farm"]["dashboard"]["results"] == 1
