@@ -359,6 +359,7 @@ class Agent:
             self.sinks.unacknowledged_bounds(),
             self.sinks.result_latency(),
             0.0 if len(self.inbox) else self.intake.live_for(),
+            self.sinks.counters,
         )
         states = connector_states(self.site, self.intake.connectors.values(), self.sinks.opened_actuators)
         if states:

@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 
 from spanedge.keyrange import spread_of
-from spanedge.wire.heartbeat import Heartbeat
+from spanedge.wire.heartbeat import COUNTERS, Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,7 @@ def heartbeat(
     delivered: dict[str, float] | None = None,
     key_spread: dict[str, dict[str, dict[str, float]]] | None = None,
     result_latency: dict[str, dict[str, dict[str, float]]] | None = None,
+    counters: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Heartbeat:
     """Assemble one heartbeat message (:class:`spanedge.wire.heartbeat.Heartbeat`).
 
@@ -175,6 +176,8 @@ def heartbeat(
     each window replica's recent records by bucket of its key hash space
     (:class:`KeySpread`). ``result_latency`` gives, per app, each local sink's
     result latency over the last minute (:meth:`edge_agent.sinks.LocalSinks.result_latency`).
+    ``counters`` gives, per app, its dead letters, late records and operator errors since the agent started
+    (:attr:`edge_agent.sinks.LocalSinks.counters`); every app in ``apps`` gets each counter, 0 if not given.
     Empty or None leaves any of these out, as it
     leaves out a ``watermark_lag_s`` or ``clock_offset_ms`` not known yet.
     """
@@ -199,4 +202,5 @@ def heartbeat(
         delivered=delivered or {},
         key_spread=key_spread or {},
         result_latency=result_latency or {},
+        counters={app: {c: (counters or {}).get(app, {}).get(c, 0) for c in COUNTERS} for app in apps},
     )

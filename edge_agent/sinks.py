@@ -72,6 +72,8 @@ class LocalSinks:
         """Each sink's recent result latencies, by ``<app>/<sink operator>``."""
         self.dlq_count = 0
         self.late_count = 0
+        self.counters: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        """Per app, its ``dlq``, ``late`` and ``errors`` since start (:data:`spanedge.wire.heartbeat.COUNTERS`)."""
         self._files: dict[str, IO[str]] = {}
         self._late_full: set[str] = set()
         self.mqtt = MqttSink(site_broker, f"site broker ({site})")
@@ -130,6 +132,7 @@ class LocalSinks:
             self._dead(app, dead)
         for app, dead in done.late:
             self.late_count += 1
+            self.counters[app]["late"] += 1
             self._side_output(app, dead)
         for handle in self._files.values():
             handle.flush()
@@ -150,6 +153,9 @@ class LocalSinks:
     def _dead(self, app: str, dead: DeadLetter) -> None:
         """Publish a dead letter to the hub (logged for the first ten, then every thousandth)."""
         self.dlq_count += 1
+        self.counters[app]["dlq"] += 1
+        if dead.error:
+            self.counters[app]["errors"] += 1
         if self.dlq_count <= 10 or self.dlq_count % 1000 == 0:
             log.info("dead letter #%d (%s, %s): %s", self.dlq_count, app, dead.operator, escaped(dead.reason))
         self.hub.publish(topics.dlq(app, self.site), dead.to_json(), 1)

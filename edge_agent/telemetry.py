@@ -267,6 +267,7 @@ class Telemetry:
         unacknowledged: Mapping[str, float] | None = None,
         result_latency: dict[str, dict[str, dict[str, float]]] | None = None,
         inputs_live_for: float = math.inf,
+        counters: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Heartbeat:
         """The heartbeat message for the agent's current state.
 
@@ -275,7 +276,8 @@ class Telemetry:
         last commit, ``unacknowledged`` the bounds of the sink values not yet
         acknowledged (see :func:`frontiers` and :func:`delivered`); ``result_latency`` the local
         sinks' (:meth:`edge_agent.sinks.LocalSinks.result_latency`);
-        ``inputs_live_for`` as :func:`frontiers` reads it.
+        ``inputs_live_for`` as :func:`frontiers` reads it; ``counters`` each app's dead letters, late records
+        and operator errors (:attr:`edge_agent.sinks.LocalSinks.counters`).
         """
         counts: dict[str, dict[str, int]] = {}
         lags = []
@@ -309,4 +311,5 @@ class Telemetry:
             delivered=delivered(committed or {}, sinks_committed or {}, outbox, unacknowledged),
             key_spread=self._key_spread.update({name: p.key_records() for name, p in pipelines.items()}),
             result_latency=result_latency,
+            counters=counters,
         )

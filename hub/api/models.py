@@ -359,6 +359,10 @@ class SiteStatus(BaseModel):
             "reconnects (failed attempts) and last_error"
         ),
     )
+    counters: ReportedMapping = Field(
+        default_factory=dict,
+        description="per app: dlq, late and errors (records a user's function raised on) since the agent started",
+    )
     rejected_heartbeats: int
     latency: dict[str, SiteLinkModel]
 

@@ -411,6 +411,7 @@ def _row(site: Site, state: _SiteState) -> dict[str, Any]:
         "plan_expired": hb.plan_expired,
         "result_latency": hb.result_latency,
         "connectors": hb.connectors,
+        "counters": hb.counters,
         "rejected_heartbeats": state.rejected,
         "latency": None,
     }

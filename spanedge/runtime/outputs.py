@@ -22,6 +22,8 @@ class DeadLetter:
     ``size`` and ``sha256`` describe the whole original, and ``truncated`` says
     whether the excerpt is shorter. Build one with :meth:`of`, or with
     :meth:`oversize` for a message refused unread (then ``topic`` says where it came).
+    ``error`` says that a user's function (a map, filter, flat map, model or
+    custom aggregation) raised on it; the agent counts those per app in its heartbeat.
     """
 
     reason: str
@@ -33,6 +35,7 @@ class DeadLetter:
     sha256: str = ""
     truncated: bool = False
     topic: str = ""
+    error: bool = False
 
     @classmethod
     def oversize(cls, operator: str, size: int, limit: int, topic: str, site: str, ts: float) -> DeadLetter:
@@ -45,11 +48,20 @@ class DeadLetter:
 
     @classmethod
     def of(
-        cls, reason: str, operator: str, payload: bytes | str, site: str, ts: float, limit: int = EXCERPT_BYTES
+        cls,
+        reason: str,
+        operator: str,
+        payload: bytes | str,
+        site: str,
+        ts: float,
+        limit: int = EXCERPT_BYTES,
+        *,
+        error: bool = False,
     ) -> DeadLetter:
         """A dead letter carrying at most ``limit`` bytes of ``payload``, with its size and SHA-256."""
         cut = excerpt(payload, limit)
-        return cls(reason, operator, cut["excerpt"], site, ts, cut["size"], cut["sha256"], cut["truncated"])
+        truncated = cut["truncated"]
+        return cls(reason, operator, cut["excerpt"], site, ts, cut["size"], cut["sha256"], truncated, error=error)
 
     def to_json(self) -> bytes:
         """The DLQ message body (with ``topic`` when known)."""

@@ -297,7 +297,7 @@ class Pipeline:
                     try:
                         result = func(value)
                     except Exception as exc:
-                        dead(failure(op, exc), name, raw, shadow)
+                        dead(failure(op, exc), name, raw, shadow, error=True)
                         return
                     node.n_out += 1
                     emit(result, t, key, raw, origin)
@@ -309,7 +309,7 @@ class Pipeline:
                     try:
                         keep = True if func(value) else False  # noqa: SIM210 -- a truth test that raises is the user's
                     except Exception as exc:
-                        dead(failure(op, exc), name, raw, shadow)
+                        dead(failure(op, exc), name, raw, shadow, error=True)
                         return
                     if keep:
                         node.n_out += 1
@@ -322,7 +322,7 @@ class Pipeline:
                     try:
                         results = list(func(value))
                     except Exception as exc:
-                        dead(failure(op, exc), name, raw, shadow)
+                        dead(failure(op, exc), name, raw, shadow, error=True)
                         return
                     for result in results:
                         node.n_out += 1
@@ -336,7 +336,7 @@ class Pipeline:
                 try:
                     (result,) = apply(op, value, t)  # the model version that event time ``t`` selects
                 except Exception as exc:
-                    dead(failure(op, exc), name, raw, shadow)
+                    dead(failure(op, exc), name, raw, shadow, error=True)
                     return
                 node.n_out += 1
                 emit(result, t, key, raw, origin)
@@ -354,7 +354,9 @@ class Pipeline:
                     dead(f"window {name}: {exc}", name, raw, shadow)
                     return
                 except Exception as exc:  # a custom aggregation's add() failed on this record
-                    dead(f"window {name}: aggregation raised {type(exc).__name__}: {exc}", name, raw, shadow)
+                    dead(
+                        f"window {name}: aggregation raised {type(exc).__name__}: {exc}", name, raw, shadow, error=True
+                    )
                     return
                 if not accepted:
                     self._late(node, window, t, raw)
@@ -451,19 +453,22 @@ class Pipeline:
                 epoch = -1 if share_epoch is None else share_epoch
                 self._emit(node, value, end - WINDOW_TIME_OFFSET, str(key), raw, start, epoch)
             while window.errors:
-                self._dead(window.errors.pop(0), node.op.name, "")
+                self._dead(window.errors.pop(0), node.op.name, "", error=True)  # a custom aggregation raised
 
     def flush(self) -> None:
         """Fire every open window, as if event time had ended."""
         self.watermark = math.inf
         self._fire(math.inf)
 
-    def _dead(self, reason: str, operator: str, payload: bytes | str, shadow: bool = False) -> None:
+    def _dead(
+        self, reason: str, operator: str, payload: bytes | str, shadow: bool = False, *, error: bool = False
+    ) -> None:
+        """Dead-letter a record; ``error``: a user's function raised on it."""
         if shadow:
             return  # the site that runs the replica itself reports it
         self.dlq_count += 1
         # a bounded excerpt of the original, with its size and hash: a 2 MB input never makes a 2 MB dead letter
-        self.out.dlq.append(DeadLetter.of(reason, operator, payload, self.site, self.clock()))
+        self.out.dlq.append(DeadLetter.of(reason, operator, payload, self.site, self.clock(), error=error))
 
     # -- results and state -------------------------------------------------
 

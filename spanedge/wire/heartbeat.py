@@ -30,6 +30,9 @@ Count = Annotated[int, msgspec.Meta(ge=0)]
 VERSION = 1
 """The format version of the heartbeat, its ``v`` field (a heartbeat without one is read as this version)."""
 
+COUNTERS = ("dlq", "late", "errors")
+"""The counters a heartbeat's ``counters`` gives per app."""
+
 
 class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, tag_field="v", tag=VERSION):
     """One heartbeat of a site.
@@ -69,6 +72,10 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
             largest per-feature population stability index against the version's training statistics),
             ``psi.<feature>``, and where labels came ``error`` and ``labelled`` (:mod:`spanedge.models.drift`).
             Added within format version 1.
+        counters: per app the site runs, ``dlq`` (its dead letters), ``late`` (its late records) and ``errors``
+            (its records a user's function raised on, dead-lettered too), each counted since the agent started;
+            ``dlq`` and ``late`` above count every app's together. Added within format version 1: a heartbeat
+            that runs an app without counting it here comes from an older agent.
     """
 
     site: str | None = None
@@ -95,6 +102,7 @@ class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, t
     connectors: dict[str, dict[str, bool | Count | str]] = {}
     sources: dict[str, str] = {}
     models: dict[str, dict[str, dict[str, Finite]]] = {}
+    counters: dict[str, dict[str, Count]] = {}
 
 
 _FIELDS = msgspec.structs.fields(Heartbeat)
@@ -170,4 +178,4 @@ def _lenient(value: Any, kind: Any, where: str, dropped: list[str]) -> Any:
         return _DROPPED
 
 
-__all__ = ["VERSION", "Heartbeat", "decode", "encode", "to_builtins"]
+__all__ = ["COUNTERS", "VERSION", "Heartbeat", "decode", "encode", "to_builtins"]

@@ -1,8 +1,9 @@
 """Staged rollouts on a real broker, a real hub process and three real agents fed by sensors.
 
 One fleet for the module (two trucks and a van): a v2 that dead-letters every
-record is rolled back at its canary; a healthy v2 reaches every site stage by
-stage, across a hub SIGKILLed while a stage holds.
+record is rolled back at its canary, and so is one whose operator raises on
+every record, stopped by the operator-error gate alone; a healthy v2 reaches
+every site stage by stage, across a hub SIGKILLed while a stage holds.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ readings.map(to_c, name="to_c").window(
 V1 = APP.format(body='return {**r, "temp_c": (r["temp_f"] - 32) / 1.8}')
 V2_HEALTHY = APP.format(body='return {**r, "temp_c": round((r["temp_f"] - 32) / 1.8, 1)}')
 V2_BROKEN = APP.format(body='raise ValueError("v2 cannot read " + str(r["unit"]))')
+V2_RAISES = APP.format(body='return {**r, "temp_c": (r["temp_k"] - 273.15)}')  # KeyError on every record
 
 
 def sites_yaml(url: str) -> str:
@@ -217,6 +219,25 @@ def test_a_version_that_dead_letters_everything_is_rolled_back_at_its_canary(fle
     assert fleet.client().app("fleet-temp")["source_sha256"] == v1
     history = fleet.client().placement("fleet-temp")["history"]
     assert any("failed: dead_letter_rate 100%" in h["reason"] for h in history)
+
+
+def test_a_version_whose_operator_raises_is_stopped_by_the_error_gate_and_rolled_back(fleet: Fleet) -> None:
+    v1, v2 = source_hash(V1), source_hash(V2_RAISES)
+    staged = {"rollout": "kind=truck:1, *", "gates": "dead_letter_rate<=1, errors<5", "hold": "4s"}
+    fleet.client().deploy(fleet.app_file("app_v2_raises.py", V2_RAISES), fleet.sites_file, rollout=staged)
+    (canary,) = fleet.rollout()["stages"][0]["sites"]
+    done = fleet.wait_status("rolled_back")
+    (failed,) = [s for s in done["steps"] if s["status"] == "failed"]
+    assert (failed["stage"], failed["sites"]) == (0, [canary])
+    rate, errors = failed["gates"]
+    assert (rate["gate"], rate["passed"], rate["value"], rate["note"]) == ("dead_letter_rate<=1", True, 1.0, "")
+    assert (errors["gate"], errors["passed"], errors["site"]) == ("errors<5", False, canary)
+    assert errors["value"] > 60  # two units at 10 readings/s each, every one raising
+    assert f"/min at {canary} (limit < 5/min)" in failed["reason"]
+    assert failed["reason"].startswith("stage 1/2 kind=truck:1 failed: errors ")
+    assert on(done, v1) == sorted(SPOKES)
+    assert done["versions"][v2] == []
+    assert fleet.client().app("fleet-temp")["source_sha256"] == v1
 
 
 def test_a_rollout_that_cannot_mix_or_starts_twice_is_refused(fleet: Fleet) -> None:

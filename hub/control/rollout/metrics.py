@@ -1,8 +1,10 @@
 """What a gate measures: one value per site from the heartbeats it sent in a stage's hold window.
 
-* ``dead_letter_rate``: dead letters (``dlq``) per record the app's sources took
-  in; the limit a fraction (``0.01``) or a percentage (``1%``).
-* ``late_rate``: late records (``late``) per record taken in; the same limits.
+* ``dead_letter_rate``: the app's dead letters (``counters[app].dlq``) per record
+  the app's sources took in; the limit a fraction (``0.01``) or a percentage (``1%``).
+* ``late_rate``: the app's late records (``counters[app].late``) per record taken in; the same limits.
+* ``errors``: the app's operator errors (``counters[app].errors``: records a
+  user's function raised on) per minute; ``5`` or ``5/min``.
 * ``cpu``: the agent's mean CPU use (``cpu_percent``) as a share of the site's
   CPU budget; ``0.8`` or ``80%``.
 * ``rss``: the agent's largest resident memory (``rss_bytes``); ``200MB``,
@@ -14,7 +16,11 @@
 A rate divides counter increases between the first and the last heartbeat of
 the window (a counter that went down, its agent restarted, counts from zero
 again), never one heartbeat's numbers; it needs two heartbeats, and is 0 when
-the site took no record in and dead-lettered none. The records taken in are
+the site took no record in and dead-lettered none. A heartbeat of an agent that
+counts no app on its own (one older than ``counters``) gives the site's
+counters (``dlq``, ``late``) instead, every app's together. ``errors`` divides
+the increase by the minutes between the first and the last heartbeat
+reporting it (the hub's clock); it has no site-wide fallback. The records taken in are
 the ``in`` counts of the app's source replicas at the site (``<stream>@<site>``,
 ``<app>/<stream>@<site>`` when the site runs several apps). The CPU budget is
 the one the site reports (``cpu_budget``), else its declared ``cpu``. A gauge
@@ -81,6 +87,7 @@ class Kind(enum.StrEnum):
     BYTES = "bytes"
     RECORDS = "records"
     SECONDS = "seconds"
+    PER_MINUTE = "per minute"
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,8 @@ class Metric:
             return _show_bytes(value)
         if self.kind is Kind.RECORDS:
             return f"{value:g} records"
+        if self.kind is Kind.PER_MINUTE:
+            return f"{round(value, 2):g}/min"
         return f"{value:.3g} s"
 
 
@@ -125,19 +134,49 @@ def records_in(beat: Heartbeat, site: str, context: Context) -> int:
     return total
 
 
+def app_count(beat: Heartbeat, counter: str, app: str) -> int | None:
+    """``app``'s own ``counter`` in ``beat`` (None: the heartbeat does not count it for the app)."""
+    return beat.counters.get(app, {}).get(counter)
+
+
+def _counted(beats: Sequence[Beat], counter: str, app: str) -> tuple[list[tuple[Heartbeat, float]], str]:
+    """The heartbeats with the app's ``counter``, else (an older agent's) with the site's, and a note saying which."""
+    own = [(b.heartbeat, float(n)) for b in beats if (n := app_count(b.heartbeat, counter, app)) is not None]
+    if own:
+        return own, ""
+    site = [(b.heartbeat, float(n)) for b in beats if (n := getattr(b.heartbeat, counter)) is not None]
+    return site, "every app's at the site: the agent counts none per app" if site else ""
+
+
 def _rate(counter: str, what: str) -> Callable[[Sequence[Beat], str, Context], Reading]:
     def measure(beats: Sequence[Beat], site: str, context: Context) -> Reading:
-        counted = [b.heartbeat for b in beats if getattr(b.heartbeat, counter) is not None]
+        counted, note = _counted(beats, counter, context.app)
         if len(counted) < 2:
             why = "one heartbeat" if counted else f"no heartbeat reporting {counter!r}"
             return Reading(None, f"{why} in the window: no counter increase to divide", fails=True)
-        bad = increase([float(getattr(h, counter)) for h in counted])
-        taken = increase([float(records_in(h, site, context)) for h in counted])
+        bad = increase([n for _, n in counted])
+        taken = increase([float(records_in(h, site, context)) for h, _ in counted])
         if taken > 0:
-            return Reading(bad / taken)
+            return Reading(bad / taken, note)
         if bad > 0:
             return Reading(None, f"{bad:g} {what} but no record taken in", fails=True)
-        return Reading(0.0, "no record taken in")
+        return Reading(0.0, "; ".join(n for n in ("no record taken in", note) if n))
+
+    return measure
+
+
+def _per_minute(counter: str) -> Callable[[Sequence[Beat], str, Context], Reading]:
+    def measure(beats: Sequence[Beat], site: str, context: Context) -> Reading:
+        counted = [(b.at, float(n)) for b in beats if (n := app_count(b.heartbeat, counter, context.app)) is not None]
+        minutes = (counted[-1][0] - counted[0][0]) / 60 if counted else 0.0
+        if minutes <= 0:
+            if not counted:
+                why = f"no heartbeat counting app {context.app!r}'s {counter!r}"
+                tail = " (an agent older than the hub counts none; upgrade it or drop the gate)"
+            else:
+                why, tail = "one heartbeat" if len(counted) == 1 else "heartbeats received at one time only", ""
+            return Reading(None, f"{why} in the window: no counter increase per minute{tail}", fails=True)
+        return Reading(increase([n for _, n in counted]) / minutes)
 
     return measure
 
@@ -171,6 +210,7 @@ METRICS: dict[str, Metric] = {
     for m in (
         Metric("dead_letter_rate", Kind.RATIO, _rate("dlq", "dead letters"), "dead letters per record taken in"),
         Metric("late_rate", Kind.RATIO, _rate("late", "late records"), "late records per record taken in"),
+        Metric("errors", Kind.PER_MINUTE, _per_minute("errors"), "operator errors per minute"),
         Metric("cpu", Kind.SHARE, _cpu, "the agent's mean CPU use as a share of the site's CPU budget"),
         Metric("rss", Kind.BYTES, _largest(lambda h: h.rss_bytes), "the agent's largest resident memory"),
         Metric("outbox_backlog", Kind.RECORDS, _largest(_backlog), "the most records waiting in the outbox"),
@@ -222,12 +262,22 @@ def _records(text: str) -> float:
         raise ValueError(msg) from None
 
 
+def _per_minute_limit(text: str) -> float:
+    number = text[: -len("/min")].strip() if text.endswith("/min") else text
+    try:
+        return _number(number)
+    except ValueError:
+        msg = f"expected a number per minute such as 5 or 5/min, got {text!r}"
+        raise ValueError(msg) from None
+
+
 _LIMITS: dict[Kind, Callable[[str], float]] = {
     Kind.RATIO: _fraction,
     Kind.SHARE: _fraction,
     Kind.BYTES: _bytes,
     Kind.RECORDS: _records,
     Kind.SECONDS: parse_duration,
+    Kind.PER_MINUTE: _per_minute_limit,
 }
 
 

@@ -80,6 +80,35 @@ def test_sinks_report_the_latency_of_their_results_from_event_time_to_written(tm
     outbox.close()
 
 
+def test_the_heartbeat_counts_each_app_s_dead_letters_late_records_and_operator_errors(tmp_path: Path) -> None:
+    import dataclasses
+
+    from edge_agent.agent import Agent, AgentConfig
+    from edge_agent.mqtt.transport import Message
+    from spanedge.loader import load_app
+    from spanedge.sites import parse_sites
+    from spanedge.testing import local_plan
+    from spanedge.wire.heartbeat import decode, encode
+    from tests.unit.edge_agent.test_agent import APP_FILE, SITES
+    from tests.unit.fakes import FakeTransport
+
+    sites = parse_sites(SITES)
+    plan = dataclasses.replace(local_plan(load_app(APP_FILE), sites), app_source=APP_FILE.read_text())
+    agent = Agent(AgentConfig("truck-7", sites, tmp_path), [plan], connect=FakeTransport)
+    agent.apply([plan])
+    assert agent.heartbeat().counters == {"cold-chain": {"dlq": 0, "late": 0, "errors": 0}}
+    source = agent.intake.transports["truck-7"]
+    bodies = [b"not json", orjson.dumps({"unit": "u1", "ts": 1000.0, "temp_f": "hot"})]  # to_celsius raises
+    bodies += [orjson.dumps({"unit": "u1", "ts": 1000.0 + i, "temp_f": "cold"}) for i in range(2)]
+    agent._handle([Message("trucks/7/u1/temp", b, 1, i, source, 0.0) for i, b in enumerate(bodies, 1)])  # type: ignore[arg-type]
+    agent.processor.flush()
+    beat, dropped = decode(encode(agent.heartbeat()))
+    assert dropped == []
+    assert beat.counters == {"cold-chain": {"dlq": 4, "late": 0, "errors": 3}}
+    assert beat.dlq == 4
+    agent.outbox.close()
+
+
 class QosTransport(FakeTransport):
     """A site-broker stand-in that also records the QoS of each publish."""
 

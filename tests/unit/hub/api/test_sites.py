@@ -104,12 +104,14 @@ def test_the_sites_answer_is_what_the_response_model_gives() -> None:
 
     assert orjson.loads(answer.body(registry)) == expected()
     odd = {"site": "b", "ts": 4, "dlq": "many", "cpu_percent": 7, "outbox": [1], "apps": "x"}
+    odd["counters"] = {"x": {"dlq": 2, "late": 0, "errors": 1}}
     assert registry.heartbeat("b", orjson.dumps(odd))
     clock.now += 5
     shown = orjson.loads(answer.body(registry))
     assert shown == expected()
     b = next(s for s in shown["sites"] if s["site"] == "b")
     assert (b["dlq"], b["cpu_percent"], b["outbox"], b["apps"], b["alive"]) == (None, 7.0, {}, [], True)
+    assert b["counters"] == {"x": {"dlq": 2, "late": 0, "errors": 1}}  # per app, beside the site's total
     other = SiteRegistry(parse_sites(SITES), clock=clock)
     assert orjson.loads(answer.body(other))["sites"][1]["apps"] == []  # another registry: nothing kept from the first
 

@@ -62,3 +62,22 @@ def test_dead_letter_of_bounds_text_and_bytes_alike() -> None:
     raw = DeadLetter.of("r", "op", b"a" * 5000, "s", 1.0, limit=10)
     assert text == raw
     assert (text.payload, text.size, text.truncated) == ("a" * 10, 5000, True)
+
+
+def test_only_a_user_function_that_raised_marks_its_dead_letter_an_error() -> None:
+    app = App("dead")
+
+    def strict(r: dict) -> dict:
+        return {**r, "temp_c": (float(r["temp_f"]) - 32) / 1.8}
+
+    app.source("readings", time_field="ts").map(strict, name="strict").sink(sinks.memory("kept"), name="kept_out")
+    pipeline = edge_part(app, "truck-7", clock=lambda: 2000.0)
+    source = next(iter(pipeline.sources))
+    pipeline.process(source, b"not json")
+    pipeline.process(source, orjson.dumps({"ts": 1999.0, "temp_f": "hot"}))
+    pipeline.process(source, orjson.dumps({"ts": 1999.0, "temp_f": 50}))
+    bad_json, raised = pipeline.take().dlq
+    assert (bad_json.error, raised.error) == (False, True)
+    assert raised.reason.startswith("strict (")
+    assert "raised ValueError" in raised.reason
+    assert "error" not in orjson.loads(raised.to_json())  # the DLQ message stays as it was

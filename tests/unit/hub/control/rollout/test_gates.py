@@ -11,19 +11,27 @@ from hypothesis import strategies as st
 from hub.control.rollout.gates import GRAMMAR, Gate, GateResult, evaluate, format_gates, parse_gates
 from hub.control.rollout.metrics import METRICS, Beat, Context, increase
 from spanedge.errors import InvalidRollout
-from spanedge.wire.heartbeat import Heartbeat
+from spanedge.wire.heartbeat import COUNTERS, Heartbeat
 
 CONTEXT = Context("cold-chain", frozenset({"readings"}), {"truck-1": 1.0, "truck-2": 0.5})
 
 
-def beats(site: str, *rows: dict[str, Any], start: float = 0.0, every: float = 5.0) -> list[Beat]:
-    """Heartbeats of ``site`` every ``every`` s; ``taken`` is the source's ``in`` count."""
+def beats(site: str, *rows: dict[str, Any], start: float = 0.0, every: float = 5.0, older: bool = False) -> list[Beat]:
+    """Heartbeats of ``site`` every ``every`` s; ``taken`` is the source's ``in`` count.
+
+    ``dlq``, ``late`` and ``errors`` are the app's own counters, as an agent reports them; ``older``: ``dlq``
+    and ``late`` are the site's alone, as an agent older than per-app counters reports them.
+    """
     out = []
     for i, row in enumerate(rows):
         fields = dict(row)
         taken = fields.pop("taken", None)
         if taken is not None:
             fields["operators"] = {f"readings@{site}": {"in": taken, "out": taken}}
+        if not older:
+            own = {c: fields.pop(c) for c in COUNTERS if c in fields}
+            if own:
+                fields["counters"] = {CONTEXT.app: own}
         out.append(Beat(site, start + i * every, Heartbeat(site=site, **fields)))
     return out
 
@@ -48,6 +56,8 @@ def test_the_issue_s_gates_parse() -> None:
         ("outbox_backlog<1000", Gate("outbox_backlog", 1000.0, text="1000")),
         ("watermark_lag<500ms", Gate("watermark_lag", 0.5, text="500ms")),
         ("watermark_lag<2m", Gate("watermark_lag", 120.0, text="2m")),
+        ("errors<5", Gate("errors", 5.0, text="5")),
+        ("errors<=0.5/min", Gate("errors", 0.5, inclusive=True, text="0.5/min")),
     ],
 )
 def test_each_metric_takes_its_limit_in_its_unit(text: str, gate: Gate) -> None:
@@ -65,7 +75,8 @@ def test_no_gate_at_all_is_allowed() -> None:
         ("cpu=0.8", "gate 1 'cpu=0.8'", "a gate is an upper limit"),
         ("cpu", "gate 1 'cpu'", "is not METRIC<LIMIT"),
         ("cpu<0.8,", "gate 2 ''", "is empty"),
-        ("errors<3", "gate 1 'errors<3'", "names no metric"),
+        ("crashes<3", "gate 1 'crashes<3'", "names no metric"),
+        ("errors<lots", "gate 1 'errors<lots'", "a number per minute such as 5 or 5/min"),
         ("cpu<0.8, cpu<0.9", "gate 2 'cpu<0.9'", "repeats metric cpu"),
         ("cpu<fast", "gate 1 'cpu<fast'", "a fraction such as 0.01 or a percentage such as 1%"),
         ("cpu<-1", "gate 1 'cpu<-1'", "a fraction such as 0.01"),
@@ -87,7 +98,7 @@ def test_a_malformed_gate_is_named_with_the_grammar(text: str, part: str, why: s
 @given(st.lists(st.tuples(st.sampled_from(sorted(METRICS)), st.booleans()), unique_by=lambda g: g[0], max_size=6))
 def test_what_format_writes_parse_reads_back(spec: list[tuple[str, bool]]) -> None:
     defaults = {"dead_letter_rate": "1%", "late_rate": "0.02", "cpu": "80%", "rss": "1GiB"}
-    defaults |= {"outbox_backlog": "500", "watermark_lag": "5s"}
+    defaults |= {"outbox_backlog": "500", "watermark_lag": "5s", "errors": "5/min"}
     gates = parse_gates(", ".join(f"{m}{'<=' if inc else '<'}{defaults[m]}" for m, inc in spec))
     assert parse_gates(format_gates(gates)) == gates
 
@@ -152,6 +163,69 @@ def test_a_site_running_several_apps_counts_this_app_s_sources() -> None:
     ]
     window = [Beat("truck-1", 5.0 * i, Heartbeat(site="truck-1", dlq=i, operators=o)) for i, o in enumerate(ops)]
     assert only("dead_letter_rate<0.5", window).value == pytest.approx(0.01)
+
+
+def test_the_dead_letter_rate_counts_the_app_s_own_dead_letters_not_the_site_s() -> None:
+    other = {"other": {"dlq": 0, "late": 0, "errors": 0}}
+    window = []
+    for i in range(3):  # the site dead-letters 500 of another app's records per beat, none of this app's
+        counters = {CONTEXT.app: {"dlq": 1, "late": 0, "errors": 0}, "other": {"dlq": 500 * i}} | ({} if i else other)
+        ops = {"cold-chain/readings@truck-1": {"in": 100 * i}, "other/readings@truck-1": {"in": 500 * i}}
+        beat = Heartbeat(site="truck-1", dlq=1 + 500 * i, counters=counters, operators=ops)
+        window.append(Beat("truck-1", 5.0 * i, beat))
+    result = only("dead_letter_rate<0.01", window)
+    assert (result.value, result.passed, result.note) == (0.0, True, "")
+
+
+def test_an_older_agent_s_site_wide_counters_stand_in_with_a_note() -> None:
+    window = beats("truck-1", {"dlq": 0, "taken": 0}, {"dlq": 30, "taken": 1000}, older=True)
+    result = only("dead_letter_rate<0.01", window)
+    assert (result.value, result.passed) == (0.03, False)
+    assert result.note == "every app's at the site: the agent counts none per app"
+    assert result.describe() == (
+        "dead_letter_rate 3% at truck-1 (limit < 1%, every app's at the site: the agent counts none per app)"
+    )
+    late = beats("truck-1", {"late": 0, "taken": 0}, {"late": 0, "taken": 0}, older=True)
+    assert (
+        only("late_rate<0.01", late).note
+        == "no record taken in; every app's at the site: the agent counts none per app"
+    )
+
+
+def test_errors_are_the_app_s_operator_errors_per_minute_on_the_hub_s_clock() -> None:
+    # 10 more errors every 5 s: 120 a minute, the agent's clock and the other apps left out
+    window = beats("truck-1", *({"errors": 10 * i, "ts": 99.0} for i in range(4)))
+    result = only("errors<5", window)
+    assert (result.value, result.passed, result.site) == (pytest.approx(120.0), False, "truck-1")
+    assert result.describe() == "errors 120/min at truck-1 (limit < 5/min)"
+    quiet = beats("truck-1", {"errors": 7}, {"errors": 7}, {"errors": 7})
+    assert (only("errors<5", quiet).value, only("errors<5", quiet).passed) == (0.0, True)
+    assert only("errors<=0", quiet).passed
+    restarted = beats("truck-1", {"errors": 40}, {"errors": 41}, {"errors": 1}, every=30.0)  # the agent restarted
+    assert only("errors<5", restarted).value == pytest.approx(2 / 1.0)
+
+
+def test_errors_need_two_heartbeats_that_count_the_app() -> None:
+    one = only("errors<5", beats("truck-1", {"errors": 3}))
+    assert (one.value, one.passed) == (None, False)
+    assert one.note == "one heartbeat in the window: no counter increase per minute"
+    older = only("errors<5", beats("truck-1", {"dlq": 3}, {"dlq": 9}, older=True))
+    assert (older.value, older.passed) == (None, False)
+    assert older.note == (
+        "no heartbeat counting app 'cold-chain''s 'errors' in the window: no counter increase per minute"
+        " (an agent older than the hub counts none; upgrade it or drop the gate)"
+    )
+
+
+def test_a_version_whose_operator_raises_fails_its_canary_on_errors_alone() -> None:
+    canary = beats("truck-1", *({"errors": 20 * i, "dlq": 20 * i, "taken": 20 * i} for i in range(3)))
+    steady = beats("truck-2", *({"errors": 3, "dlq": 3, "taken": 20 * i} for i in range(3)))
+    verdict = evaluate(parse_gates("errors<1, cpu<0.8"), canary + steady, ("truck-1", "truck-2"), 0, 60, CONTEXT)
+    assert not verdict.passed
+    errors, cpu = verdict.gates
+    assert (errors.site, errors.failed, errors.value) == ("truck-1", ("truck-1",), pytest.approx(240.0))
+    assert (cpu.passed, cpu.note) == (True, "not reported")
+    assert verdict.reason == "failed: errors 240/min at truck-1 (limit < 1/min)"
 
 
 def test_cpu_is_the_mean_share_of_the_budget_reported_else_declared() -> None:

@@ -136,6 +136,7 @@ class Fleet:
                 "ts": self.clock.now,
                 "operators": {f"readings@{site}": {"in": self.counts[site]}},
                 "dlq": self.dead[site],
+                "counters": {"demo": {"dlq": self.dead[site], "late": 0, "errors": self.dead[site]}},
                 "sources": {"demo": self.running[site]} if site in self.running else {},
             }
             assert self.coordinator.heartbeat(site, beat)

@@ -46,7 +46,8 @@ def healthy(sites: tuple[str, ...], start: float, end: float, dead: float = 0.0)
     for site in sites:
         for i, at in enumerate(range(int(start), int(end) + 1, 5)):
             ops = {f"readings@{site}": {"in": 100 * i, "out": 100 * i}}
-            beat = Heartbeat(site=site, dlq=int(100 * i * dead), cpu_percent=20.0, operators=ops)
+            counters = {"cold-chain": {"dlq": int(100 * i * dead)}}
+            beat = Heartbeat(site=site, counters=counters, cpu_percent=20.0, operators=ops)
             out.append(Beat(site, float(at), beat))
     return out
 
