@@ -160,6 +160,7 @@ class Hub:
             self.registry,
             distributor=self.distributor,
             store=self.store,
+            documents=documents,
             drift_threshold=config.drift_threshold,
             min_replan_interval_s=config.min_replan_interval_s,
             handover_wait_s=config.handover_wait_s,

@@ -31,7 +31,7 @@ from hub.control.replanning import Replanner
 from hub.control.rollout.records import RolloutStore
 from hub.control.rollout.runner import RolloutRunner
 from hub.control.site_health import HealthPolicy
-from hub.control.state import AppRecord, StateStore
+from hub.control.state import AppRecord, Documents, StateStore
 from hub.handover.frontiers import SiteFrontiers
 from hub.handover.holds import DEFAULT_LIMIT_S, HandoverHolds, Mark
 from hub.handover.switches import DEFAULT_DELAY_S
@@ -64,6 +64,7 @@ class Coordinator:
         distributor: PlanDistributor | None = None,
         engine: Engine | None = None,
         store: StateStore | None = None,
+        documents: Documents | None = None,
         drift_threshold: float = 0.5,
         min_replan_interval_s: float = 60.0,
         latency_floor_ms: float = 5.0,
@@ -81,6 +82,7 @@ class Coordinator:
             distributor: publishes plans to the sites (None: not distributed).
             engine: runs hub-placed operators (None: control plane only).
             store: persists deployed apps (None: in memory only).
+            documents: keeps the rollouts in the shared database (``--ha``) rather than in ``store``'s directory.
             drift_threshold: relative change of a latency or rate that triggers a re-plan.
             min_replan_interval_s: an app is re-planned at most this often.
             latency_floor_ms: changes are relative to at least this latency, so 1→2 ms is no drift.
@@ -106,7 +108,7 @@ class Coordinator:
         )
         self.deployments = Deployments(self.handovers, distributor=distributor, engine=engine, store=store)
         self.replanner = Replanner(registry, planner, self.analysis, self.handovers, self.deployments, clock)
-        rollouts = RolloutStore(store.root) if store is not None else None
+        rollouts = RolloutStore(store.root, documents) if store is not None else None
         self.rollouts = RolloutRunner(self.deployments, registry, self.replanner.plan, rollouts, clock)
         self.replanner.rolling = self.rollouts.rolling
         self.on_join: Callable[[str, float], None] | None = None

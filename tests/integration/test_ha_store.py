@@ -222,3 +222,63 @@ def test_the_lease_records_its_holders_url_and_a_takeover_replaces_it(
     current = a.store.current()
     assert current is not None
     assert (current.holder, current.epoch, current.url) == ("hub-b", 2, None)
+
+
+def test_a_rollout_lives_in_the_database_and_the_next_leader_goes_on_with_it(
+    dsn: str, dbs: list[Database], tmp_path: Path
+) -> None:
+    """A rollout in progress is one fenced document: the hub that takes over resumes it, the old one cannot write."""
+    from hub.control.coordinator import Coordinator
+    from hub.control.distribution import PlanDistributor
+    from hub.control.registry import SiteRegistry
+    from hub.control.rollout.model import Status
+    from spanedge.sites import parse_sites
+    from tests.keys import KEY
+    from tests.unit.hub.control.rollout.test_runner import SITES, V1, V2, Fleet, local_planner
+
+    class SharedFleet(Fleet):
+        """The rollout runner's fleet over the shared database instead of a state directory."""
+
+        def __init__(self, store: PgStateStore) -> None:
+            self.shared = store
+            super().__init__(store.root)
+
+        def open(self) -> Coordinator:
+            return Coordinator(
+                SiteRegistry(parse_sites(SITES)),
+                planner=local_planner,
+                distributor=PlanDistributor(self.publisher, KEY, self.shared),
+                store=self.shared,
+                documents=self.shared,
+                clock=self.clock,
+            )
+
+    a, b = contender(dsn, "hub-a", dbs), contender(dsn, "hub-b", dbs)
+    assert a.try_acquire()
+    fleet = SharedFleet(PgStateStore(tmp_path / "a", dbs[0], a))
+    fleet.coordinator.deploy(V1, "app.py")
+    fleet.deliver()
+    record = fleet.coordinator.rollouts.deploy(V2, "app_v2.py", stages="kind=truck:1, *", hold_s=30)
+    (canary,) = record.rollout.stages[0].sites
+    fleet.deliver()
+    fleet.advance(10)
+    old = fleet.coordinator
+    assert not (tmp_path / "a" / "rollouts").exists()  # in the database, not in the state directory
+
+    wait_for(b.try_acquire, timeout=30, what="the standby to take the lapsed lease", poll=0.1)
+    fleet.shared = PgStateStore(tmp_path / "b", dbs[1], b)
+    fleet.coordinator = fleet.open()
+    fleet.coordinator.resume()
+    rollout = fleet.coordinator.rollouts.record("demo").rollout  # type: ignore[union-attr]
+    assert rollout.status is Status.HOLDING
+    assert tuple(rollout.stages[0].sites) == (canary,)
+    assert "the hub restarted" in rollout.steps[-1].reason
+
+    a.renewed_at = a.clock()  # the old leader, resumed, still believes it leads
+    with pytest.raises(StaleEpoch):
+        old.rollouts.roll_back("demo")
+    fleet.deliver()
+    fleet.advance(35)
+    fleet.deliver()
+    fleet.advance(40)
+    assert fleet.coordinator.rollouts.record("demo").rollout.status is Status.PASSED  # type: ignore[union-attr]
