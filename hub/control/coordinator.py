@@ -87,10 +87,9 @@ class Coordinator:
             min_replan_interval_s: an app is re-planned at most this often.
             latency_floor_ms: changes are relative to at least this latency, so 1→2 ms is no drift.
             rate_floor: changes are relative to at least this many records/s.
-            handover_delay_s: event-time seconds from a re-plan to the switch of the replicas
-                it moves between sites (at least the plan distribution delay; see :mod:`hub.handover.switches`).
-            handover_wait_s: how long after a switch the hub's windows wait at most for a live
-                old owner's last records (:mod:`hub.handover.holds`).
+            handover_delay_s: event-time seconds from a re-plan to the switch of the replicas it moves (at least
+                the plan distribution delay; see :mod:`hub.handover.switches`).
+            handover_wait_s: how long after a switch the hub's windows wait for a live old owner (:mod:`hub.handover.holds`).
             health: when a spoke counts as over its CPU budget, recovered or gone (:mod:`hub.control.site_health`).
             clock: the time source (seconds; also the event-time clock of handovers).
         """
@@ -251,10 +250,7 @@ class Coordinator:
             True if the registry accepted it (see :meth:`hub.control.registry.SiteRegistry.heartbeat`).
         """
         if site in self.registry.revoked:
-            log.warning(
-                "ignoring a heartbeat on site '%s''s topic: the site was revoked ('spanedge site revoke')",
-                escaped(site),
-            )
+            log.warning("ignoring a heartbeat of revoked site '%s' ('spanedge site revoke')", escaped(site))
             return False
         data: Any = payload
         if isinstance(payload, bytes | bytearray):
