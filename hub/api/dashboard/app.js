@@ -28,7 +28,11 @@
     colours: new Map(),
     dagKey: "",
     rateNodes: new Map(),
+    sitesFilter: "",
+    sitesPage: 0,
   };
+  const SITES_PER_PAGE = 50;
+  const MATRIX_SITES = 20;
 
   // -- DOM helpers ------------------------------------------------------------------------------
 
@@ -385,8 +389,45 @@
 
   const clip = (text, n) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
 
+  // -- sites: problems first, filtered by name or label, a page at a time -------------------------
+
+  function siteTrouble(site) {
+    if (site.alive === false) return 0;
+    if (site.plan_expired || (site.connectors_down || []).length) return 1;
+    return 2;
+  }
+
+  function siteMatches(site, filter) {
+    if (!filter) return true;
+    return filter.split(/\s+/).filter(Boolean).every((term) => {
+      const [key, value] = term.split("=", 2);
+      if (value !== undefined) return (site.labels || {})[key] === value;
+      return site.site.toLowerCase().includes(term.toLowerCase());
+    });
+  }
+
+  function shownSites(sites) {
+    const matching = sites.filter((site) => siteMatches(site, state.sitesFilter));
+    matching.sort((a, b) => siteTrouble(a) - siteTrouble(b) || a.site.localeCompare(b.site));
+    const pages = Math.max(1, Math.ceil(matching.length / SITES_PER_PAGE));
+    state.sitesPage = Math.min(state.sitesPage, pages - 1);
+    const first = state.sitesPage * SITES_PER_PAGE;
+    return { matching, pages, page: matching.slice(first, first + SITES_PER_PAGE), first };
+  }
+
   function drawSites(sites) {
-    $("sites").replaceChildren(...sites.map((site) => {
+    const { matching, pages, page, first } = shownSites(sites);
+    const down = sites.filter((site) => site.alive === false).length;
+    const count = $("sites-count");
+    count.dataset.total = String(sites.length);
+    count.dataset.matching = String(matching.length);
+    count.dataset.down = String(down);
+    count.textContent = `${matching.length === sites.length ? "" : `${matching.length} of `}${sites.length}` +
+      `${down ? `, ${down} down` : ""}`;
+    $("sites-page").textContent = matching.length ? `${first + 1}–${first + page.length} · page ${state.sitesPage + 1}/${pages}` : "none match";
+    $("sites-prev").disabled = state.sitesPage === 0;
+    $("sites-next").disabled = state.sitesPage >= pages - 1;
+    $("sites").replaceChildren(...page.map((site) => {
       const status = site.alive === null ? "none" : site.alive ? "up" : "down";
       const label = { up: "up", down: "down", none: "no agent" }[status];
       const stale = isNum(site.stale_s);
@@ -442,6 +483,10 @@
   const cls = (base, count) => (isNum(count) && count > 0 ? `${base} warn` : base);
 
   function drawLinks(sites, links) {
+    if (sites.length > MATRIX_SITES) {
+      drawSlowLinks(sites, links);
+      return;
+    }
     const names = sites.map((site) => site.site);
     const byPair = new Map(links.map((l) => [`${l.src}\u0000${l.dst}`, l]));
     if (names.length < 2) {
@@ -463,6 +508,26 @@
       h("small", { text: measured ? `decl. ${num(link.declared_ms)} · ${seconds(link.age_s)}` : "declared" }));
     })));
     $("links").replaceChildren(h("table", { class: "matrix" }, h("thead", {}, head), h("tbody", {}, ...rows)));
+  }
+
+  // above MATRIX_SITES sites the snapshot carries the measured links only: the slowest against their declared value
+  function drawSlowLinks(sites, links) {
+    const measured = links.filter((l) => isNum(l.measured_ms));
+    const ratio = (l) => (isNum(l.declared_ms) && l.declared_ms > 0 ? l.measured_ms / l.declared_ms : Infinity);
+    const slowest = [...measured].sort((a, b) => ratio(b) - ratio(a) || b.measured_ms - a.measured_ms).slice(0, 20);
+    const note = h("p", { class: "note", "data-testid": "links-note",
+      text: `${sites.length} sites: the matrix is shown up to ${MATRIX_SITES}. ${measured.length} measured links; the 20 slowest against their declared latency:` });
+    const rows = slowest.map((l) => h("tr", { "data-testid": "slow-link", "data-src": l.src, "data-dst": l.dst },
+      h("td", {}, swatch(l.src), document.createTextNode(l.src)),
+      h("td", {}, swatch(l.dst), document.createTextNode(l.dst)),
+      h("td", { class: "num", text: `${num(l.measured_ms)} ms` }),
+      h("td", { class: "num", text: isNum(l.declared_ms) ? `${num(l.declared_ms)} ms` : dash }),
+      h("td", { class: "num", text: isNum(ratio(l)) && ratio(l) !== Infinity ? `${num(ratio(l), 1)}×` : dash }),
+      h("td", { class: "num", text: seconds(l.age_s) })));
+    const table = h("table", { "data-testid": "slow-links" },
+      h("thead", {}, h("tr", {}, ...["From", "To", "Measured", "Declared", "Ratio", "Age"].map((t, i) => h("th", { class: i > 1 ? "num" : "", text: t })))),
+      h("tbody", {}, ...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 6, class: "empty", text: "No link measured yet." }))])));
+    $("links").replaceChildren(note, table);
   }
 
   function drawHistory(app) {
@@ -674,6 +739,13 @@
     if (token) signIn(token);
   });
   $("signout").addEventListener("click", () => signOut(""));
+  $("sites-filter").addEventListener("input", (event) => {
+    state.sitesFilter = event.target.value.trim();
+    state.sitesPage = 0;
+    draw();
+  });
+  $("sites-prev").addEventListener("click", () => { state.sitesPage = Math.max(0, state.sitesPage - 1); draw(); });
+  $("sites-next").addEventListener("click", () => { state.sitesPage += 1; draw(); });
   setInterval(tick, 250);
   if (state.token) signIn(state.token);
   else showLogin("");

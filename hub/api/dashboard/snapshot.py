@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MATRIX_SITES = 20
+"""Up to this many sites the snapshot carries every pair's latency (the page's matrix); above, the measured pairs."""
+
 StatsSource = Callable[[], Mapping[str, Any]]
 """A callable that reports numbers: ``Engine.metrics`` or ``Ingest.stats``."""
 
@@ -156,6 +159,7 @@ class SiteView(TypedDict):
 
     site: str
     tier: str
+    labels: dict[str, str]
     alive: bool | None
     last_heartbeat_age_s: float | None
     stale_s: float | None
@@ -201,12 +205,17 @@ class HubView(TypedDict):
 
 
 class Snapshot(TypedDict):
-    """Everything the dashboard shows, as pushed on ``/dashboard/events``; ``generated_at`` is epoch seconds."""
+    """Everything the dashboard shows, as pushed on ``/dashboard/events``; ``generated_at`` is epoch seconds.
+
+    ``links`` holds every ordered pair of sites up to :data:`MATRIX_SITES` sites (``links_scope`` ``all``), and
+    only the measured pairs above (``measured``): the whole matrix of 1,000 sites would be a million rows a second.
+    """
 
     generated_at: float
     apps: list[AppView]
     sites: list[SiteView]
     links: list[LinkView]
+    links_scope: str
     hub: HubView
 
 
@@ -239,7 +248,9 @@ def build_snapshot(
     """
     errors: list[str] = []
     status: list[dict[str, Any]] = _read("site status", coordinator.registry.status, errors) or []
-    matrix: list[dict[str, Any]] = _read("latency matrix", coordinator.registry.matrix, errors) or []
+    whole = len(status) <= MATRIX_SITES
+    links = coordinator.registry.matrix if whole else coordinator.registry.measured_links
+    matrix: list[dict[str, Any]] = _read("latency matrix", links, errors) or []
     records: list[Any] = _read("deployed apps", coordinator.records, errors) or []
     engine = _read("engine metrics", engine_metrics, errors) if engine_metrics is not None else None
     ingest = _read("ingest stats", ingest_stats, errors) if ingest_stats is not None else None
@@ -259,6 +270,7 @@ def build_snapshot(
         "apps": apps,
         "sites": [site_view(s) for s in status],
         "links": [link_view(row) for row in matrix],
+        "links_scope": "all" if whole else "measured",
         "hub": hub_view(engine, ingest, errors),
     }
 
@@ -545,6 +557,7 @@ def site_view(row: Mapping[str, Any]) -> SiteView:
     return {
         "site": str(row.get("site")),
         "tier": tier,
+        "labels": {str(k): str(v) for k, v in (row.get("labels") or {}).items()},
         "alive": alive,
         "last_heartbeat_age_s": age,
         "stale_s": age if alive is False else None,

@@ -300,6 +300,7 @@ def test_sites_alive_down_and_the_hub_without_an_agent(coordinator: Coordinator,
     assert sites["truck-9"] == {
         "site": "truck-9",
         "tier": "spoke",
+        "labels": {},
         "alive": True,
         "last_heartbeat_age_s": 12.0,
         "stale_s": None,
