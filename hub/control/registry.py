@@ -189,19 +189,6 @@ class SiteRegistry:
         names = list(self.sites.sites)
         return [self.link(a, b) for a in names for b in names if a != b]
 
-    def measured_links(self) -> list[dict[str, Any]]:
-        """The pairs a site measured, as :meth:`matrix` gives them (a stale one shows its declared value).
-
-        Only the measured pairs are visited: a fleet of 1,000 sites has about a million pairs, a few thousand measured.
-        """
-        now = self._clock()
-        rows: list[dict[str, Any]] = []
-        for a in self.sites.sites:
-            with self._lock:
-                measured = [(b, self._links.measured(a, b)) for b in sorted(self._links.peers(a)) if b != a]
-            rows.extend(self._links.row(a, b, m, now) for b, m in measured if m is not None)
-        return rows
-
     def latency_rows(self) -> list[dict[str, Any]]:
         """The fresh measurements, in the row format of ``LatencyMatrix.with_measurements``.
 

@@ -249,7 +249,8 @@ def build_snapshot(
     errors: list[str] = []
     status: list[dict[str, Any]] = _read("site status", coordinator.registry.status, errors) or []
     whole = len(status) <= MATRIX_SITES
-    links = coordinator.registry.matrix if whole else coordinator.registry.measured_links
+    registry = coordinator.registry
+    links = registry.matrix if whole else lambda: [registry.link(r["src"], r["dst"]) for r in registry.latency_rows()]
     matrix: list[dict[str, Any]] = _read("latency matrix", links, errors) or []
     records: list[Any] = _read("deployed apps", coordinator.records, errors) or []
     engine = _read("engine metrics", engine_metrics, errors) if engine_metrics is not None else None
