@@ -6,7 +6,8 @@
     <state_dir>/ingest/<app>/               the durable ingest logs (hub.ingest.consumer)
     <state_dir>/checkpoints/<app>/          Spark checkpoints and sink state (hub.engine.engine)
     <state_dir>/ca/, tls/                   the hub's CA (spanedge.ca) and the REST API's certificate (hub.api.tls)
-    <state_dir>/models/<app>/<model>/       trained model versions, signed (hub.models.registry)
+    <state_dir>/models/<app>/<model>/       trained model versions, signed (hub.models.registry), and the
+                                            labelled records to train on, in history/ (hub.models.history)
     <state_dir>/fleet.json, join-tokens.json  sites added and revoked, join tokens (hub.control.enrolment)
     <state_dir>/hub-id.json, hub.lock       the hub's instance id and its lock (hub.control.identity, state_lock)
 

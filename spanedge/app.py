@@ -103,6 +103,8 @@ class App:
         min_rows: int = 100,
         max_psi: float = 0.25,
         max_error: float | None = None,
+        history: str | float | None = None,
+        history_rows: int | None = None,
         **params: int,
     ) -> ModelSpec:
         """Declare a model the hub trains with Spark MLlib on the records of ``train_on``.
@@ -113,7 +115,9 @@ class App:
         training needs ``min_rows`` records; ``params`` are the algorithm's
         (``k``, ``trees``, ``depth``, ``max_iter``). Score with :meth:`Stream.predict`.
         A site reporting a population stability index over ``max_psi``, or a live
-        error over ``max_error``, makes the hub train a new version.
+        error over ``max_error``, makes the hub train a new version. The hub keeps
+        the records of ``train_on`` of the last ``history`` (default ``"7d"``), the
+        newest ``history_rows`` at most (default 100 000, or ``min_rows`` if more), and trains on those.
         """
         location = _caller_location()
         if not isinstance(train_on, Stream) or train_on.app is not self:
@@ -131,6 +135,8 @@ class App:
             location=location,
             max_psi=max_psi,
             max_error=max_error,
+            history=history,
+            history_rows=history_rows,
         )
         existing = self._models.get(spec.name)
         if existing is not None:

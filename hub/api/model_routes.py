@@ -88,6 +88,8 @@ class ModelDetail(BaseModel):
     cost_per_record_s: float = Field(description="the placement's estimate of CPU core-seconds per record scored")
     max_psi: float = Field(description="a site's PSI over this trains a new version")
     max_error: float | None = Field(description="a site's live error over this trains a new version (null: none)")
+    history_s: float = Field(description="the hub keeps the labelled records of this many seconds back to train on")
+    history_rows: int = Field(description="the most labelled records the hub keeps to train on (the newest)")
     versions: list[VersionView]
     sites: dict[str, SiteModelView] = Field(description="per site that predicts with it or was sent a version")
 
@@ -164,6 +166,19 @@ def coordinator_apps(coordinator: Coordinator) -> Callable[[str], App]:
 AppName = Annotated[str, Path(description="the app's name", json_schema_extra={"pattern": APP_NAME_PATTERN})]
 ModelName = Annotated[str, Path(description="the model's name", json_schema_extra={"pattern": NAME_PATTERN})]
 
+#: The parts of a model's declaration its REST view shows as declared.
+_DECLARED = (
+    "algorithm",
+    "features",
+    "label",
+    "train_on",
+    "every_s",
+    "min_rows",
+    "params",
+    "location",
+    "history_s",
+    "history_rows",
+)
 _CONFLICT = {"model": ErrorResponse, "description": "another model is training at this hub; try again later"}
 _NO_SPARK = {"model": ErrorResponse, "description": "this hub runs without Spark, so it cannot train"}
 
@@ -198,10 +213,7 @@ def model_router(coordinator: Coordinator, service: ModelService, admin: Sequenc
         return {
             "app": name,
             "model": model,
-            **{
-                k: declared[k]
-                for k in ("algorithm", "features", "label", "train_on", "every_s", "min_rows", "params", "location")
-            },
+            **{k: declared[k] for k in _DECLARED},
             "size_estimate_bytes": spec.size_bytes,
             "cost_per_record_s": spec.cost_per_record,
             "max_psi": spec.max_psi,

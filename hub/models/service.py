@@ -1,13 +1,15 @@
 """Training on demand and on schedule from the records the hub holds for a model's ``train_on`` stream.
 
-The records are those of the app's ingest log (:mod:`hub.ingest.log`) on
-that stream, newest :data:`MAX_ROWS` at most: the log keeps what its readers
-have not yet consumed, so the history a model sees is a window the hub holds.
-One model trains at a time per hub.
+The records are those of the model's history (:mod:`hub.models.history`,
+under ``<state_dir>/models/<app>/<model>/history/``), which the service
+fills from the app's ingest log (:mod:`hub.models.feed`) at each check of the
+schedule and before each training; the log itself keeps only what its
+readers have not consumed yet. One model trains at a time per hub.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -15,18 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from hub.models import feed
+from hub.models.history import Bounds, History
 from hub.models.registry import ModelRegistry
 from hub.models.training import TrainingFailed, train
 from spanedge.app import App
+from spanedge.errors import SpanEdgeError
 from spanedge.models.spec import ModelSpec
 from spanedge.models.version import ModelVersion
 
 log = logging.getLogger(__name__)
-
-#: A training reads at most this many records (the newest).
-MAX_ROWS = 200_000
 
 
 class TrainingBusy(RuntimeError):
@@ -72,6 +72,8 @@ class ModelService:
         self.spark = spark
         self.clock = clock
         self._training = threading.Lock()
+        self._feeding = threading.Lock()  # the histories change and are read under it
+        self._histories: dict[tuple[str, str], History] = {}
         self.on_trained: Callable[[ModelVersion], ModelVersion] | None = None
         self.link: Any = None  # what sends the versions out (hub.models.link.ModelLink), if anything
         self.drift_check: Callable[[list[str]], list[ModelVersion]] | None = None
@@ -87,21 +89,66 @@ class ModelService:
             raise KeyError(msg)
         return models[model]
 
-    def records(self, app: str, stream: str) -> list[dict[str, Any]]:
-        """The newest :data:`MAX_ROWS` record values of ``stream`` in ``app``'s ingest log, with ``event_time``."""
-        from hub.ingest.log import head, iter_lines, tail
+    def history(self, app: str, model: str) -> History:
+        """The labelled history of ``app``'s ``model``, with the bounds it declares now."""
+        spec = self.spec(app, model)
+        bounds = Bounds(spec.history, spec.history_rows)
+        held = self._histories.get((app, model))
+        if held is None:
+            held = self._histories[(app, model)] = History(
+                self.registry.root / app / model / "history", bounds, self.clock
+            )
+        held.bounds = bounds
+        return held
 
-        folder = self.ingest_dir / app
-        if not folder.is_dir():
-            return []
-        rows: list[dict[str, Any]] = []
-        for line in iter_lines(folder, head(folder), tail(folder)):
-            if line["stream"] != stream:
-                continue
-            value = orjson.loads(line["value"])
-            if isinstance(value, dict):
-                rows.append({**value, "event_time": line["event_time"]})
-        return rows[-MAX_ROWS:]
+    def follow(self, apps: list[str]) -> None:
+        """Read the ingest log of each of ``apps`` that has a model, so that its labelled records are kept for training.
+
+        A hub without Spark trains nothing and reads no log.
+        """
+        if self.spark is None:
+            return
+        for app in apps:
+            with contextlib.suppress(KeyError, SpanEdgeError):
+                if self.app_of(app).models:
+                    feed.follow(self.ingest_dir / app)
+
+    def take_in(self, apps: list[str]) -> int:
+        """Copy the new labelled records of ``apps``' logs into their models' histories; return how many were kept."""
+        if self.spark is None:
+            return 0
+        self.follow(apps)
+        kept = 0
+        with self._feeding:
+            for app in apps:
+                try:
+                    models = self.app_of(app).models
+                except (KeyError, SpanEdgeError):
+                    continue
+                targets: dict[str, list[History]] = {}
+                for name, spec in models.items():
+                    targets.setdefault(spec.train_on, []).append(self.history(app, name))
+                if targets:
+                    kept += feed.drain(self.ingest_dir / app, targets)
+        return kept
+
+    def unfollow_others(self, apps: list[str]) -> None:
+        """Stop reading the logs of the apps that are not in ``apps`` or have no model any more."""
+        if not self.ingest_dir.is_dir():
+            return
+        for folder in sorted(p for p in self.ingest_dir.iterdir() if p.is_dir()):
+            try:
+                gone = folder.name not in apps or not self.app_of(folder.name).models
+            except KeyError:
+                gone = True
+            if gone and feed.following(folder):
+                feed.unfollow(folder)
+
+    def records(self, app: str, model: str) -> list[dict[str, Any]]:
+        """The record values ``app``'s ``model`` trains on now, each with its ``event_time``, oldest first."""
+        self.take_in([app])
+        with self._feeding:
+            return self.history(app, model).rows()
 
     def train(self, app: str, model: str, reason: str) -> ModelVersion:
         """Train and store the next version of ``app``'s ``model``.
@@ -122,11 +169,13 @@ class ModelService:
         try:
             session = self.spark()
             columns = [*spec.features, *([spec.label] if spec.label else []), "event_time"]
-            rows = [tuple(_number(r.get(c)) for c in columns) for r in self.records(app, spec.train_on)]
+            rows = [tuple(_number(r.get(c)) for c in columns) for r in self.records(app, model)]
             if len(rows) < spec.min_rows:
                 msg = (
-                    f"{spec.describe()}: the hub holds {len(rows)} records of '{spec.train_on}', "
-                    f"fewer than min_rows={spec.min_rows}; wait for more labelled records or lower min_rows"
+                    f"{spec.describe()}: the hub holds {len(rows)} records of '{spec.train_on}' in the model's "
+                    f"history (the last {spec.history:g} s, the newest {spec.history_rows} at most), fewer than "
+                    f"min_rows={spec.min_rows}; wait for more labelled records, lower min_rows, "
+                    "or raise history= or history_rows="
                 )
                 raise TrainingFailed(msg)
             schema = ", ".join(f"`{c}` double" for c in columns)
@@ -172,6 +221,11 @@ class ModelService:
     def run_schedule(self, apps: list[str]) -> list[ModelVersion]:
         """Train every model that is due, then those drift calls for; a training that fails is logged and retried later."""
         made = []
+        try:
+            self.take_in(apps)
+            self.unfollow_others(apps)
+        except OSError:
+            log.exception("copying the labelled records of the ingest logs into the models' histories failed")
         for app, model in self.due(apps):
             try:
                 made.append(self.train(app, model, "scheduled"))

@@ -24,6 +24,9 @@ MAX_DEPTH = 20
 MAX_CLUSTERS = 1000
 #: ``min_rows`` is at most this (a training reads at most :data:`MAX_TRAINING_ROWS` records).
 MAX_TRAINING_ROWS = 10_000_000
+#: By default the hub keeps (and trains on) the labelled records of the last 7 days, the newest 100 000 at most.
+DEFAULT_HISTORY_S = 7 * 86400.0
+DEFAULT_HISTORY_ROWS = 100_000
 
 
 class Algorithm(enum.StrEnum):
@@ -67,6 +70,9 @@ class ModelSpec:
     of the declaration. The hub trains a new version when a site reports a
     population stability index over ``max_psi`` or a live error over
     ``max_error`` (None: the error triggers nothing) for the version in force.
+    The hub keeps the records of ``train_on`` with an event time in the last
+    ``history`` seconds, the newest ``history_rows`` at most, and trains on
+    them (:mod:`hub.models.history`).
     """
 
     name: str
@@ -80,6 +86,8 @@ class ModelSpec:
     location: str = "<unknown>"
     max_psi: float = 0.25
     max_error: float | None = None
+    history: float = DEFAULT_HISTORY_S
+    history_rows: int = DEFAULT_HISTORY_ROWS
     _param_map: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -134,6 +142,8 @@ class ModelSpec:
             "location": self.location,
             "max_psi": self.max_psi,
             "max_error": self.max_error,
+            "history_s": self.history,
+            "history_rows": self.history_rows,
         }
 
 
@@ -161,12 +171,15 @@ def check_model(
     location: str,
     max_psi: object = 0.25,
     max_error: object = None,
+    history: object = None,
+    history_rows: object = None,
 ) -> ModelSpec:
     """Validate the arguments of ``app.model(...)`` and return the spec.
 
     Raises:
         InvalidDataflow: an unknown algorithm, no features, a bad ``every`` or ``min_rows``, a label missing for
-            a supervised algorithm (or given to k-means), an unknown or out-of-range parameter.
+            a supervised algorithm (or given to k-means), an unknown or out-of-range parameter, a bad
+            ``history`` or ``history_rows``.
     """
     where = f"model {name!r} ({location})"
     if not isinstance(name, str) or not _MODEL_NAME.match(name):
@@ -193,16 +206,9 @@ def check_model(
         _check_field(where, "label", label)
         if label in names:
             raise _fail(where, f"label {label!r} is also a feature; a model cannot learn a field from itself")
-    seconds: float | None = None
-    if every is not None:
-        if isinstance(every, bool) or not isinstance(every, str | int | float):
-            raise _fail(where, f"bad every: expected a duration such as '1h' or 3600, got {every!r}")
-        try:
-            seconds = parse_duration(every)
-        except ValueError as exc:
-            raise _fail(where, f"bad every: {exc}") from None
-        if seconds < 60:
-            raise _fail(where, f"every={every!r} is under a minute; train at most once a minute (e.g. every='10m')")
+    seconds = None if every is None else _duration(where, "every", every)
+    if seconds is not None and seconds < 60:
+        raise _fail(where, f"every={every!r} is under a minute; train at most once a minute (e.g. every='10m')")
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or not 1 <= min_rows <= MAX_TRAINING_ROWS:
         raise _fail(where, f"min_rows must be a whole number from 1 to {MAX_TRAINING_ROWS}, got {min_rows!r}")
     allowed = PARAMETERS[algo]
@@ -217,6 +223,7 @@ def check_model(
         checked.append((key, value))
     if algo is Algorithm.KMEANS and dict(checked).get("k", 2) < 2:
         raise _fail(where, "k-means needs k >= 2 clusters")
+    keep_s, keep_rows = _history(where, history, history_rows, min_rows)
     psi_limit = _threshold(where, "max_psi", max_psi)
     error_limit = None if max_error is None else _threshold(where, "max_error", max_error)
     if error_limit is not None and not algo.supervised:
@@ -233,7 +240,33 @@ def check_model(
         location=location,
         max_psi=psi_limit,
         max_error=error_limit,
+        history=keep_s,
+        history_rows=keep_rows,
     )
+
+
+def _duration(where: str, name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise _fail(where, f"bad {name}: expected a duration such as '1h' or 3600, got {value!r}")
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise _fail(where, f"bad {name}: {exc}") from None
+
+
+def _history(where: str, history: object, rows: object, min_rows: int) -> tuple[float, int]:
+    """The checked ``history`` (seconds) and ``history_rows``; the row cap defaults to at least ``min_rows``."""
+    seconds = DEFAULT_HISTORY_S if history is None else _duration(where, "history", history)
+    if seconds < 60:
+        raise _fail(where, f"history={history!r} is under a minute; keep at least a minute of records (e.g. '7d')")
+    if rows is None:
+        return seconds, max(DEFAULT_HISTORY_ROWS, min_rows)
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= MAX_TRAINING_ROWS:
+        raise _fail(where, f"history_rows must be a whole number from 1 to {MAX_TRAINING_ROWS}, got {rows!r}")
+    if rows < min_rows:
+        msg = f"history_rows={rows} keeps fewer records than min_rows={min_rows} needs; raise it or lower min_rows"
+        raise _fail(where, msg)
+    return seconds, rows
 
 
 def _threshold(where: str, name: str, value: object) -> float:

@@ -91,8 +91,8 @@ def records_between(
     return out
 
 
-def setup(tmp_path: Path, hub_url: str, site_url: str) -> tuple[Any, Any]:
-    """The sites (hub ``cloud``, gateway ``truck-7``) and the app with its plan."""
+def setup(tmp_path: Path, hub_url: str, site_url: str, source: str = APP_SOURCE) -> tuple[Any, Any]:
+    """The sites (hub ``cloud``, gateway ``truck-7``) and the app (``source``) with its plan."""
     text = f"""
 sites:
   cloud: {{tier: hub, broker: "{hub_url}"}}
@@ -104,9 +104,9 @@ sites:
 """
     sites = parse_sites(text)
     app_file = tmp_path / "plant.py"
-    app_file.write_text(APP_SOURCE)
+    app_file.write_text(source)
     app = load_app(app_file)
-    plan = dataclasses.replace(local_plan(app, sites), app_source=APP_SOURCE)
+    plan = dataclasses.replace(local_plan(app, sites), app_source=source)
     return sites, (app, plan)
 
 
@@ -130,13 +130,18 @@ def windows(observer: HubObserver) -> dict[tuple[str, float], dict[str, Any]]:
     return out
 
 
-def write_labelled(log_dir: Path, rows: list[dict[str, float]], t0: float) -> None:
-    """Write ``rows`` to an app's ingest log as records of stream ``labelled`` from ``truck-7``, as the hub does."""
+def write_labelled(log_dir: Path, rows: list[dict[str, float]], t0: float, first: int = 0) -> None:
+    """Write ``rows`` to an app's ingest log as records of stream ``labelled`` from ``truck-7``, as the hub does.
+
+    Their ``seq`` starts at ``first``; the rows become one sealed segment of the log.
+    """
     from hub.ingest.log import AppLog
     from spanedge.wire.log_line import LogLine, encode_lines
 
     lines = [
-        LogLine(site="truck-7", stream="labelled", seq=i, event_time=t0 + r["event_time"], key=None, value=dict(r))
+        LogLine(
+            site="truck-7", stream="labelled", seq=first + i, event_time=t0 + r["event_time"], key=None, value=dict(r)
+        )
         for i, r in enumerate(rows)
     ]
     log = AppLog(log_dir)

@@ -33,6 +33,7 @@ def test_a_declared_model_is_shown_and_training_without_spark_says_so(client) ->
     assert body["size_estimate_bytes"] > 0
     assert body["max_psi"] == 0.25
     assert body["max_error"] is None
+    assert (body["history_s"], body["history_rows"]) == (7 * 86400.0, 100_000)
     assert body["sites"] == {}
     trained = client.post("/apps/plant/models/wear/train", headers=AUTH, json={"reason": "test"})
     assert trained.status_code == 503

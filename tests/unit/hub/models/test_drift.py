@@ -140,7 +140,8 @@ def test_the_hubs_model_service_is_wired_to_its_plans_heartbeats_and_control(tmp
     service = hub_models(hub, {"plant": app}.__getitem__)
     assert service.spark is None
     assert service.check_every_s == 2.0
-    assert hub.distributor.before_send == service.link.sync
+    assert hub.distributor.before_send({}) == {}  # the link's sync, after the service follows the apps' logs
+    assert not (tmp_path / "ingest").exists()  # a hub without Spark trains nothing and reads no log
     assert service.on_trained is not None
     service.registry.save(make_version())
     service.on_trained(make_version())

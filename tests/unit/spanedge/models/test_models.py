@@ -76,6 +76,10 @@ def _app() -> tuple[App, object]:
         ({"trees": 3}, "has no parameter 'trees'"),
         ({"features": ["rms", "rms"]}, "listed twice"),
         ({"label": "rms"}, "is also a feature"),
+        ({"history": "forever"}, "bad history: expected a duration"),
+        ({"history": "30s"}, "history='30s' is under a minute"),
+        ({"history_rows": 0}, "history_rows must be a whole number from 1 to"),
+        ({"history_rows": 50, "min_rows": 100}, "history_rows=50 keeps fewer records than min_rows=100 needs"),
     ],
 )
 def test_a_bad_declaration_says_what_and_how(kwargs: dict[str, object], message: str) -> None:
@@ -85,6 +89,19 @@ def test_a_bad_declaration_says_what_and_how(kwargs: dict[str, object], message:
     with pytest.raises(InvalidDataflow, match=message) as err:
         app.model("wear", train_on=app.source("labelled"), **args)  # type: ignore[arg-type]
     assert "test_models.py:" in str(err.value)
+
+
+def test_the_history_defaults_to_a_week_or_100_000_rows_and_takes_a_duration() -> None:
+    app = App("plant")
+    labelled = app.source("labelled")
+    args: dict[str, object] = {"algorithm": "logistic_regression", "features": ["rms"], "label": "failed"}
+    plain = app.model("plain", train_on=labelled, **args)  # type: ignore[arg-type]
+    big = app.model("big", train_on=labelled, min_rows=200_000, **args)  # type: ignore[arg-type]
+    set_ = app.model("set", train_on=labelled, history="2h", history_rows=1500, **args)  # type: ignore[arg-type]
+    assert (plain.history, plain.history_rows) == (7 * 86400.0, 100_000)
+    assert big.history_rows == 200_000  # never fewer than a training needs
+    assert (set_.history, set_.history_rows) == (7200.0, 1500)
+    assert set_.to_dict()["history_s"] == 7200.0
 
 
 def test_predict_is_in_the_dag_with_its_cost_and_size() -> None:
