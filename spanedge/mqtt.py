@@ -104,6 +104,9 @@ HUB_PRESENCE = ClientSettings(persistent=False, keepalive=10, max_queued=100, re
 #: A hub sink publishing a micro-batch's results, waiting for every acknowledgement before the batch
 #: commits; the batch bounds the queue.
 HUB_SINK = ClientSettings(persistent=False, max_inflight=1_000, max_queued=0)
+#: ``spanedge preview --site``: reads a site's sensor topics for a while and publishes nothing, so it keeps no
+#: session at the broker (it must not take messages from an agent's) and queues next to nothing outgoing.
+PREVIEW_CAPTURE = ClientSettings(persistent=False, max_inflight=1, max_queued=1)
 
 
 def make_client(

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from spanedge.cli.errors import fail
-from spanedge.cli.params import PATH, Command, option
+from spanedge.cli.params import HUB_CA_HELP, PATH, Command, option
 
 if TYPE_CHECKING:
+    from spanedge.app import App
     from spanedge.cli.preview.records import Line
     from spanedge.cli.preview.run import Preview
 
@@ -52,9 +54,19 @@ def _deadline(seconds: float) -> Iterator[None]:
 
 @click.command(cls=Command)
 @click.argument("app_file", type=PATH, help="the app to preview")
-@option("--input", "-i", "input_file", type=PATH, required=True, help="JSON Lines file of records (-: stdin)")
+@option("--input", "-i", "input_file", type=PATH, help="JSON Lines file of records (-: stdin)")
 @option("--compare", type=PATH, help="another version of the app to run on the same records, side by side")
-@option("--site", default="edge", help="the site of the records whose line names none")
+@option(
+    "--site",
+    help="with --input: the site of the records whose line names none [default: edge]; "
+    "with --for: the site of sites.yaml whose live input to read",
+)
+@option("--for", "duration", help="read the site's live MQTT input for this long (at most 10m), e.g. 60s")
+@option("--sites", "sites_file", type=PATH, help="sites.yaml, for --for: the site's broker and topics")
+@option("--save", type=PATH, help="with --for: write the records read to this file, in the --input format")
+@option("--hub-url", "--hub", envvar="SPANEDGE_HUB_URL", help="compare against the version this hub runs")
+@option("--hub-ca", type=PATH, envvar="SPANEDGE_HUB_CA", help=HUB_CA_HELP)
+@option("--token", envvar="SPANEDGE_TOKEN", help="hub bearer token, for --hub-url")
 @option("--stream", help="read every line as a plain record of this source stream")
 @option(
     "--limit",
@@ -64,104 +76,231 @@ def _deadline(seconds: float) -> Iterator[None]:
 )
 @option("--json", "as_json", is_flag=True, help="print one JSON document")
 @option("--out-of-orderness", type=click.FloatRange(min=0), default=1.0, help="seconds the watermark stays behind")
-@option("--max-mb", type=click.IntRange(min=1), default=100, help="the largest input accepted, in MB")
-@option("--max-lines", type=click.IntRange(min=1), default=1_000_000, help="the most records accepted")
-@option("--timeout", default="300s", help="how long the preview may take, e.g. 30s or 5m")
+@option("--max-mb", type=click.IntRange(min=1), default=100, help="the largest input accepted (read), in MB")
+@option("--max-lines", type=click.IntRange(min=1), default=1_000_000, help="the most records accepted (read)")
+@option("--timeout", default="300s", help="how long running the preview may take, e.g. 30s or 5m")
 @option("--app-name", help="which App in each file, if several")
-def preview(
-    app_file: Path,
-    input_file: Path,
-    compare: Path | None,
-    site: str,
-    stream: str | None,
-    limit: int,
-    as_json: bool,
-    out_of_orderness: float,
-    max_mb: int,
-    max_lines: int,
-    timeout: str,
-    app_name: str | None,
-) -> None:
-    """Run an app over a file of records, offline, and print what each operator did and what each sink got.
+def preview(app_file: Path, input_file: Path | None, **options: Any) -> None:
+    """Run an app over a file of records, or a site's live input, and print what each operator did.
 
     Each line of the input is a record object, or {"stream": ..., "site": ..., "value": {...}}.
+    With --site SITE --for DURATION --sites sites.yaml, the records are read from the site's
+    MQTT broker instead, subscribing only, and the app runs over them once the time is up.
     The edge part runs per site as an agent would, the hub part once over every site's output.
     Exits with 2 on invalid input.
     """
-    from spanedge.durations import parse_duration
     from spanedge.errors import SpanEdgeError
-    from spanedge.names import name_problem
 
-    problem = name_problem(site, "site")
-    if problem is not None:
-        msg = f"--site: {problem}"
-        raise fail(msg)
-    try:
-        seconds = parse_duration(timeout)
-    except ValueError as exc:
-        msg = f"--timeout: {exc}"
-        raise fail(msg) from None
+    o = _Options(**options)
+    live = _mode(input_file, o)
+    seconds = _seconds(o.timeout, "--timeout")
     doing = [f"reading {input_file}"]
     try:
         with _deadline(seconds):
-            from spanedge.cli.preview.records import Limits, read_lines
-
-            lines = read_lines(input_file, Limits(max_mb * 1_000_000, max_lines), stream)
-            apps = [compare, app_file] if compare is not None else [app_file]
-            runs = [_run(path, lines, input_file, site, stream, app_name, out_of_orderness, doing) for path in apps]
+            candidate = _Version(app_file, _load(app_file, o.app_name, doing))
+            baseline = _baseline(candidate, o, doing)
+        if live:
+            lines, source = _live(candidate, o)
+        else:
+            assert input_file is not None
+            lines, source = _read(input_file, o), str(input_file)
+        versions = [baseline, candidate] if baseline is not None else [candidate]
+        with _deadline(seconds):
+            runs = [_run(v, lines, source, o, doing) for v in versions]
     except _PastDeadline:
-        msg = f"the preview did not finish within --timeout {timeout} ({doing[-1]}); pass a longer --timeout or fewer records"
+        msg = (
+            f"the preview did not finish within --timeout {o.timeout} ({doing[-1]}); "
+            "pass a longer --timeout or fewer records"
+        )
         raise fail(msg) from None
     except SpanEdgeError as exc:
         raise fail(exc) from None
-    _print(runs, apps, input_file, limit, as_json)
+    _print(runs, [v.where for v in versions], source, o.limit, o.as_json)
 
 
-def _run(
-    path: Path,
-    lines: list[Line],
-    input_file: Path,
-    site: str,
-    stream: str | None,
-    app_name: str | None,
-    out_of_orderness: float,
-    doing: list[str],
-) -> Preview:
-    """Load the app at ``path`` and run it over ``lines``; ``doing`` gets what is under way, for a timeout."""
-    from spanedge.cli.preview.records import by_site
-    from spanedge.cli.preview.run import run
+@dataclass(frozen=True)
+class _Options:
+    """The options of ``spanedge preview`` besides the app and the input file."""
+
+    compare: Path | None
+    site: str | None
+    duration: str | None
+    sites_file: Path | None
+    save: Path | None
+    hub_url: str | None
+    hub_ca: Path | None
+    token: str | None
+    stream: str | None
+    limit: int
+    as_json: bool
+    out_of_orderness: float
+    max_mb: int
+    max_lines: int
+    timeout: str
+    app_name: str | None
+
+
+@dataclass(frozen=True)
+class _Version:
+    """A version of the app: where it came from (a file, or the hub's label for it) and the app itself."""
+
+    where: Path | str
+    app: App
+
+
+def _mode(input_file: Path | None, o: _Options) -> bool:
+    """Whether the preview reads live input; exits if the options mix the two modes or leave out what one needs."""
+    from spanedge.names import name_problem
+
+    if o.site is not None and (problem := name_problem(o.site, "site")) is not None:
+        msg = f"--site: {problem}"
+        raise fail(msg)
+    live = [name for name, given in (("--for", o.duration), ("--sites", o.sites_file), ("--save", o.save)) if given]
+    if input_file is not None:
+        if live:
+            msg = (
+                f"--input reads records from a file, {' and '.join(live)} read a site's live input; "
+                "pass --input FILE or --site SITE --for DURATION --sites sites.yaml, not both"
+            )
+            raise fail(msg)
+        return False
+    if not live:
+        msg = "no input: pass --input FILE of records, or --site SITE --for DURATION --sites sites.yaml to read live"
+        raise fail(msg)
+    missing = [f"{name} {what}" for name, what, given in _LIVE_NEEDS if getattr(o, given) is None]
+    if missing:
+        msg = f"a live preview needs {', '.join(missing)}; pass {'them' if len(missing) > 1 else 'it'}"
+        raise fail(msg)
+    if o.stream is not None:
+        msg = "--stream applies to --input only: a live preview knows each record's stream from its topic"
+        raise fail(msg)
+    assert o.duration is not None
+    from spanedge.cli.preview.live import check_duration
     from spanedge.errors import InvalidRecords
+
+    try:
+        check_duration(_seconds(o.duration, "--for"), o.duration)
+    except InvalidRecords as exc:
+        raise fail(exc) from None
+    return True
+
+
+#: What a live preview needs: each option, what it names, and its field in :class:`_Options`.
+_LIVE_NEEDS = (
+    ("--site", "SITE", "site"),
+    ("--for", "DURATION", "duration"),
+    ("--sites", "sites.yaml", "sites_file"),
+)
+
+
+def _seconds(value: str, name: str) -> float:
+    from spanedge.durations import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        msg = f"{name}: {exc}"
+        raise fail(msg) from None
+
+
+def _load(path: Path, app_name: str | None, doing: list[str]) -> App:
     from spanedge.loader import load_app
 
     doing.append(f"loading {path}")
-    app = load_app(path, app_name)
+    return load_app(path, app_name)
+
+
+def _baseline(candidate: _Version, o: _Options, doing: list[str]) -> _Version | None:
+    """The version to compare against: ``--compare``, else the hub's if ``--hub-url`` and a token are given."""
+    if o.compare is not None:
+        return _Version(o.compare, _load(o.compare, o.app_name, doing))
+    if not o.hub_url or not o.token:
+        return None
+    from spanedge.cli.preview.deployed import fetch
+    from spanedge.loader import load_app_source
+
+    name = candidate.app.name
+    doing.append(f"fetching app {name} from the hub {o.hub_url}")
+    deployed = fetch(o.hub_url, o.token, o.hub_ca, name)
+    if deployed is None:
+        click.echo(
+            f"note: app {name} is not deployed at the hub {o.hub_url}; previewing it without a comparison", err=True
+        )
+        return None
+    return _Version(deployed.label, load_app_source(deployed.source, deployed.filename, o.app_name))
+
+
+def _read(input_file: Path, o: _Options) -> list[Line]:
+    from spanedge.cli.preview.records import Limits, read_lines
+
+    return read_lines(input_file, Limits(o.max_mb * 1_000_000, o.max_lines), o.stream)
+
+
+def _live(candidate: _Version, o: _Options) -> tuple[list[Line], str]:
+    """Read the site's live input the candidate takes; say what was left out, ``--save`` it; its lines and label."""
+    from spanedge.cli.preview import live
+    from spanedge.cli.preview.records import Limits
+    from spanedge.sites import load_sites
+
+    assert o.site is not None
+    assert o.duration is not None
+    assert o.sites_file is not None
+    sites = load_sites(o.sites_file)
+    streams = candidate.app.source_streams()
+    taps, notes = live.taps(sites, str(o.sites_file), o.site, streams, candidate.app.name)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    seconds = _seconds(o.duration, "--for")
+    topics = ", ".join(f"{t.stream} ({t.topic})" for t in taps)
+    limits = Limits(o.max_mb * 1_000_000, o.max_lines)
+    broker = sites.site(o.site).mqtt()
+    said = f"reading site {o.site} at {broker.url} for {o.duration}: {topics}"
+    captured = live.capture(broker, o.site, taps, seconds, limits, lambda: click.echo(said, err=True))
+    for note in live.summary(captured, o.site, seconds):
+        click.echo(f"note: {note}", err=True)
+    if o.save is not None:
+        live.save(o.save, captured)
+    source = f"site {o.site} (live, {captured.seconds:.1f}s)"
+    return captured.lines, source
+
+
+def _run(version: _Version, lines: list[Line], source: str, o: _Options, doing: list[str]) -> Preview:
+    """Run ``version`` over ``lines``; ``doing`` gets what is under way, for a timeout."""
+    from spanedge.cli.preview.records import by_site
+    from spanedge.cli.preview.run import run
+    from spanedge.errors import InvalidRecords
+
+    app = version.app
     streams = app.source_streams()
-    named = f"{app.name} ({path})"
-    if stream is not None and stream not in streams:
-        msg = f"--stream {stream!r} is not a source stream of app {named}; its streams: {', '.join(sorted(streams))}"
+    named = f"{app.name} ({version.where})"
+    if o.stream is not None and o.stream not in streams:
+        msg = f"--stream {o.stream!r} is not a source stream of app {named}; its streams: {', '.join(sorted(streams))}"
         raise InvalidRecords(msg)
-    records = by_site(lines, input_file, named, streams, site)
-    doing.append(f"running {path} over {input_file}")
-    return run(app, records, out_of_orderness)
+    records = by_site(lines, Path(source), named, streams, o.site or "edge")
+    doing.append(f"running {version.where} over {source}")
+    return run(app, records, o.out_of_orderness)
 
 
-def _labels(apps: list[Path]) -> list[str]:
-    """How the report names each app file: its path alone, or of two, their names (paths if the names are the same)."""
+def _labels(apps: list[Path | str]) -> list[str]:
+    """How the report names each version: its path alone, or of two, their names (paths if the names are the same).
+
+    A version the hub runs is named by its label (``hub v3``) throughout.
+    """
     if len(apps) == 1:
         return [str(apps[0])]
-    for labels in ([p.name for p in apps], [str(p) for p in apps]):
+    for labels in ([p.name if isinstance(p, Path) else p for p in apps], [str(p) for p in apps]):
         if len(set(labels)) == len(labels):
             return labels
     return ["baseline", "candidate"]
 
 
-def _print(runs: list[Preview], apps: list[Path], input_file: Path, limit: int, as_json: bool) -> None:
+def _print(runs: list[Preview], apps: list[Path | str], source: str, limit: int, as_json: bool) -> None:
     import orjson
 
     from spanedge.cli.output import show
     from spanedge.cli.preview.report import Shown, comparison, comparison_json, report, to_json
 
-    shown = [Shown(p, label, str(input_file)) for p, label in zip(runs, _labels(apps), strict=True)]
+    shown = [Shown(p, label, source) for p, label in zip(runs, _labels(apps), strict=True)]
     if as_json:
         doc = to_json(shown[0], limit) if len(shown) == 1 else comparison_json(shown[0], shown[1], limit)
         click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode())

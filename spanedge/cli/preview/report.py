@@ -1,6 +1,6 @@
 """What ``spanedge preview`` prints: report blocks for a person, one JSON document for a program.
 
-A run shows each operator's records in and out, dead letters and late records,
+A run shows its process CPU time per record, each operator's records in and out, dead letters and late records,
 then the dead letters and late records themselves, then each sink's results, the
 first ``limit`` of them (0: all), in a table with a column per field. Two runs
 (``--compare``) show the operators side by side and, per sink, the results
@@ -132,12 +132,20 @@ def report(shown: Shown, limit: int) -> list[Block]:
         (c.name, c.kind, c.part, _number(c.records_in), _number(c.records_out), str(c.dead_letters), _late(c))
         for c in p.operators
     )
-    blocks: list[Block] = [_heading(shown), "", Table(header, rows)]
+    blocks: list[Block] = [_heading(shown), f"CPU per record: {_cpu(p)}", "", Table(header, rows)]
     blocks += _letters("dead letters", p.dead_letters, limit)
     blocks += _letters("late records", p.late, limit)
     for sink in p.sinks:
         blocks += _sink(sink, len(p.sites) > 1, limit)
     return blocks
+
+
+def _cpu(p: Preview) -> str:
+    """The run's process CPU time per record, in microseconds or milliseconds; ``-`` without records."""
+    per = p.cpu_per_record
+    if per is None:
+        return "-"
+    return f"{per * 1e6:.1f} µs" if per < 1e-3 else f"{per * 1e3:.2f} ms"
 
 
 def _late(c: Count) -> str:
@@ -188,6 +196,7 @@ def comparison(baseline: Shown, candidate: Shown, limit: int) -> list[Block]:
     a, b = baseline.label, candidate.label
     blocks: list[Block] = [
         f"{_heading(candidate)}, against {baseline.label} (app {baseline.preview.app})",
+        f"CPU per record: {_cpu(baseline.preview)} {a}, {_cpu(candidate.preview)} {b}",
         "",
         _operators_side_by_side(baseline.preview, candidate.preview, a, b),
     ]
@@ -248,6 +257,8 @@ def to_json(shown: Shown, limit: int) -> dict[str, Any]:
         "input": shown.source,
         "records": p.records,
         "sites": p.sites,
+        "cpu_seconds": p.cpu_seconds,
+        "cpu_per_record_s": p.cpu_per_record,
         "operators": [
             {
                 "name": c.name,
