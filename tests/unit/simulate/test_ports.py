@@ -39,9 +39,9 @@ def test_a_port_another_live_process_reserved_is_not_handed_out(monkeypatch: pyt
 
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        taken, free = 12_001, 12_002
-        for port in (taken, free):
-            (ports.RESERVED / str(port)).unlink(missing_ok=True)
+        # two ports nobody reserved or listens on now: other test processes may hold any fixed pair
+        unused = (p for p in range(12_001, 13_000) if not (ports.RESERVED / str(p)).exists() and ports._bindable(p))
+        taken, free = next(unused), next(unused)
         ports.RESERVED.mkdir(parents=True, exist_ok=True)
         (ports.RESERVED / str(taken)).write_text(str(other.pid))
         picks = iter([taken, free])
