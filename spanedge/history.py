@@ -24,9 +24,21 @@ def get(entry: Any, name: str, default: Any = None) -> Any:
     return getattr(entry, name, default)
 
 
+ROLLOUT_REASON = "rollout: "
+"""How the reason of a rollout's step starts in the plan history (its stage, gates, the sites it changed)."""
+
+
 def unchanged(entry: Any) -> bool:
     """Whether ``entry`` is a re-plan that kept the placement."""
     return not get(entry, "changed", True)
+
+
+def quiet(entry: Any) -> bool:
+    """Whether ``entry`` is a re-plan that changed nothing worth showing alone: placement kept, not a rollout step.
+
+    A rollout's step keeps the placement but gives sites another version, so it is shown on its own.
+    """
+    return unchanged(entry) and not str(get(entry, "reason", "")).startswith(ROLLOUT_REASON)
 
 
 def fold(entries: Iterable[T], is_unchanged: Callable[[T], bool] = unchanged) -> list[list[T]]:

@@ -10,7 +10,7 @@ import click
 from spanedge.cli.errors import check_hub_url, fail
 from spanedge.cli.output import show
 from spanedge.cli.params import HUB_CA_HELP, PATH, Command, option
-from spanedge.history import unchanged
+from spanedge.history import quiet
 from spanedge.report import Block, Table, to_text
 
 
@@ -49,17 +49,18 @@ def _ms(value: float) -> str:
 
 
 def _last_change(history: list[dict[str, Any]]) -> list[str]:
-    """The last plan change of an app's history, and how many re-plans since left the placement unchanged."""
+    """The last plan change (or rollout step) of an app's history, and how many re-plans since changed nothing."""
     if not history:
         return []
-    changes = [i for i, h in enumerate(history) if not unchanged(h)]
+    changes = [i for i, h in enumerate(history) if not quiet(h)]
     since = len(history) - 1 - changes[-1] if changes else len(history)
     kept = f"re-planned {'once' if since == 1 else f'{since} times'}" + (" since" if changes else "")
     kept += ", placement unchanged"
     if not changes:
         return [f"  {kept}"]
     last = history[changes[-1]]
-    return [f"  last change: v{last['version']} {last['reason']}" + (f"; {kept}" if since else "")]
+    version = f"v{last['version']} " if last.get("version") else ""  # a rollout's step is no plan version of its own
+    return [f"  last change: {version}{last['reason']}" + (f"; {kept}" if since else "")]
 
 
 def render_status(

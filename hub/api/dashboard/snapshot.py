@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from hub.api.dashboard.models_panel import ModelPanel, model_panels
 from hub.api.rollout_routes import rollout_view
-from hub.control.rollout.runner import ROLLOUT_REASON
-from spanedge.history import fold, get, summary, unchanged
+from spanedge.history import fold, quiet, summary
 from spanedge.numbers import number
 
 if TYPE_CHECKING:
@@ -372,15 +371,10 @@ def app_view(
         "operators": operators,
         "edges": edges,
         "results": _results(name, assignments, status, hub_queries),
-        "history": [_history_view(g, plan) for g in fold(list(_get(record, "history", ()) or ()), _kept_placement)],
+        "history": [_history_view(g, plan) for g in fold(list(_get(record, "history", ()) or ()), quiet)],
         "rollout": None,
         "models": [],
     }
-
-
-def _kept_placement(entry: Any) -> bool:
-    """A re-plan that kept the placement (folded with its neighbours); a rollout's step is shown on its own."""
-    return unchanged(entry) and not str(get(entry, "reason", "")).startswith(ROLLOUT_REASON)
 
 
 def _rollout(coordinator: Any, name: str) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from hub.control.rollout.stages import fleet_of, parse_stages
 from hub.control.state import HistoryEntry
 from spanedge.app import App
 from spanedge.errors import InvalidRollout, SpanEdgeError
+from spanedge.history import ROLLOUT_REASON
 from spanedge.loader import source_hash
 from spanedge.operators import Kind
 from spanedge.plan import Plan
@@ -54,8 +55,6 @@ TICK_S = 1.0
 MAX_HOLD_S = 86400.0
 #: The longest stage or gate spec a rollout takes, in characters.
 MAX_SPEC_CHARS = 2000
-#: How the reason of a rollout step's entry in the plan history starts.
-ROLLOUT_REASON = "rollout: "
 #: Heartbeats kept per site of a running rollout (a day of them at one every 5 s).
 MAX_BEATS = 20_000
 

@@ -155,6 +155,10 @@ def test_status_folds_unchanged_replans_into_the_last_change() -> None:
     assert "  last change: v2 site truck-9 down; re-planned 3 times since, placement unchanged" in lines
     lines = status_report([], [app], {"cold-chain": {"history": history[:2]}})
     assert "  last change: v2 site truck-9 down" in lines
+    # a rollout's step keeps the placement but changes versions: it is the last change, not folded away
+    step = entry(0, "rollout: stage 1/2 kind=truck:1: version 1a7146e5b96e given to truck-7", changed=False)
+    lines = status_report([], [app], {"cold-chain": {"history": [*history, step]}})
+    assert "  last change: rollout: stage 1/2 kind=truck:1: version 1a7146e5b96e given to truck-7" in lines
 
 
 @pytest.fixture
