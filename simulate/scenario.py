@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simulate.chaos import chaos_faults
 from simulate.config import Simulation, parse_simulation, sites_file_lines
 from simulate.errors import InvalidOption, SimulationError
 from simulate.faults import Fault, FaultKind, joining, parse_faults
@@ -58,6 +59,8 @@ class Options:
     placement: str = "ilp"
     mode: str = "auto"
     seed: int | None = None
+    chaos: int | None = None
+    """The seed of a chaos run's random faults (:mod:`simulate.chaos`), added to ``faults``; None: none."""
     run_dir: Path | None = None
     broker: str = "auto"
     spark_master: str = "local[2]"
@@ -178,7 +181,14 @@ class Scenario:
             sim = sim.replace(seed=opts.seed)
         app = load_app(opts.app)
         sites.check_app_streams(app.source_streams(), app.name, str(opts.sites), lines)
-        faults = tuple(parse_faults(opts.faults, sites))
+        specs = list(opts.faults)
+        if opts.chaos is not None:
+            try:
+                specs += chaos_faults(opts.chaos, sites, opts.duration or sim.duration)
+            except ValueError as exc:
+                msg = f"--chaos {opts.chaos}: {exc}"
+                raise InvalidOption(msg) from None
+        faults = tuple(parse_faults(specs, sites))
         mode = opts.resolved_mode()
         for kind, what in ((FaultKind.REVOKE, "revokes a site"), (FaultKind.JOIN, "enrols a site")):
             named = [f.describe() for f in faults if f.kind is kind]

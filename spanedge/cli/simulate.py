@@ -66,6 +66,13 @@ def _choices(name: str) -> Callable[[click.Context, click.Parameter, str], list[
     shell_complete=_choices("MODES"),
 )
 @option("--seed", type=int, help="seed of the sensor data (default: the simulation section's)")
+@option(
+    "--chaos",
+    type=int,
+    metavar="SEED",
+    help="add a seeded random mix of faults (partitions, agent kills, broker restarts, latency drift, overloads, "
+    "hub kills and pauses), all healed before the end; the same seed gives the same faults",
+)
 @option("--run-dir", type=PATH, help="where logs, state and the report go (an earlier run's there is replaced)")
 @option("--broker", default="auto", help="auto, mosquitto or amqtt", shell_complete=_choices("BROKERS"))
 @option("--spark-master", default="local[2]", help="Spark master URL for the hub")
@@ -97,6 +104,7 @@ def simulate(
     placement: str,
     mode: str,
     seed: int | None,
+    chaos: int | None,
     run_dir: Path | None,
     broker: str,
     spark_master: str,
@@ -131,6 +139,7 @@ def simulate(
             placement=placement,
             mode=mode,
             seed=seed,
+            chaos=chaos,
             run_dir=run_dir,
             broker=broker,
             spark_master=spark_master,

@@ -108,3 +108,15 @@ def test_a_reused_run_directory_loses_the_earlier_runs_output_and_nothing_else(t
     assert scenario.run_dir == run_dir.resolve()
     assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]
     assert clear_run_dir(run_dir) == []
+
+
+def test_a_chaos_seed_adds_its_faults_to_those_given_and_a_short_run_is_refused(tmp_path: Path) -> None:
+    from simulate.chaos import chaos_faults
+    from spanedge.sites import load_sites
+
+    opts = Options(SITES, APP, duration=300, chaos=5, faults=["kill-agent:truck-7@5s"], run_dir=tmp_path / "run")
+    scenario = Scenario.load(opts)
+    expected = ["kill-agent:truck-7@5s", *chaos_faults(5, load_sites(SITES), 300)]
+    assert [f.text for f in scenario.faults] == expected
+    with pytest.raises(InvalidOption, match="--chaos 5: a chaos run needs --duration of at least"):
+        Scenario.load(Options(SITES, APP, duration=60, chaos=5, run_dir=tmp_path / "short"))
