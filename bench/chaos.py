@@ -42,12 +42,21 @@ WARMUP_S = 30.0
 
 @dataclass
 class Figures:
-    """One process's resident memory and open files after its warm-up and at its last sample."""
+    """One process's resident memory and open files over the run, as ``(time, rss, open files)`` samples."""
 
     name: str
     started: float
-    first: tuple[int, int] | None = None
-    last: tuple[int, int] | None = None
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def at(self, moment: float) -> tuple[int, int] | None:
+        """The last sample taken at or before ``moment`` (epoch seconds), if any."""
+        before = [s for s in self.samples if s[0] <= moment]
+        return (before[-1][1], before[-1][2]) if before else None
+
+    def after(self, moment: float) -> tuple[int, int] | None:
+        """The first sample taken at or after ``moment``, if any."""
+        later = [s for s in self.samples if s[0] >= moment]
+        return (later[0][1], later[0][2]) if later else None
 
 
 @dataclass
@@ -71,10 +80,7 @@ class Sampler:
         if figures is None:
             name = " ".join(proc.cmdline()[:6])[:90]
             figures = self.seen[proc.pid] = Figures(name, proc.create_time())
-        now = (proc.memory_info().rss, proc.num_fds())
-        if time.time() - figures.started >= WARMUP_S:
-            figures.first = figures.first or now
-            figures.last = now
+        figures.samples.append((time.time(), proc.memory_info().rss, proc.num_fds()))
 
 
 @contextlib.contextmanager
@@ -138,11 +144,15 @@ def main() -> None:
             print(f"  {event}")
     print(f"lost {report.lost}, duplicated {report.duplicates}, wrong {report.wrong} (goal 0 / 0 / 0)")
     print(f"{'process':<92}{'RSS warm -> end':>24}{'open files':>16}")
+    ended = outcome.started_at + args.duration  # the sensors' last second: before the drain and the shutdown
     worst = 1.0
     for figures in sorted(sampler.seen.values(), key=lambda f: f.name):
-        if figures.first is None or figures.last is None:
-            continue  # lived less than its warm-up: a short-lived helper process
-        (rss0, fds0), (rss1, fds1) = figures.first, figures.last
+        # its baseline: after the warm-up that follows its own start (a process a fault started again has its own)
+        first = figures.after(max(outcome.started_at, figures.started) + WARMUP_S)
+        last = figures.at(ended)
+        if first is None or last is None or figures.samples[0][0] > ended - WARMUP_S:
+            continue  # lived less than a warm-up within the run: a short-lived helper process
+        (rss0, fds0), (rss1, fds1) = first, last
         growth = max(rss1 / rss0 if rss0 else 1.0, fds1 / fds0 if fds0 else 1.0)
         worst = max(worst, growth)
         print(
