@@ -193,6 +193,11 @@ class Starter:
             deployed.queries[slot] = q
             log.info("app %s: query %s started (checkpoint %s)", app, slot, q.checkpoint.name)
 
+    def driver_warmed(self) -> None:
+        """Note that the driver has already run a batch (:func:`hub.engine.warmup.warm_up`): start queries together."""
+        self._warm = True
+        self._started.clear()
+
     def _driver_warm(self) -> bool:
         """Whether a query started here has completed a batch (it stays so)."""
         if not self._warm:

@@ -78,6 +78,7 @@ class Engine:
         from hub.engine.listeners import ProgressFanout
         from hub.engine.operator_counts import ObservedCounts
         from hub.engine.session import build_session
+        from hub.engine.warmup import warmed
 
         self.state_dir = Path(state_dir)
         self.sites = sites
@@ -110,6 +111,8 @@ class Engine:
             stateless_trigger=stateless_trigger,
             input_rates=self._rates,
         )
+        if warmed(self.spark):  # a standby's throwaway query ran a batch on it: no query need wait for another
+            self._queries.starter.driver_warmed()
         self._apps: dict[str, Deployed] = self._queries.apps  # the same dict, for inspection
 
     def log_dir(self, app: str) -> Path:

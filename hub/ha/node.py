@@ -3,12 +3,16 @@
 :class:`HaNode` binds the REST port at once and serves the standby API
 (:func:`hub.api.standby.standby_app`: ``/healthz`` with ``role``, ``leader``,
 ``epoch`` and ``leader_url``, the apps read from the database, writes
-redirected to the leader's URL), warms a SparkSession, and
-once it is up tries to take the lease every ``poll_s``: a standby still
-starting Spark leaves the lease to a warm one; a lease it takes records
-this hub's REST URL (``--ha-url``) for the standbys. Once it leads, it installs the
-lease's check as the process's fence (:mod:`hub.ingest.fence`), starts renewing
-(:class:`hub.ha.keeper.LeaseKeeper`), and starts a :class:`hub.server.Hub`
+redirected to the leader's URL), starts a SparkSession and warms its driver
+with a throwaway query (:mod:`hub.engine.warmup`), and once the session is up
+tries to take the lease every ``poll_s``, or just after it expires if that is
+sooner (:func:`next_try_s`): a standby still starting Spark leaves the lease
+to a warm one; a lease it takes records this hub's REST URL (``--ha-url``)
+for the standbys. Once it leads, it installs the lease's check as the
+process's fence (:mod:`hub.ingest.fence`), starts renewing
+(:class:`hub.ha.keeper.LeaseKeeper`), lets a throwaway Spark job end if one
+still runs (the warm-up, or the one every :data:`hub.engine.warmup.KEEP_WARM_S`
+that keeps the Python workers), and starts a :class:`hub.server.Hub`
 whose apps and plan versions live in the database
 (:class:`hub.ha.pg_state.PgStateStore`) and whose plans carry the epoch;
 the REST port then serves the hub's full API.
@@ -53,6 +57,8 @@ log = logging.getLogger(__name__)
 EXIT_LEASE_LOST = 75
 #: The file the hubs of a group lock while one of them makes the state directory's instance id and CA.
 SETUP_LOCK = "ha-setup.lock"
+#: How long after the lease's expiry (by the database's clock) a standby tries to take it.
+EXPIRY_SLACK_S = 0.02
 
 
 class RoleApp:
@@ -95,6 +101,8 @@ class HaNode:
         self._keeper: LeaseKeeper | None = None
         self._stop = threading.Event()
         self._warm = threading.Event()  # set once Spark is up (or not wanted)
+        self._warming = threading.Lock()  # held while a throwaway Spark job of the standby runs
+        self._taking_over = threading.Event()  # set once this hub leads: no more throwaway jobs
 
     def role(self) -> dict[str, Any]:
         """The fields ``/healthz`` adds: ``role``, ``leader``, ``epoch`` and ``leader_url``."""
@@ -159,14 +167,35 @@ class HaNode:
 
     def _warm_spark(self) -> None:
         from hub.engine.session import build_session
+        from hub.engine.warmup import KEEP_WARM_S, keep_warm, warm_up
 
         try:
-            build_session(self.config.spark_master, extra=self.config.spark_conf)
-            log.info("Spark is up: hub %s is a warm standby", self.ha.name)
+            spark = build_session(self.config.spark_master, extra=self.config.spark_conf)
         except Exception:
             log.exception("starting Spark while standing by failed; it starts when this hub leads")
-        finally:
             self._warm.set()
+            return
+        with self._warming:  # a takeover waits for it: the queries' first jobs must not run beside these
+            log.info("Spark is up: hub %s is a warm standby; a throwaway query warms its driver", self.ha.name)
+            self._warm.set()
+            try:
+                took = warm_up(spark, cancel=self._taking_over)
+                if took is None:
+                    log.info("warming Spark's driver stopped: hub %s leads now", self.ha.name)
+                    return
+                log.info("Spark's driver is warm (%.1f s)", took)
+            except Exception:
+                log.exception("warming Spark's driver failed; this hub's first queries start cold")
+                return
+        while not self._stop.wait(KEEP_WARM_S):
+            with self._warming:
+                if self._taking_over.is_set():
+                    return
+                try:
+                    keep_warm(spark)
+                except Exception as exc:
+                    log.warning("keeping Spark's Python workers warm failed: %s; no longer trying", escaped(exc))
+                    return
 
     def _elect(self, app: RoleApp) -> None:
         # a standby whose Spark still starts leaves the lease to a warm one: it would take as long to lead
@@ -179,8 +208,7 @@ class HaNode:
                     break
             except SpanEdgeError as exc:
                 log.warning("cannot take the lease: %s; trying again", escaped(exc))
-            self._observe()
-            self._stop.wait(self.ha.poll_s)
+            self._stop.wait(next_try_s(self._observe(), self.ha.poll_s))
         else:
             return
         try:
@@ -189,18 +217,23 @@ class HaNode:
             log.exception("taking over as the leader of epoch %d failed; exiting", self.lease.epoch)
             os._exit(EXIT_LEASE_LOST)
 
-    def _observe(self) -> None:
-        """Note who leads, for ``/healthz``, and where writes go: no URL for an expired lease, or this hub's own."""
+    def _observe(self) -> float | None:
+        """Note who leads, for ``/healthz``, and where writes go: no URL for an expired lease, or this hub's own.
+
+        Returns:
+            The seconds the lease has left by the database's clock, or None if it is not known.
+        """
         try:
             current = self.lease.store.current()
         except SpanEdgeError as exc:
             log.warning("cannot read the lease: %s; trying again", escaped(exc))
-            return
+            return None
         if current is None:
             self._leader = (None, None, None)
-            return
+            return None
         url = current.url if current.live and current.url != self.url else None
         self._leader = (current.holder, current.epoch, url)
+        return current.remaining_s
 
     def _lead(self, app: RoleApp) -> None:
         from hub.server import Hub
@@ -209,6 +242,11 @@ class HaNode:
         log.info("hub %s leads under epoch %d", self.ha.name, epoch)
         fence.install(self.lease.check)
         self._keeper = LeaseKeeper(self.lease, self._lost).start()
+        self._taking_over.set()
+        if not self._warming.acquire(blocking=False):  # the queries' first jobs must not run beside a throwaway one
+            log.info("hub %s stops the throwaway query warming Spark's driver", self.ha.name)
+            self._warming.acquire()
+        self._warming.release()
         store = PgStateStore(Path(self.config.state_dir), self.db, self.lease)
         hub = Hub(self.sites, self.config, store=store, documents=store)
         hub.distributor.epoch = epoch
@@ -241,6 +279,17 @@ class HaNode:
             log.warning("giving the lease up failed (it expires by itself): %s", escaped(exc))
         fence.install(None)
         self.db.close()
+
+
+def next_try_s(remaining_s: float | None, poll_s: float) -> float:
+    """How long a standby waits before it tries the lease again: ``poll_s``, or less if the lease expires sooner.
+
+    A lease with ``remaining_s`` left is tried just after it expires, not at the next poll; the database
+    still decides (its ``WHERE expires_at < now()``), so a leader that renewed meanwhile keeps it.
+    """
+    if remaining_s is None:
+        return poll_s
+    return min(poll_s, max(remaining_s, 0.0) + EXPIRY_SLACK_S)
 
 
 @contextlib.contextmanager

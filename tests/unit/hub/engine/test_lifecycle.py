@@ -166,6 +166,21 @@ def test_queries_start_one_after_another_only_until_the_driver_has_run_a_batch(
     assert (started, waited) == (["a", "b", "c", "d", "e"], ["a"])
 
 
+def test_on_a_driver_a_warm_up_ran_on_the_queries_start_together(tmp_path: Path, monkeypatch: Any) -> None:
+    import hub.engine.builder as builder_module
+
+    started: list[str] = []
+    waited: list[str] = []
+    monkeypatch.setattr(builder_module, "await_first_batch", lambda handle: waited.append(handle.name))
+    monkeypatch.setattr(builder_module.ingest_log, "subscribe", lambda *args: None)
+    starter = Starter("1 second")
+    starter.driver_warmed()
+    deployed = SimpleNamespace(app=SimpleNamespace(name="fleet"), queries={})
+    built = {n: (_FakeQuery(n, started), None) for n in ("a", "b", "c")}
+    starter.start(deployed, built, tmp_path)  # type: ignore[arg-type]
+    assert (started, waited) == (["a", "b", "c"], [])
+
+
 def test_a_query_without_a_window_at_the_hub_runs_at_the_stateless_trigger(tmp_path: Path, monkeypatch: Any) -> None:
     import hub.engine.builder as builder_module
 
