@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from hub.api.dashboard.models_panel import ModelPanel, model_panels
 from hub.api.rollout_routes import rollout_view
+from hub.control.registry import measured_links
 from spanedge.history import fold, quiet, summary
 from spanedge.numbers import number
 
@@ -249,7 +250,7 @@ def build_snapshot(
     status: list[dict[str, Any]] = _read("site status", coordinator.registry.status, errors) or []
     whole = len(status) <= MATRIX_SITES
     registry = coordinator.registry
-    links = registry.matrix if whole else lambda: [registry.link(r["src"], r["dst"]) for r in registry.latency_rows()]
+    links = registry.matrix if whole else lambda: measured_links(registry)
     matrix: list[dict[str, Any]] = _read("latency matrix", links, errors) or []
     records: list[Any] = _read("deployed apps", coordinator.records, errors) or []
     engine = _read("engine metrics", engine_metrics, errors) if engine_metrics is not None else None
