@@ -35,6 +35,7 @@ queries side by side, the one whose share holds the record's event time.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -42,7 +43,6 @@ import shutil
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +114,19 @@ def staged_letters(folder: Path) -> list[bytes]:
     for path in sorted(folder.glob("*.jsonl")):
         letters.extend(line for line in path.read_bytes().splitlines() if line)
     return letters
+
+
+def sink_client_id(checkpoint: Path, name: str) -> str:
+    """The MQTT client id of the sink of the query whose checkpoint is ``checkpoint``: the same at every hub.
+
+    Hubs on ``--ha`` share the state directory, so the hub that takes over connects its sink with the id
+    the old leader's sink had, and the broker drops the old leader's connection. A leader paused in the
+    middle of a batch, whose client still holds messages it had not yet written, can then not send them
+    once it resumes (it exits on its lost lease before its client reconnects), so the batch the new leader
+    replays is not published twice. A query of another state directory gets another id.
+    """
+    where = hashlib.sha256(str(checkpoint.resolve()).encode()).hexdigest()[:12]
+    return f"spanedge-sink-{where}-{name}"[:64]
 
 
 class BatchSink:
@@ -365,7 +378,7 @@ class BatchSink:
             if self.broker is None:
                 msg = f"sink {self.name}: an MQTT sink needs the hub broker"
                 raise ValueError(msg)
-            client_id = f"spanedge-sink-{uuid.uuid4().hex[:8]}-{self.name}"[:64]  # unique across apps and hubs
+            client_id = sink_client_id(self.state_file.parent, self.name)
             client = make_client(self.broker, client_id, HUB_SINK)
             connect(client, self.broker, HUB_SINK, wait=True)
             self._client = client
