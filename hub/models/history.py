@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from hub.ingest.log import segment_name, segments
+from hub.models.registry import write_atomic
 from spanedge.models.spec import DEFAULT_HISTORY_ROWS, DEFAULT_HISTORY_S
 from spanedge.wire.log_line import LogLine
 
@@ -52,15 +53,6 @@ class Bounds:
     seconds: float = DEFAULT_HISTORY_S
     rows: int = DEFAULT_HISTORY_ROWS
     max_bytes: int = DEFAULT_MAX_BYTES
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _entries(path: Path, data: bytes) -> list[dict[str, Any]]:
@@ -214,7 +206,7 @@ class History:
     def _save_index(self) -> None:
         marks = [[site, stream, epoch, seq] for (site, stream, epoch), seq in sorted(self.marks.items())]
         index = {"next": self.next, "marks": marks, "newest": sorted(self._newest.items())}
-        _write_atomic(self.folder / INDEX_FILE, orjson.dumps(index))
+        write_atomic(self.folder / INDEX_FILE, orjson.dumps(index))
 
     def trim(self) -> list[Path]:
         """Delete the segments (never the newest) past the window, past the row cap, or over the size; return them."""

@@ -21,7 +21,8 @@ _VERSION_FILE = re.compile(r"^v(\d{1,9})\.json$")
 _DECODER = msgspec.json.Decoder(ModelVersion)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` durably: a temporary file, fsynced, renamed into place."""
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("wb") as fh:
         fh.write(data)
@@ -82,9 +83,9 @@ class ModelRegistry:
         folder = self._folder(version.app, version.model)
         folder.mkdir(parents=True, exist_ok=True)
         if self.key is not None:
-            _write_atomic(folder / f"v{version.version}.signed", seal_model(version, self.key))
+            write_atomic(folder / f"v{version.version}.signed", seal_model(version, self.key))
         path = folder / f"v{version.version}.json"
-        _write_atomic(path, msgspec.json.encode(version))
+        write_atomic(path, msgspec.json.encode(version))
         return path
 
     def signed(self, app: str, model: str, number: int) -> bytes | None:
