@@ -43,8 +43,8 @@ def model_panels(service: ModelService | None, app: str) -> list[ModelPanel]:
         return []
     panels: list[ModelPanel] = []
     for name, spec in sorted(declared.items()):
-        versions = service.registry.versions(app, name)
-        shown = [version_view(service, v) for v in reversed(versions[-MAX_VERSIONS:])]
+        numbers = service.registry.numbers(app, name)  # only the shown versions are read, once a second
+        shown = [version_view(service, service.registry.get(app, name, n)) for n in reversed(numbers[-MAX_VERSIONS:])]
         for view in shown:
             view.pop("stats", None)
         panels.append(
@@ -54,7 +54,7 @@ def model_panels(service: ModelService | None, app: str) -> list[ModelPanel]:
                 "features": list(spec.features),
                 "max_psi": spec.max_psi,
                 "max_error": spec.max_error,
-                "version_count": len(versions),
+                "version_count": len(numbers),
                 "versions": shown,
                 "sites": model_sites(service, app, name),
             }
