@@ -221,6 +221,15 @@ def page_context(browser: Any, **options: Any) -> Any:
     return browser.new_context(ignore_https_errors=True, **options)
 
 
+def signed_in(browser: Any, base: str, token: str) -> Any:
+    """A page of the dashboard at ``base`` in a wide window, signed in with ``token``."""
+    page = page_context(browser, viewport={"width": 1440, "height": 1000}).new_page()
+    page.goto(f"{base}/")
+    page.get_by_test_id("token-input").fill(token)
+    page.get_by_test_id("sign-in").click()
+    return page
+
+
 @contextmanager
 def stopping(hub: LiveControlPlane) -> Iterator[LiveControlPlane]:
     """Stop ``hub``'s heartbeats when the block ends."""

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_dashboard import browser, hub_parts, page_context, serving  # noqa: F401
+from tests.integration.test_dashboard import browser, hub_parts, serving, signed_in  # noqa: F401
 
 TOKEN = "fleet-read-token-0123456789abcdef012345"
 ADMIN = "fleet-admin-token-0123456789abcdef01234"
@@ -56,10 +56,7 @@ def test_a_fleet_of_sites_is_paged_problems_first_and_filtered_by_label(browser:
     assert {(link["src"], link["dst"]) for link in snapshot["links"]} == pairs  # not all 14,520
     api = create_app(coordinator, Tokens([(TokenScope.ADMIN, ADMIN, "t"), (TokenScope.READ, TOKEN, "t")]))
     with serving(api) as (base, _):
-        page = page_context(browser, viewport={"width": 1440, "height": 1000}).new_page()
-        page.goto(f"{base}/")
-        page.get_by_test_id("token-input").fill(TOKEN)
-        page.get_by_test_id("sign-in").click()
+        page = signed_in(browser, base, TOKEN)
         rows = page.get_by_test_id("site-row")
         count = page.get_by_test_id("sites-count")
         expect(count).to_have_attribute("data-total", str(len(SPOKES) + 1))

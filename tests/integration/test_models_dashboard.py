@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from tests.integration.test_dashboard import browser, hub_parts, page_context, serving  # noqa: F401
+from tests.integration.test_dashboard import browser, hub_parts, serving, signed_in  # noqa: F401
 from tests.keys import KEY
 from tests.models import make_version
 from tests.unit.hub.control.rollout.test_runner import SPOKES, Fleet
@@ -84,10 +84,7 @@ def test_the_model_panel_shows_versions_and_where_each_site_drifts(browser: Any,
     )
     drifting, steady = SPOKES[0], SPOKES[1]
     with serving(api) as (base, _):
-        page = page_context(browser, viewport={"width": 1440, "height": 1000}).new_page()
-        page.goto(f"{base}/")
-        page.get_by_test_id("token-input").fill(TOKEN)
-        page.get_by_test_id("sign-in").click()
+        page = signed_in(browser, base, TOKEN)
         panel = page.get_by_test_id("models")
         expect(panel).to_be_visible()
         expect(panel).to_contain_text("wear · logistic_regression on rms, peak")

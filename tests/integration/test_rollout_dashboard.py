@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_dashboard import browser, hub_parts, page_context, serving  # noqa: F401
+from tests.integration.test_dashboard import browser, hub_parts, serving, signed_in  # noqa: F401
 from tests.unit.hub.control.rollout.test_runner import V1, V2, Fleet
 
 TOKEN = "rollout-read-token-0123456789abcdef0123"
@@ -35,11 +35,7 @@ def test_the_rollout_panel_shows_stages_versions_and_gate_values(browser: Any, t
     )
     v1, v2 = source_hash(V1), source_hash(V2)
     with serving(api) as (base, _):
-        context = page_context(browser, viewport={"width": 1440, "height": 1000})
-        page = context.new_page()
-        page.goto(f"{base}/")
-        page.get_by_test_id("token-input").fill(TOKEN)
-        page.get_by_test_id("sign-in").click()
+        page = signed_in(browser, base, TOKEN)
         panel = page.get_by_test_id("rollout")
         expect(page.get_by_test_id("dag")).to_be_visible()
         expect(panel).to_be_hidden()  # no rollout yet
@@ -80,4 +76,4 @@ def test_the_rollout_panel_shows_stages_versions_and_gate_values(browser: Any, t
         expect(page.locator(f'[data-testid=rollout-version][data-version="{v1}"]')).to_have_attribute("data-count", "4")
         # the plan history shows the rollout's steps next to the deploys
         expect(page.get_by_test_id("history")).to_contain_text("rollout: stage 1/2 kind=truck:1 failed")
-        context.close()
+        page.context.close()
