@@ -29,7 +29,7 @@ from spanedge.cli import cli
 from spanedge.cli.agent import agent
 from spanedge.signing import ENV_KEY_FILE, ENV_PUBLIC_KEY_FILE, ENV_PUBLIC_KEYS
 from spanedge.sites import Tier, load_sites
-from tests.conftest import ROOT
+from tests.conftest import ROOT, missing_part
 
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"
@@ -427,7 +427,7 @@ def test_compose_commands_use_only_options_the_commands_take() -> None:
 def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze is not installed (apt-get install systemd); the unit is not verified")
+        missing_part("systemd-analyze is not installed (apt-get install systemd); the unit is not verified")
     spanedge = Path(sys.executable).with_name("spanedge")
     assert spanedge.exists(), f"no spanedge command beside {sys.executable}: pip install -e ."
     # verify checks that ExecStart's program exists: point it at this machine's spanedge
