@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from hub.engine.builder import QueryBuilder, Starter
 from hub.engine.checkpoints import checkpoint_name
-from hub.engine.queries import Deployed, Query, operator_rates
+from hub.engine.queries import STOP_DRAIN_S, Deployed, Query, operator_rates
 from hub.engine.recovery import Recovery
 from hub.engine.retirement import retire_earlier_runs, stop_replaced
 from hub.engine.share_progress import leave_note, reported_watermark, share_needs, written_all
@@ -198,11 +198,12 @@ class Lifecycle:
             shutil.rmtree(self.checkpoint_root(name), ignore_errors=True)
 
     def stop(self) -> None:
-        """Stop every query and forget the apps."""
+        """Stop every query, letting running batches end within one :data:`~hub.engine.queries.STOP_DRAIN_S`, and forget the apps."""
+        deadline = time.monotonic() + STOP_DRAIN_S
         with self.lock:
             for deployed in self.apps.values():
                 for q in deployed.queries.values():
-                    q.stop()
+                    q.stop(drain=max(0.0, deadline - time.monotonic()))
             self.apps.clear()
             self.shares.forget_sides()
 

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 FIRST_BATCH_WAIT_S = 60.0
 """How long a deployment waits for a query's first trigger before starting the next query."""
 
+STOP_DRAIN_S = 5.0
+"""How long stopping a query waits for its running micro-batch to finish before cancelling it."""
+
 
 @dataclass
 class Query:
@@ -78,8 +81,13 @@ class Query:
         self.handle = writer.start()
         return self.handle
 
-    def stop(self) -> None:
-        """Stop the query (a failure to stop is logged) and disconnect its sink."""
+    def stop(self, drain: float = STOP_DRAIN_S) -> None:
+        """Stop the query once its running batch is done (a failure to stop is logged) and disconnect its sink.
+
+        Args:
+            drain: how long to wait for a running batch to end before cancelling it.
+        """
+        self._finish_batch(drain)
         self.sink.stopping()  # a batch waiting for an unreachable database gives up, so the query can stop
         if self.handle is not None:
             try:
@@ -91,6 +99,23 @@ class Query:
                     log.exception("stopping query %s failed", self.replica)
             self.handle = None
         self.sink.close()
+
+    def _finish_batch(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a running micro-batch to end.
+
+        Stopping a query cancels the Spark job of the batch it runs, and Spark
+        logs that job's cancelled broadcasts and shuffle reads as errors; between
+        batches the stop is quiet. A batch still running at ``timeout`` (one
+        waiting for an unreachable database) is cancelled and runs again later.
+        """
+        deadline = time.monotonic() + timeout
+        while self.handle is not None and time.monotonic() < deadline:
+            try:
+                if not self.handle.status.get("isTriggerActive"):
+                    return
+            except Exception:  # the query or the JVM ended: nothing to wait for
+                return
+            time.sleep(0.05)
 
     def metrics(self, restarts: int, late: LateRecords, rates: InputRates | None = None) -> dict[str, Any]:
         """Status, last batch id and duration, input rate, state rows, sink counts, restarts, late records, result latency.

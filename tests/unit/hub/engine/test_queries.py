@@ -53,9 +53,18 @@ def test_spark_ended_knows_a_stopped_context_and_a_jvm_that_is_gone() -> None:
 class Handle:
     """A running query's handle whose ``stop`` raises ``error``."""
 
-    def __init__(self, error: Exception, calls: list[str]) -> None:
+    def __init__(self, error: Exception, calls: list[str], active: list[bool] | None = None) -> None:
         self.error = error
         self.calls = calls
+        self.active = active  # isTriggerActive, one value per look (None: no status to read)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        if self.active is None:
+            raise AttributeError("status")
+        now = self.active.pop(0) if len(self.active) > 1 else self.active[0]
+        self.calls.append(f"batch {'running' if now else 'done'}")
+        return {"isTriggerActive": now}
 
     def stop(self) -> None:
         self.calls.append("query stopped")
@@ -75,10 +84,10 @@ class Sink:
         self.closed = True
 
 
-def _query(error: Exception, calls: list[str] | None = None) -> tuple[Query, Sink]:
+def _query(error: Exception, calls: list[str] | None = None, active: list[bool] | None = None) -> tuple[Query, Sink]:
     calls = [] if calls is None else calls
     sink = Sink(calls)
-    handle: Any = Handle(error, calls)
+    handle: Any = Handle(error, calls, active)
     return Query("out", sink, Path("checkpoint"), "out-0", "0", handle=handle), sink  # type: ignore[arg-type]
 
 
@@ -88,6 +97,23 @@ def test_the_sink_stops_waiting_for_its_database_before_the_query_stops() -> Non
     query, sink = _query(ConnectionRefusedError(111, ""), calls)
     query.stop()
     assert calls == ["sink told", "query stopped"]
+    assert sink.closed
+
+
+def test_stopping_lets_the_running_batch_end_first() -> None:
+    """Cancelling a batch's Spark job mid-run makes Spark log its broadcasts and shuffle reads as errors."""
+    calls: list[str] = []
+    query, _ = _query(ConnectionRefusedError(111, ""), calls, active=[True, True, False])
+    query.stop()
+    assert calls == ["batch running", "batch running", "batch done", "sink told", "query stopped"]
+
+
+def test_a_batch_that_does_not_end_in_time_is_cancelled() -> None:
+    calls: list[str] = []
+    query, sink = _query(ConnectionRefusedError(111, ""), calls, active=[True])
+    query.stop(drain=0.2)
+    assert calls[-2:] == ["sink told", "query stopped"]
+    assert set(calls[:-2]) == {"batch running"}
     assert sink.closed
 
 
