@@ -233,7 +233,7 @@ def page_run(base_dir: Path) -> Iterator[Run]:
                     wait_for(
                         lambda p=path, t=topic: f"{t} {{" in p.read_text(errors="replace"),
                         600,
-                        f"a result on {topic} (hub log:\n{_log_of(trial, 'hub.log')[-3000:]})",
+                        lambda t=topic: f"a result on {t} (hub log:\n{_log_of(trial, 'hub.log')[-3000:]})",
                         poll=1.0,
                     )
             if block.text.startswith("spanedge site revoke"):
@@ -241,7 +241,10 @@ def page_run(base_dir: Path) -> Iterator[Run]:
                 wait_for(
                     lambda p=run.background[1]: '"unit":"u3"' in p.read_text(errors="replace"),
                     600,
-                    f"an alert of truck-12's unit (hub log:\n{_log_of(trial, 'hub.log')[-3000:]})",
+                    lambda: (
+                        f"an alert of truck-12's unit (hub log:\n{_log_of(trial, 'hub.log')[-3000:]}\n"
+                        f"truck-12's log:\n{_log_of(trial, 'truck-12.log')[-3000:]})"
+                    ),
                     poll=1.0,
                 )
             if '|| echo "refused"' in block.text:
