@@ -408,6 +408,8 @@ def _check_records(
         destroyed = absent & risky
         check.destroyed = sum(destroyed.values())
         check.missing = check.lost_records = sum((absent - destroyed).values())
+        for value in sorted(absent - destroyed, key=lambda v: times[v][0] if times.get(v) else 0.0):
+            _example(check, f"missing {value.decode(errors='replace')[:160]}")
         surplus = got - want
         check.duplicates = sum(n for v, n in surplus.items() if v in want)
         check.unexpected = sum(n for v, n in surplus.items() if v not in want)
