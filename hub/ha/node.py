@@ -3,12 +3,13 @@
 :class:`HaNode` binds the REST port at once and serves the standby API
 (:func:`hub.api.standby.standby_app`: ``/healthz`` with ``role``, ``leader``,
 ``epoch`` and ``leader_url``, the apps read from the database, writes
-redirected to the leader's URL), starts a SparkSession and warms its driver
-with a throwaway query (:mod:`hub.engine.warmup`), and once the session is up
-tries to take the lease every ``poll_s``, or just after it expires if that is
-sooner (:func:`next_try_s`): a standby still starting Spark leaves the lease
-to a warm one; a lease it takes records this hub's REST URL (``--ha-url``)
-for the standbys. Once it leads, it installs the lease's check as the
+redirected to the leader's URL, the other reads sent on to it), starts a
+SparkSession and warms its driver with a throwaway query
+(:mod:`hub.engine.warmup`), and once the session is up tries to take the
+lease every ``poll_s``, or just after it expires if that is sooner
+(:func:`next_try_s`): a standby still starting Spark leaves the lease to a
+warm one; a lease it takes records this hub's REST URL (``--ha-url``) for
+the standbys. Once it leads, it installs the lease's check as the
 process's fence (:mod:`hub.ingest.fence`), starts renewing
 (:class:`hub.ha.keeper.LeaseKeeper`), lets a throwaway Spark job end if one
 still runs (the warm-up, or the one every :data:`hub.engine.warmup.KEEP_WARM_S`
@@ -139,11 +140,13 @@ class HaNode:
             lock.release()
 
     def _serve(self, listener: Any, tls: Any) -> None:
+        from hub.api.forwarding import Forwarder, leader_ca
         from hub.api.serving.run import ApiServer
         from hub.api.standby import standby_app
         from hub.server import uvicorn_options
 
-        app = RoleApp(standby_app(self.role, self.config.tokens, lambda name: stored_apps(self.db, name)))
+        forwarder = Forwarder(leader_ca(tls, Path(self.config.state_dir)))
+        app = RoleApp(standby_app(self.role, self.config.tokens, lambda name: stored_apps(self.db, name), forwarder))
         server = ApiServer(app, uvicorn_options(self.config, tls), self.config.client_limits)
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _terminate) if main else None

@@ -173,18 +173,18 @@ class LiveControlPlane:
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[tuple[str, ssl.SSLContext]]:
+def serving(app: Any, state_dir: Path | None = None) -> Iterator[tuple[str, ssl.SSLContext]]:
     """Serve ``app`` over HTTPS with uvicorn on a free port in a thread, as the hub does.
 
-    The certificate comes from a CA of its own, made and issued by the hub's code (:mod:`hub.api.tls`);
-    yields the base URL and a TLS context that trusts that CA.
+    The certificate comes from a CA of its own (in ``state_dir``, else in a temporary directory), made and
+    issued by the hub's code (:mod:`hub.api.tls`); yields the base URL and a TLS context that trusts that CA.
     """
     import uvicorn
 
     from hub.api.tls import issued_tls
 
     with tempfile.TemporaryDirectory(prefix="dashboard-tls-") as state:
-        tls = issued_tls(Path(state), "127.0.0.1")
+        tls = issued_tls(state_dir or Path(state), "127.0.0.1")
         assert tls.ca_file is not None
         verify = ssl.create_default_context(cafile=tls.ca_file)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -430,6 +430,43 @@ def test_dashboard_shows_the_live_system(browser: Any, tmp_path: Path) -> None:
         page.screenshot(path=str(shot), full_page=True)
         print(f"dashboard screenshot: {shot}")
         context.close()
+
+
+def test_dashboard_opened_on_a_standby_shows_the_leaders_system(browser: Any, tmp_path: Path) -> None:
+    """A standby hub sends the page, its files and its event stream on to the leader; the page says so."""
+    from playwright.sync_api import expect
+
+    from hub.api.forwarding import Forwarder, leader_ca
+    from hub.api.standby import standby_app
+
+    expect.set_options(timeout=20_000)
+    hub = LiveControlPlane()
+    with serving(hub.api(), tmp_path) as (leader, verify), stopping(hub):
+        deploy(leader, verify)
+        hub.start_heartbeats()
+        role = {"role": "standby", "leader": "hub-a", "epoch": 1, "leader_url": leader}
+        standby = standby_app(lambda: role, forwarder=Forwarder(leader_ca(None, tmp_path)))
+        with serving(standby) as (base, _):
+            page = signed_in(browser, base, TOKEN)
+            requests: list[Any] = []
+            page.on("request", lambda request: requests.append(request))
+            expect(page.get_by_test_id("via")).to_have_text("via a standby, from the leader hub-a")
+            expect(page.get_by_test_id("operator")).to_have_count(len({a.operator for a in hub.plan.assignments}))
+            for name in ("truck-7", "warehouse-north"):
+                row = page.locator(f'[data-testid=site-row][data-site="{name}"]')
+                expect(row).to_have_attribute("data-state", "up")
+            # the leader ends each stream after 3 s: the page reopens it through the standby and counts on
+            counter = page.get_by_test_id("last-update")
+            first = int(counter.get_attribute("data-count") or 0)
+
+            def reopened() -> bool:
+                page.wait_for_timeout(250)  # the page's events reach this thread only inside Playwright calls
+                return len([r for r in requests if r.url.endswith("/dashboard/events")]) >= 2
+
+            wait_for(reopened, timeout=60, what="the page to reopen its stream through the standby")
+            assert int(counter.get_attribute("data-count") or 0) > first
+            assert all(r.url.startswith(base) for r in requests), [r.url for r in requests]
+            page.context.close()
 
 
 FARM_GRACE_S = 3.0

@@ -1,8 +1,9 @@
 """Two hub processes with ``--ha`` on one PostgreSQL, one broker and one state directory (control plane only).
 
 The first leads and the second stands by (``/healthz`` says so; it reads
-the apps from the database, sends writes on to the leader with a 307 and
-answers the rest 503 naming the leader); the leader is SIGKILLed and the standby
+the apps from the database, sends writes on to the leader with a 307, and
+passes the other reads, the dashboard's too, on to the leader and its
+answers back); the leader is SIGKILLed and the standby
 takes over under the next epoch, with the apps from the database, and sends
 plans of its epoch; the new leader is paused (SIGSTOP) across its lease's
 expiry while a restarted hub takes over, and once resumed it exits without
@@ -11,16 +12,20 @@ writing anything.
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
 
 from hub.api.client import HubClient, HubError
+from hub.api.standby import ROLE_HEADER, SERVED_BY_HEADER
 from hub.ha.node import EXIT_LEASE_LOST
 from simulate.broker import free_port
 from spanedge import topics
@@ -73,6 +78,20 @@ def client(hub: HubProcess) -> HubClient:
     return HubClient(hub.url, TOKEN, timeout=60, ca_file=hub.ca_file)
 
 
+def sent(hub: HubProcess, method: str, path: str) -> tuple[int, http.client.HTTPMessage, bytes]:
+    """``method path`` at ``hub`` with the token, following no redirect: the status, headers and body."""
+    port = urlsplit(hub.url).port
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", port, timeout=60, context=ssl.create_default_context(cafile=hub.ca_file)
+    )
+    try:
+        conn.request(method, path, headers={"Authorization": f"Bearer {TOKEN}"})
+        answer = conn.getresponse()
+        return answer.status, answer.headers, answer.read()
+    finally:
+        conn.close()
+
+
 def plan_epoch(mosquitto: Any) -> int:
     payload = read_plan(fresh_message(mosquitto.port, topics.control("truck-7", "plan")).payload, site="truck-7")
     return max(int(app["plan"].get("hub_epoch", 0)) for app in payload["apps"])
@@ -99,8 +118,7 @@ def test_the_standby_takes_over_a_killed_leader_and_a_paused_one_exits_writing_n
     assert role(a, "leader", "hub-a", 1)
     b = group("hub-b")
     wait_for(lambda: role(b, "standby", "hub-a", 1), timeout=120, what="hub-b to stand by for hub-a")
-    with pytest.raises(HubError, match="503.*standby.*hub-a"):
-        client(b).sites()
+    assert [s["site"] for s in client(b).sites()] == [s["site"] for s in client(a).sites()]  # from the leader
     client(a).deploy(EXAMPLES / "cold_chain" / "app.py")
     assert wait_for(lambda: plan_epoch(mosquitto) == 1, timeout=60, what="a plan of epoch 1")
 
@@ -125,13 +143,23 @@ def test_the_standby_takes_over_a_killed_leader_and_a_paused_one_exits_writing_n
     assert role(c, "leader", "hub-c", 3)
 
 
-def test_the_standby_reads_the_apps_from_the_database_and_sends_writes_to_the_leader(group: Any) -> None:
+def test_the_standby_reads_the_apps_from_the_database_passes_other_reads_on_and_redirects_writes(group: Any) -> None:
     a = group("hub-a")
     wait_for(lambda: role(a, "leader", "hub-a", 1), timeout=120, what="hub-a to lead under epoch 1")
     b = group("hub-b")
     wait_for(lambda: health(b).get("leader_url") == a.url, timeout=120, what="hub-b to name hub-a's URL")
     assert health(b)["role"] == "standby"
     assert client(b).apps() == []
+    status, headers, body = sent(b, "GET", "/sites")  # sent on to the leader, its answer back
+    assert status == 200
+    assert (headers[ROLE_HEADER], headers[SERVED_BY_HEADER]) == ("standby", "hub-a")
+    assert [s["site"] for s in orjson.loads(body)["sites"]] == [s["site"] for s in client(a).sites()]
+    assert orjson.loads(body)["down_after_s"] == 60  # the leader's --down-after
+    status, headers, page = sent(b, "GET", "/")  # the dashboard's page, from the leader
+    assert (status, headers.get_content_type(), headers[SERVED_BY_HEADER]) == (200, "text/html", "hub-a")
+    assert b"/dashboard/app.js" in page
+    status, headers, _ = sent(b, "DELETE", "/apps/cold-chain")  # a write is still redirected
+    assert (status, headers["Location"], headers[ROLE_HEADER]) == (307, f"{a.url}/apps/cold-chain", "standby")
 
     plan = client(b).deploy(EXAMPLES / "cold_chain" / "app.py")  # POST at the standby, 307 to the leader
     assert [app["app"] for app in client(a).apps()] == ["cold-chain"]

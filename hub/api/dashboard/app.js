@@ -133,6 +133,7 @@
           return "refused";
         }
         if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
+        showVia(response.headers);
         return read(response.body.getReader());
       })
       .then(
@@ -149,6 +150,14 @@
           state.retry = setTimeout(connect, delay);
         },
       );
+  }
+
+  // A standby hub sends the stream on from the leader and says so in its headers.
+  function showVia(headers) {
+    const via = $("via");
+    const standby = headers.get("X-SpanEdge-Role") === "standby";
+    via.hidden = !standby;
+    via.textContent = standby ? `via a standby, from the leader ${headers.get("X-SpanEdge-Served-By") || "?"}` : "";
   }
 
   async function read(reader) {
