@@ -49,6 +49,7 @@ from hub.control.registry import SiteRegistry, shared_entry
 from hub.control.site_health import HealthPolicy
 from hub.control.state import Documents, StateStore
 from hub.control.state_lock import StateDirLock
+from hub.engine.dead_letters import OPERATOR_ERRORS
 from hub.engine.session import DEFAULT_TRIGGER, batch_intervals
 from hub.ha.config import HaConfig
 from hub.handover.holds import DEFAULT_LIMIT_S
@@ -170,6 +171,7 @@ class Hub:
                 recover_for_s=config.overload_recover_s,
                 site_grace_s=config.site_grace_s,
             ),
+            hub_errors=OPERATOR_ERRORS if config.spark else None,
         )
         self.enrolment = self._enrolment(site.broker)
         self._stop = threading.Event()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hub.engine.dead_letters import DEAD_LETTERS, DeadLetterCounts
+from hub.engine.dead_letters import DEAD_LETTERS, OPERATOR_ERRORS, DeadLetterCounts
 from spanedge.metrics import CONTENT_TYPE, Exposition, metric_name
 
 __all__ = ["CONTENT_TYPE", "DEAD_LETTERS", "DeadLetterCounts", "Exposition", "render_metrics"]
@@ -88,6 +88,13 @@ def render_metrics(
     for (app_name, query), n in sorted(DEAD_LETTERS.snapshot().items()):
         labels = {"app": app_name, "query": query}
         out.add("spanedge_hub_dead_letters_total", n, labels, help="records hub operators failed on, dead-lettered")
+    for (app_name, origin), n in sorted(OPERATOR_ERRORS.snapshot().items()):
+        out.add(
+            "spanedge_hub_operator_errors_total",
+            n,
+            {"app": app_name, "site": origin},
+            help="records from the site that hub operators raised on",
+        )
     return out.render()
 
 

@@ -28,6 +28,7 @@ from hub.control.handovers import HandoverControl
 from hub.control.planning import Planner, default_planner
 from hub.control.registry import SiteRegistry
 from hub.control.replanning import Replanner
+from hub.control.rollout.metrics import HubErrors
 from hub.control.rollout.records import RolloutStore
 from hub.control.rollout.runner import RolloutRunner
 from hub.control.site_health import HealthPolicy
@@ -72,6 +73,7 @@ class Coordinator:
         handover_delay_s: float = DEFAULT_DELAY_S,
         handover_wait_s: float = DEFAULT_LIMIT_S,
         health: HealthPolicy | None = None,
+        hub_errors: HubErrors | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Wire the coordinator.
@@ -91,6 +93,7 @@ class Coordinator:
                 the plan distribution delay; see :mod:`hub.handover.switches`).
             handover_wait_s: how long after a switch the hub's windows wait for a live old owner (:mod:`hub.handover.holds`).
             health: when a spoke counts as over its CPU budget, recovered or gone (:mod:`hub.control.site_health`).
+            hub_errors: counts of what the hub's operators raised on by origin site, for the ``hub_errors`` gate.
             clock: the time source (seconds; also the event-time clock of handovers).
         """
         self.registry = registry
@@ -108,7 +111,7 @@ class Coordinator:
         self.deployments = Deployments(self.handovers, distributor=distributor, engine=engine, store=store)
         self.replanner = Replanner(registry, planner, self.analysis, self.handovers, self.deployments, clock)
         rollouts = RolloutStore(store.root, documents) if store is not None else None
-        self.rollouts = RolloutRunner(self.deployments, registry, self.replanner.plan, rollouts, clock)
+        self.rollouts = RolloutRunner(self.deployments, registry, self.replanner.plan, rollouts, clock, hub_errors)
         self.replanner.rolling = self.rollouts.rolling
         self.on_join: Callable[[str, float], None] | None = None
         self._lock = self.deployments.lock

@@ -24,7 +24,10 @@ read) and empties it; after it, the sink gathers what the tasks staged,
 writes it to ``<state-dir>/dlq/<app>/<query>-batch-<id>.jsonl`` (atomically,
 so a replay overwrites), publishes each letter to
 ``spanedge/v1/<app>/dlq/hub`` (whatever the sink's kind, when it has the hub
-broker), counts them, and only then records the batch as completed.
+broker), counts them, and only then records the batch as completed. Once it
+is, the sink counts each record an operator raised on under the site it came
+from (:data:`hub.engine.dead_letters.OPERATOR_ERRORS`; a replay the sink skips
+is not counted again).
 
 Every sink's query computes its own upstream operators, so an operator that
 feeds several sinks fails on a record once in each of their queries. Only
@@ -48,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from hub.engine.dead_letters import DEAD_LETTERS
+from hub.engine.dead_letters import DEAD_LETTERS, OPERATOR_ERRORS
 from hub.engine.publish_progress import PublishProgress, digest, publish_order
 from hub.engine.python_operators import STAGING_PROPERTY
 from hub.engine.stopped_batch import StoppedMidBatch
@@ -273,6 +276,8 @@ class BatchSink:
         self.batches += 1
         self.rows += table.num_rows
         self._save_last(batch_id)
+        if letters:  # counted once the batch is written, by the site each record came from
+            OPERATOR_ERRORS.add(self.app, (orjson.loads(line).get("source_site") for line in letters))
 
     def _own_letters(self, letters: list[bytes]) -> list[bytes]:
         """The staged ``letters`` this query files: of the operators it files for, with an origin in its share."""

@@ -3,6 +3,8 @@
 A global map raises on some records: those come out on the app's hub
 dead-letter topic and in the hub's dead-letter files, with the reason, and
 every other record reaches the sink, also through a window after the map.
+The hub counts them by the site each came from, which a rollout's
+``hub_errors`` gate reads.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ import orjson
 import pytest
 
 from hub.api.metrics import render_metrics
+from hub.control.rollout.gates import evaluate, parse_gates
+from hub.control.rollout.metrics import Beat, Context
+from hub.engine.dead_letters import OPERATOR_ERRORS
 from hub.engine.engine import Engine
 from hub.ingest.consumer import Ingest
 from spanedge import App, agg, global_, sinks, topics
 from spanedge.sites import parse_sites
 from spanedge.wire.batch import Record
+from spanedge.wire.heartbeat import Heartbeat
 from tests.integration.hubkit import T0, Collector, Publisher, broker_of, make_plan
 from tests.polling import wait_for
 
@@ -35,6 +41,16 @@ sites:
     streams:
       a: {topic: "a/#", rate: 10}
 """
+TWO_SPOKES = (
+    SITES
+    + """
+  s2:
+    tier: spoke
+    broker: "BROKER"
+    streams:
+      a: {topic: "a/#", rate: 10}
+"""
+)
 
 
 @global_(name="calibrate")
@@ -61,11 +77,11 @@ def _app(name: str, windowed: bool) -> App:
 
 @contextmanager
 def _running(
-    spark: Any, mosquitto: Any, tmp_path: Path, app: App, hub_ops: set[str]
+    spark: Any, mosquitto: Any, tmp_path: Path, app: App, hub_ops: set[str], sites_yaml: str = SITES
 ) -> Iterator[tuple[Collector, Engine, Publisher]]:
     """``app`` deployed at a hub with ``hub_ops`` there: a collector of its ``out`` and dead-letter topics, the engine, a publisher."""
     name = app.name
-    sites = parse_sites(SITES.replace("BROKER", mosquitto.url))
+    sites = parse_sites(sites_yaml.replace("BROKER", mosquitto.url))
     plan = make_plan(app, sites, at_hub=hub_ops, singletons=hub_ops)
     collector = Collector(mosquitto.url, f"{name}/out", topics.dlq(name, "hub"))
     ingest = Ingest(broker_of(mosquitto.url), tmp_path / "ingest", client_id=f"hub-test-{name}")
@@ -166,3 +182,42 @@ def test_a_map_feeding_two_sinks_dead_letters_each_record_once_also_for_a_memory
         assert sorted(d["seq"] for d in letters) == bad  # once each, not once per sink's query
         assert {d["operator"] for d in letters} == {"calibrate"}
         assert sorted(d["seq"] for d in _dead_files(tmp_path, name)) == bad
+
+
+def test_the_hub_counts_each_record_its_operator_raised_on_under_its_origin_site(
+    spark: Any, mosquitto: Any, tmp_path: Path
+) -> None:
+    """s1 sends four records ``calibrate`` raises on, s2 one: the counts by site fail ``hub_errors<1`` at s1 and s2."""
+    name = "dead-sites"
+    rows = _rows()
+    at_s2 = [{**r, "x": "broken-s2" if i == 5 else float(i)} for i, r in enumerate(rows)]
+    dlq = topics.dlq(name, "hub")
+    with _running(spark, mosquitto, tmp_path, _app(name, False), {"calibrate", "out"}, TWO_SPOKES) as (
+        collector,
+        _,
+        publisher,
+    ):
+        assert OPERATOR_ERRORS.counts(name) == {}
+        publisher.send([Record("s1", "a", i, r["t"], r["id"], r) for i, r in enumerate(rows)])
+        publisher.send([Record("s2", "a", i, r["t"], r["id"], r) for i, r in enumerate(at_s2)])
+        wait_for(lambda: len(collector.get(dlq)) >= 5, 90, "the dead letters")
+        wait_for(lambda: sum(OPERATOR_ERRORS.counts(name).values()) >= 5, 30, "the counts by origin site")
+        good = 2 * len(rows) - 5
+        wait_for(lambda: len(collector.get(f"{name}/out")) >= good, 90, "the sink's results")
+        counts = OPERATOR_ERRORS.counts(name)
+        assert counts == {"s1": 4, "s2": 1}
+        assert sorted((d["source_site"], d["seq"]) for d in collector.get(dlq)) == [
+            *(("s1", i) for i in (3, 11, 12, 25)),
+            ("s2", 5),
+        ]
+        lines = [li for li in render_metrics([], [], []).splitlines() if li.startswith("spanedge_hub_operator_errors")]
+        assert f'spanedge_hub_operator_errors_total{{app="{name}",site="s1"}} 4.0' in lines
+        assert f'spanedge_hub_operator_errors_total{{app="{name}",site="s2"}} 1.0' in lines
+
+    # the hold saw no count at its start and these at its end, a minute later
+    context = Context(name, hub_errors={site: [(0.0, 0.0), (60.0, float(counts[site]))] for site in ("s1", "s2")})
+    heard = [Beat(site, t, Heartbeat(site=site)) for site in ("s1", "s2") for t in (0.0, 60.0)]
+    verdict = evaluate(parse_gates("hub_errors<1"), heard, ("s1", "s2"), 0.0, 60.0, context)
+    (gate,) = verdict.gates
+    assert (verdict.passed, gate.site, gate.failed, gate.value) == (False, "s1", ("s1", "s2"), 4.0)
+    assert verdict.reason == "failed: hub_errors 4/min at s1 and 1 other site (limit < 1/min)"

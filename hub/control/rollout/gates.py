@@ -10,7 +10,8 @@ with the metrics and the way each limit is written in
 (an empty text) leaves a stage only its heartbeat check.
 
 A stage's verdict (:func:`evaluate`) takes the heartbeats the sites it changed
-sent in its hold window. A gate passes when every such site's value is within
+sent in its hold window (and the hub's own counts sampled in it, for
+``hub_errors``). A gate passes when every such site's value is within
 its limit; the result names the worst site (the failing one, if any) with its
 value and every site that failed. A site that sent no heartbeat in the window
 fails the stage, whatever the gates say.
@@ -193,7 +194,8 @@ def evaluate(
         mine[beat.site].append(beat)
     silent = tuple(sorted(site for site, got in mine.items() if not got))
     heard = {site: got for site, got in sorted(mine.items()) if got}
-    results = tuple(_result(gate, heard, context) for gate in gates)
+    window = context.window(start, end)
+    results = tuple(_result(gate, heard, window) for gate in gates)
     passed = not silent and all(r.passed for r in results)
     problems = [r.describe() for r in results if not r.passed]
     if silent:

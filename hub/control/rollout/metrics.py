@@ -5,6 +5,8 @@
 * ``late_rate``: the app's late records (``counters[app].late``) per record taken in; the same limits.
 * ``errors``: the app's operator errors (``counters[app].errors``: records a
   user's function raised on) per minute; ``5`` or ``5/min``.
+* ``hub_errors``: the records from the site that the app's operators at the
+  hub raised on (:class:`HubErrors`), per minute; ``5`` or ``5/min``.
 * ``cpu``: the agent's mean CPU use (``cpu_percent``) as a share of the site's
   CPU budget; ``0.8`` or ``80%``.
 * ``rss``: the agent's largest resident memory (``rss_bytes``); ``200MB``,
@@ -25,16 +27,23 @@ the ``in`` counts of the app's source replicas at the site (``<stream>@<site>``,
 ``<app>/<stream>@<site>`` when the site runs several apps). The CPU budget is
 the one the site reports (``cpu_budget``), else its declared ``cpu``. A gauge
 no heartbeat of the window reports (no watermark yet) has no value and passes.
+
+``hub_errors`` reads no heartbeat: the rollout runner samples the hub's own
+counts by origin site (:attr:`Context.hub_errors`) as it ticks, and the metric
+divides their increase by the minutes between the first and the last sample
+of the window, as ``errors`` does with heartbeats.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from spanedge.durations import parse_duration
 from spanedge.wire.heartbeat import Heartbeat
@@ -57,11 +66,29 @@ class Context:
         app: the app's name.
         sources: the app's source streams (their replicas' ``in`` counts are the records taken in).
         cpu: each site's declared CPU cores (``sites.yaml``), for a site that reports no budget.
+        hub_errors: per site, the hub's count of the app's operator errors on its records, sampled
+            ``(the hub's clock, count)`` in order (None: the hub counts none).
     """
 
     app: str
     sources: frozenset[str] = frozenset()
     cpu: Mapping[str, float] = field(default_factory=dict)
+    hub_errors: Mapping[str, Sequence[tuple[float, float]]] | None = None
+
+    def window(self, start: float, end: float) -> Context:
+        """This context with only the hub's samples taken from ``start`` to ``end``."""
+        if self.hub_errors is None:
+            return self
+        kept = {site: [s for s in got if start <= s[0] <= end] for site, got in self.hub_errors.items()}
+        return dataclasses.replace(self, hub_errors=kept)
+
+
+class HubErrors(Protocol):
+    """The hub's counts of the records its operators raised on (:data:`hub.engine.dead_letters.OPERATOR_ERRORS`)."""
+
+    def counts(self, app: str) -> Mapping[str, int]:
+        """``app``'s counts so far by origin site; they only grow, but start from zero when the hub does."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -181,6 +208,18 @@ def _per_minute(counter: str) -> Callable[[Sequence[Beat], str, Context], Readin
     return measure
 
 
+def _hub_errors(beats: Sequence[Beat], site: str, context: Context) -> Reading:
+    if context.hub_errors is None:
+        why = "the hub counts no operator errors: it runs without Spark (--no-spark); drop the gate"
+        return Reading(None, why, fails=True)
+    samples = context.hub_errors.get(site, ())
+    minutes = (samples[-1][0] - samples[0][0]) / 60 if samples else 0.0
+    if minutes <= 0:
+        why = "one sample" if len(samples) == 1 else "no sample" if not samples else "samples at one time only"
+        return Reading(None, f"{why} of the hub's counts in the window: no increase per minute", fails=True)
+    return Reading(increase([n for _, n in samples]) / minutes)
+
+
 def _cpu(beats: Sequence[Beat], site: str, context: Context) -> Reading:
     shares = []
     for b in beats:
@@ -211,6 +250,7 @@ METRICS: dict[str, Metric] = {
         Metric("dead_letter_rate", Kind.RATIO, _rate("dlq", "dead letters"), "dead letters per record taken in"),
         Metric("late_rate", Kind.RATIO, _rate("late", "late records"), "late records per record taken in"),
         Metric("errors", Kind.PER_MINUTE, _per_minute("errors"), "operator errors per minute"),
+        Metric("hub_errors", Kind.PER_MINUTE, _hub_errors, "hub operator errors on the site's records per minute"),
         Metric("cpu", Kind.SHARE, _cpu, "the agent's mean CPU use as a share of the site's CPU budget"),
         Metric("rss", Kind.BYTES, _largest(lambda h: h.rss_bytes), "the agent's largest resident memory"),
         Metric("outbox_backlog", Kind.RECORDS, _largest(_backlog), "the most records waiting in the outbox"),

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hub.control.deployments import Deployment, Deployments
@@ -33,7 +33,7 @@ from hub.control.planning import load_app
 from hub.control.registry import SiteRegistry
 from hub.control.rollout import steps
 from hub.control.rollout.gates import parse_gates
-from hub.control.rollout.metrics import Beat, Context
+from hub.control.rollout.metrics import Beat, Context, HubErrors
 from hub.control.rollout.mixing import mixing_problems
 from hub.control.rollout.model import Rollout, Status
 from hub.control.rollout.records import RolloutRecord, RolloutStore
@@ -70,6 +70,7 @@ class _Live:
     app: App
     beats: dict[str, deque[Beat]] = dataclasses.field(default_factory=dict)
     running: dict[str, str] = dataclasses.field(default_factory=dict)  # site: the version it reported last
+    hub_errors: dict[str, deque[tuple[float, float]]] = dataclasses.field(default_factory=dict)  # sampled per tick
 
 
 class RolloutRunner:
@@ -86,9 +87,11 @@ class RolloutRunner:
         plans: Plans,
         store: RolloutStore | None = None,
         clock: Callable[[], float] = time.time,
+        hub_errors: HubErrors | None = None,
     ) -> None:
-        """Drive rollouts of ``deployments``, planning new versions with ``plans``; persist them in ``store``."""
+        """Drive rollouts of ``deployments`` planned with ``plans``, kept in ``store``, sampling ``hub_errors``."""
         self.deployments = deployments
+        self.hub_errors = hub_errors
         self.registry = registry
         self._plans = plans
         self.store = store
@@ -224,6 +227,8 @@ class RolloutRunner:
             live.record = dataclasses.replace(live.record, rollout=steps.roll_back(rollout, now, replanned))
             self._apply(live, rollout)
             return True
+        if self.hub_errors is not None:
+            _sample(live, self.hub_errors.counts(rollout.app), now)
         with self._seen:
             running = dict(live.running)
         after = steps.confirm(rollout, now, running)
@@ -231,7 +236,8 @@ class RolloutRunner:
         if when is not None and now >= when:
             with self._seen:
                 beats = [b for got in live.beats.values() for b in got]
-            after = steps.check(after, now, beats, _context(live, self.deployments.get(rollout.app), self.registry))
+            context = _context(live, self.deployments.get(rollout.app), self.registry, self.hub_errors is not None)
+            after = steps.check(after, now, beats, context)
         if after is rollout:
             return False
         live.record = dataclasses.replace(live.record, rollout=after)
@@ -381,11 +387,22 @@ def _replanned(deployment: Deployment | None, live: _Live) -> str | None:
     return f"the app was re-planned (plan v{record.plan.version}: {why}); the new version's plan no longer fits it"
 
 
-def _context(live: _Live, deployment: Deployment | None, registry: SiteRegistry) -> Context:
-    """What the gates of ``live``'s rollout need besides heartbeats: the apps' sources, the sites' declared CPU."""
+def _sample(live: _Live, counts: Mapping[str, int], now: float) -> None:
+    """Keep the hub's count of operator errors on each rollout site's records at ``now``."""
+    for site in live.record.rollout.sites:
+        live.hub_errors.setdefault(site, deque(maxlen=MAX_BEATS)).append((now, float(counts.get(site, 0))))
+
+
+def _context(live: _Live, deployment: Deployment | None, registry: SiteRegistry, hub_counted: bool) -> Context:
+    """What the gates of ``live``'s rollout need besides heartbeats: the apps' sources, the sites' declared CPU.
+
+    With ``hub_counted``, also the hub's samples of its operator errors on each site's records.
+    """
     apps = [live.app] + ([deployment.app] if deployment is not None else [])
     sources = frozenset(n for a in apps for n, op in a.operators.items() if op.kind is Kind.SOURCE)
-    return Context(live.record.rollout.app, sources, {s.name: s.cpu for s in registry.sites.spokes})
+    cpu = {s.name: s.cpu for s in registry.sites.spokes}
+    hub_errors = {site: list(got) for site, got in live.hub_errors.items()} if hub_counted else None
+    return Context(live.record.rollout.app, sources, cpu, hub_errors)
 
 
 def rollout_summary(rollout: Rollout) -> str:

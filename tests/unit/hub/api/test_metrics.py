@@ -69,6 +69,7 @@ def hub_text(monkeypatch: pytest.MonkeyPatch) -> str:
     import hub.api.metrics
     from hub.api.metrics import DeadLetterCounts, render_metrics
     from hub.control.registry import SiteRegistry
+    from hub.engine.dead_letters import OperatorErrors
     from spanedge.sites import load_sites
 
     registry = SiteRegistry(load_sites(EXAMPLES / "cold_chain" / "sites.yaml"))
@@ -76,6 +77,9 @@ def hub_text(monkeypatch: pytest.MonkeyPatch) -> str:
     dead_letters = DeadLetterCounts()  # not the process's own counts, which other tests read
     dead_letters.add("cold-chain", "fleet_alerts", 1)
     monkeypatch.setattr(hub.api.metrics, "DEAD_LETTERS", dead_letters)
+    errors = OperatorErrors()
+    errors.add("cold-chain", ["truck-7", "truck-7", "truck-9"])
+    monkeypatch.setattr(hub.api.metrics, "OPERATOR_ERRORS", errors)
     apps = [{"app": "cold-chain", "version": 2, "replicas": 17, "wan_bytes_per_s": 1200.0, "worst_latency_ms": 90.0}]
     operators = {"anomaly": {"in": 90, "out": 3, "in_rate": 6.2, "out_rate": 0.2}}
     engine = {"cold-chain": {"version": 2, "queries": {"fleet_alerts": SPARK_QUERY}, "operators": operators}}
@@ -149,3 +153,13 @@ def test_a_database_sink_that_retries_shows_it(monkeypatch: pytest.MonkeyPatch) 
         assert family.type == kind, name
         assert [(s.labels, s.value) for s in family.samples] == [(labels, value)], name
         assert family.documentation != name.replace("_", " "), f"{name} has no help text"
+
+
+def test_the_hub_s_operator_errors_are_a_counter_by_app_and_origin_site(monkeypatch: pytest.MonkeyPatch) -> None:
+    family = families(hub_text(monkeypatch))["spanedge_hub_operator_errors"]
+    assert family.type == "counter"
+    assert [(s.labels, s.value) for s in family.samples] == [
+        ({"app": "cold-chain", "site": "truck-7"}, 2.0),
+        ({"app": "cold-chain", "site": "truck-9"}, 1.0),
+    ]
+    assert family.documentation == "records from the site that hub operators raised on"

@@ -58,6 +58,8 @@ def test_the_issue_s_gates_parse() -> None:
         ("watermark_lag<2m", Gate("watermark_lag", 120.0, text="2m")),
         ("errors<5", Gate("errors", 5.0, text="5")),
         ("errors<=0.5/min", Gate("errors", 0.5, inclusive=True, text="0.5/min")),
+        ("hub_errors<5", Gate("hub_errors", 5.0, text="5")),
+        ("hub_errors<=1/min", Gate("hub_errors", 1.0, inclusive=True, text="1/min")),
     ],
 )
 def test_each_metric_takes_its_limit_in_its_unit(text: str, gate: Gate) -> None:
@@ -98,7 +100,7 @@ def test_a_malformed_gate_is_named_with_the_grammar(text: str, part: str, why: s
 @given(st.lists(st.tuples(st.sampled_from(sorted(METRICS)), st.booleans()), unique_by=lambda g: g[0], max_size=6))
 def test_what_format_writes_parse_reads_back(spec: list[tuple[str, bool]]) -> None:
     defaults = {"dead_letter_rate": "1%", "late_rate": "0.02", "cpu": "80%", "rss": "1GiB"}
-    defaults |= {"outbox_backlog": "500", "watermark_lag": "5s", "errors": "5/min"}
+    defaults |= {"outbox_backlog": "500", "watermark_lag": "5s", "errors": "5/min", "hub_errors": "1"}
     gates = parse_gates(", ".join(f"{m}{'<=' if inc else '<'}{defaults[m]}" for m, inc in spec))
     assert parse_gates(format_gates(gates)) == gates
 
