@@ -2,13 +2,13 @@
 
 Every route but ``/healthz`` (and the OpenAPI docs) needs ``Authorization:
 Bearer <token>``: reading needs any token, deploying and deleting an admin
-token (:mod:`hub.api.auth`); request bodies over 4 MiB get 413. Every answer has
+token (:mod:`hub.api.auth`); request bodies over 4 MiB (a preview's summary: 256 KiB) get 413. Every answer has
 a model (:mod:`hub.api.models`), shown at ``/docs``; errors, including 401,
 403, 404 and 405, come back as JSON ``{"error": <kind>, "detail":
 <message>}`` (:mod:`hub.api.errors`); a deploy the app, the sites or the
 placement rejects is a 422 whose message is the one ``spanedge deploy
 --dry-run`` prints. The routes live by resource: :mod:`hub.api.apps`,
-:mod:`hub.api.sites`, :mod:`hub.api.health`.
+:mod:`hub.api.sites`, :mod:`hub.api.health`, :mod:`hub.api.previews.routes`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from fastapi import Depends, FastAPI
 
 from hub.api.apps import apps_router
-from hub.api.auth import BodyLimit, scope_dependency
+from hub.api.auth import BodyLimit, PathLimit, scope_dependency
 from hub.api.dashboard.docs import offline_docs
 from hub.api.dashboard.routes import dashboard_router
 from hub.api.dashboard.snapshot import build_snapshot
@@ -27,6 +27,9 @@ from hub.api.enrolment import enrolment_router
 from hub.api.errors import install_error_handlers
 from hub.api.health import StatsSource, health_router, metrics_router
 from hub.api.model_routes import coordinator_apps, model_router
+from hub.api.previews import limits
+from hub.api.previews.routes import preview_router
+from hub.api.previews.store import PreviewStore
 from hub.api.rollout_routes import rollout_router
 from hub.api.sites import sites_router
 from hub.control.coordinator import Coordinator
@@ -69,11 +72,13 @@ def create_app(
     offline_docs(api)
     install_error_handlers(api)
     api.include_router(health_router(coordinator, health))
-    api.add_middleware(BodyLimit)
+    api.add_middleware(BodyLimit, paths=[PathLimit(limits.PATH_PATTERN, limits.MAX_BODY_BYTES, "a preview's summary")])
     authorized = [Depends(scope_dependency(tokens, TokenScope.READ))]
     admin = [Depends(scope_dependency(tokens, TokenScope.ADMIN))]
-    api.include_router(apps_router(coordinator, admin), dependencies=authorized)
+    previews = preview_store(coordinator)
+    api.include_router(apps_router(coordinator, admin, on_deleted=previews.drop), dependencies=authorized)
     api.include_router(rollout_router(coordinator, admin), dependencies=authorized)
+    api.include_router(preview_router(coordinator, previews, admin), dependencies=authorized)
     if enrolment is not None:
         api.include_router(enrolment_router(enrolment, admin))
     if models is None:  # declarations only: no versions to read (the path is never a folder), no Spark to train
@@ -83,8 +88,15 @@ def create_app(
     api.include_router(sites_router(coordinator), dependencies=authorized)
     api.include_router(metrics_router(coordinator, ingest_stats, engine_metrics), dependencies=authorized)
     # the page at / is public (it holds no data); its event stream checks the token itself
-    snapshot = lambda: build_snapshot(coordinator, engine_metrics, ingest_stats, models)  # noqa: E731
+    snapshot = lambda: build_snapshot(coordinator, engine_metrics, ingest_stats, models, previews)  # noqa: E731
     api.include_router(
         dashboard_router(snapshot, scope_dependency(tokens, TokenScope.READ), max_stream_s=dashboard_stream_s)
     )
     return api
+
+
+def preview_store(coordinator: Coordinator) -> PreviewStore:
+    """The previews of the deployed apps, under ``<state_dir>/previews`` if the coordinator has a state store."""
+    store = coordinator.deployments.store
+    root = store.root / "previews" if store is not None else None
+    return PreviewStore(root, deployed=coordinator.app_names())

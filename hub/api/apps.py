@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
@@ -274,14 +274,18 @@ def rolled_out(coordinator: Coordinator, body: DeployRequest, request: Request) 
     }
 
 
-def deleted(coordinator: Coordinator, name: str, request: Request) -> dict[str, Any] | JSONResponse:
-    """Stop app ``name`` everywhere and forget it (audited): the answer of ``DELETE /apps/{name}``."""
+def deleted(
+    coordinator: Coordinator, name: str, request: Request, on_deleted: Callable[[str], None] | None = None
+) -> dict[str, Any] | JSONResponse:
+    """Stop app ``name`` everywhere and forget it (audited), then call ``on_deleted``: the answer of ``DELETE /apps/{name}``."""
     if (refused := _bad_name(name)) is not None:
         return refused
     try:
         distribution = coordinator.delete(name)
     except KeyError:
         return not_found(name, coordinator)
+    if on_deleted is not None:
+        on_deleted(name)
     audit.info("deleted app %s, by %s", escaped(name), _who(request))
     return {"deleted": name, "distribution": distribution}
 
@@ -290,8 +294,13 @@ def deleted(coordinator: Coordinator, name: str, request: Request) -> dict[str, 
 AppName = Annotated[str, Path(description="the app's name", json_schema_extra={"pattern": APP_NAME_PATTERN})]
 
 
-def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRouter:
-    """The ``/apps`` routes over ``coordinator``; deploying and deleting also need the ``admin`` dependencies."""
+def apps_router(
+    coordinator: Coordinator, admin: Sequence[Any] = (), on_deleted: Callable[[str], None] | None = None
+) -> APIRouter:
+    """The ``/apps`` routes over ``coordinator``; deploying and deleting also need the ``admin`` dependencies.
+
+    ``on_deleted`` is called with the name of each app deleted (the previews kept of it are dropped).
+    """
     router = APIRouter(tags=["apps"], responses=errors(401))
     one_app = errors(404, 422, e422="the app name in the URL is invalid")
 
@@ -331,6 +340,6 @@ def apps_router(coordinator: Coordinator, admin: Sequence[Any] = ()) -> APIRoute
     )
     def delete_app(name: AppName, request: Request) -> dict[str, Any] | JSONResponse:
         """Stop an app everywhere and forget it."""
-        return deleted(coordinator, name, request)
+        return deleted(coordinator, name, request, on_deleted)
 
     return router

@@ -13,7 +13,9 @@ for a deploy, the SHA-256 of the app's source.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+import re
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -85,27 +87,53 @@ def source_sha256(body: bytes) -> str | None:
     return source_hash(source) if isinstance(source, str) else None
 
 
+#: What the default limit bounds, as its 413 says.
+APP_SOURCE = "an app's source"
+
+
+@dataclass(frozen=True)
+class PathLimit:
+    """A smaller body limit for the paths that match ``pattern`` (a regular expression), naming what it bounds."""
+
+    pattern: str
+    limit: int
+    what: str
+
+
 class BodyLimit:
     """ASGI middleware: a request whose body exceeds ``limit`` bytes gets 413, before it is read whole.
 
     A declared ``Content-Length`` over the limit is refused at once; a body sent without one
-    is counted as it arrives and refused once it passes the limit.
+    is counted as it arrives and refused once it passes the limit. A path that matches one of
+    ``paths`` has that entry's limit instead.
     """
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limit: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        app: Callable[[Scope, Receive, Send], Awaitable[None]],
+        limit: int = MAX_BODY_BYTES,
+        paths: Sequence[PathLimit] = (),
+    ) -> None:
         """Wrap ``app``."""
         self.app = app
         self.limit = limit
+        self.paths = [(re.compile(p.pattern), p.limit, p.what) for p in paths]
+
+    def _limit_of(self, path: str) -> tuple[int, str]:
+        return next(
+            ((limit, what) for pattern, limit, what in self.paths if pattern.match(path)), (self.limit, APP_SOURCE)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on unless its body is too large."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit, what = self._limit_of(str(scope.get("path", "")))
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(send)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _refuse(send, limit, what)
             return
         seen = 0
 
@@ -114,29 +142,30 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge(self.limit)
+                if seen > limit:
+                    raise _TooLarge(limit, what)
             return message
 
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
-            await self._refuse(send)
-
-    async def _refuse(self, send: Send) -> None:
-        body = orjson.dumps({"error": "PayloadTooLarge", "detail": _too_large(self.limit)})
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+            await _refuse(send, limit, what)
 
 
-def _too_large(limit: int) -> str:
-    return f"request body over {limit} bytes; an app's source must be smaller"
+async def _refuse(send: Send, limit: int, what: str) -> None:
+    body = orjson.dumps({"error": "PayloadTooLarge", "detail": _too_large(limit, what)})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _too_large(limit: int, what: str) -> str:
+    return f"request body over {limit} bytes; {what} must be smaller"
 
 
 class _TooLarge(HTTPException):
@@ -146,5 +175,5 @@ class _TooLarge(HTTPException):
     turns any other exception raised while it reads a body into a 400).
     """
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(status_code=413, detail=_too_large(limit))
+    def __init__(self, limit: int, what: str) -> None:
+        super().__init__(status_code=413, detail=_too_large(limit, what))

@@ -271,6 +271,14 @@ class HubClient:
         """``POST /apps/{name}/rollout/rollback``: give every site the rollout changed the previous version back."""
         return dict(self.request("POST", f"/apps/{_quote(name)}/rollout/rollback", {}))
 
+    def post_preview(self, name: str, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /apps/{name}/previews``: give the hub a live preview's summary to keep (admin token)."""
+        return dict(self.request("POST", f"/apps/{_quote(name)}/previews", dict(summary)))
+
+    def previews(self, name: str) -> list[dict[str, Any]]:
+        """``GET /apps/{name}/previews``: the app's last previews, newest first."""
+        return list(self.request("GET", f"/apps/{_quote(name)}/previews")["previews"])
+
     def apps(self) -> list[dict[str, Any]]:
         """``GET /apps``."""
         return list(self.request("GET", "/apps")["apps"])

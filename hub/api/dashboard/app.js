@@ -222,6 +222,7 @@
     drawHistory(app);
     drawRollout(app);
     drawModels(app);
+    drawPreviews(app);
     drawHub(snap.hub || {});
     showProblems((snap.hub && snap.hub.errors) || []);
   }
@@ -647,6 +648,58 @@
       h("td", { class: "num", text: isNum(r.records) ? String(r.records) : dash }));
     });
     return rows.length ? rows : [h("tr", {}, h("td", { colspan: 6, class: "empty", text: "No site scores with it yet." }))];
+  }
+
+  // -- the app's live previews: a candidate beside the version running now, over one site's records --
+
+  function drawPreviews(app) {
+    const previews = app ? app.previews || [] : [];
+    $("previews-card").hidden = !previews.length;
+    if (!previews.length) return;
+    $("previews-app").textContent = app.app;
+    $("previews").replaceChildren(...previews.map((p) => h("div", {
+      "data-testid": "preview", "data-site": p.site, "data-candidate": p.candidate_file,
+      "data-sha256": p.candidate_sha256, "data-differing": isNum(p.differing_results) ? String(p.differing_results) : "",
+    },
+    h("h3", { text: `${p.site} · ${new Date(p.started_at * 1000).toLocaleString()} · ${p.candidate_file} (${p.candidate_sha256.slice(0, 12)})` +
+      ` against ${p.live ? p.live.version : "nothing"}` }),
+    h("p", { class: "note", "data-testid": "preview-summary", text: previewNote(p) }),
+    h("div", { class: "scroll" }, h("table", { "data-testid": "preview-operators" },
+      h("thead", {}, h("tr", {}, ...["Operator", "Part", "In live", "In candidate", "Out live", "Out candidate",
+        "Dead letters live", "Dead letters candidate"].map((t, i) => h("th", { class: i > 1 ? "num" : "", text: t })))),
+      h("tbody", {}, ...p.operators.map(previewRow)))))));
+  }
+
+  function cpuPerRecord(run) {
+    if (!run || !isNum(run.cpu_per_record_s)) return dash;
+    const s = run.cpu_per_record_s;
+    return s < 1e-3 ? `${num(s * 1e6, 1)} µs` : `${num(s * 1e3, 2)} ms`;
+  }
+
+  function previewNote(p) {
+    const n = p.differing_results;
+    const parts = [
+      `${p.records} record${p.records === 1 ? "" : "s"} in ${num(p.ended_at - p.started_at, 1)} s of ${num(p.duration_s)} s`,
+      isNum(n) ? `${n} result${n === 1 ? " differs" : "s differ"}` : "no version to compare with",
+      `dead letters ${p.live ? p.live.dead_letters : dash} live, ${p.candidate.dead_letters} candidate`,
+      `CPU per record ${cpuPerRecord(p.live)} live, ${cpuPerRecord(p.candidate)} candidate`,
+    ];
+    if (p.stopped_early) parts.push(`stopped early: ${p.stop_reason || "no reason given"}`);
+    if (p.operators_left_out) parts.push(`${p.operators_left_out} more operators not sent`);
+    return parts.join(" · ");
+  }
+
+  function previewRow(op) {
+    const figure = (counts, field) => (counts && isNum(counts[field]) ? String(counts[field]) : dash);
+    const pairs = [["records_in", "in"], ["records_out", "out"], ["dead_letters", "dead"]];
+    const differs = pairs.slice(1).some(([f]) => figure(op.live, f) !== figure(op.candidate, f));
+    return h("tr", { "data-testid": "preview-operator", "data-operator": op.name, class: differs ? "differs" : "" },
+      h("td", { text: op.name }),
+      h("td", { text: op.part }),
+      ...pairs.flatMap(([f, short]) => [
+        h("td", { class: "num", "data-figure": `${short}-live`, text: figure(op.live, f) }),
+        h("td", { class: "num", "data-figure": `${short}-candidate`, text: figure(op.candidate, f) }),
+      ]));
   }
 
   function stageState(r, i) {

@@ -21,12 +21,15 @@ from spanedge.history import fold, quiet, summary
 from spanedge.numbers import number
 
 if TYPE_CHECKING:
+    from hub.api.previews.store import PreviewStore
     from hub.models.service import ModelService
 
 log = logging.getLogger(__name__)
 
 MATRIX_SITES = 20
 """Up to this many sites the snapshot carries every pair's latency (the page's matrix); above, the measured pairs."""
+PREVIEWS_SHOWN = 5
+"""The most previews of an app the snapshot carries (the newest); ``GET /apps/{name}/previews`` lists every one kept."""
 
 StatsSource = Callable[[], Mapping[str, Any]]
 """A callable that reports numbers: ``Engine.metrics`` or ``Ingest.stats``."""
@@ -143,6 +146,8 @@ class AppView(TypedDict):
     """The app's staged rollout, in progress or its last one, as ``GET /apps/{name}/rollout`` answers (None: never one)."""
     models: list[ModelPanel]
     """Each model the app declares: its newest versions and what each site scores with (:mod:`.models_panel`)."""
+    previews: list[dict[str, Any]]
+    """The app's newest live previews (:data:`PREVIEWS_SHOWN`), as ``GET /apps/{name}/previews`` lists them."""
 
 
 class SiteView(TypedDict):
@@ -234,6 +239,7 @@ def build_snapshot(
     engine_metrics: StatsSource | None = None,
     ingest_stats: StatsSource | None = None,
     models: ModelService | None = None,
+    previews: PreviewStore | None = None,
 ) -> Snapshot:
     """Read the dashboard's snapshot from the hub.
 
@@ -242,6 +248,7 @@ def build_snapshot(
         engine_metrics: ``Engine.metrics`` when the Spark engine runs.
         ingest_stats: ``Ingest.stats`` when the MQTT ingest runs.
         models: the hub's model service (the apps' model versions and drift reports).
+        previews: the live previews the hub keeps.
 
     Returns:
         The snapshot; see :class:`Snapshot` for its shape.
@@ -263,6 +270,7 @@ def build_snapshot(
             view = app_view(record, status, getattr(coordinator, "app", None), hub_figures, hub_queries)
             view["rollout"] = _rollout(coordinator, name)
             view["models"] = model_panels(models, name)
+            view["previews"] = previews.latest(name, PREVIEWS_SHOWN) if previews is not None else []
             apps.append(view)
         except Exception as exc:  # one malformed record must not hide the others
             errors.append(f"app {getattr(record, 'name', '?')}: {exc}")
@@ -375,6 +383,7 @@ def app_view(
         "history": [_history_view(g, plan) for g in fold(list(_get(record, "history", ()) or ()), quiet)],
         "rollout": None,
         "models": [],
+        "previews": [],
     }
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from spanedge.app import App
     from spanedge.cli.preview.records import Line
     from spanedge.cli.preview.run import Preview
+    from spanedge.cli.preview.to_hub import LiveRead
 
 
 class _PastDeadline(BaseException):
@@ -87,7 +88,8 @@ def preview(app_file: Path, input_file: Path | None, **options: Any) -> None:
     With --site SITE --for DURATION --sites sites.yaml, the records are read from the site's
     MQTT broker instead, subscribing only, and the app runs over them once the time is up.
     The edge part runs per site as an agent would, the hub part once over every site's output.
-    Exits with 2 on invalid input.
+    A live preview with --hub-url and --token gives the hub its summary to keep (a warning if it
+    does not take it). Exits with 2 on invalid input.
     """
     from spanedge.errors import SpanEdgeError
 
@@ -95,12 +97,13 @@ def preview(app_file: Path, input_file: Path | None, **options: Any) -> None:
     live = _mode(input_file, o)
     seconds = _seconds(o.timeout, "--timeout")
     doing = [f"reading {input_file}"]
+    read: LiveRead | None = None
     try:
         with _deadline(seconds):
             candidate = _Version(app_file, _load(app_file, o.app_name, doing))
             baseline = _baseline(candidate, o, doing)
         if live:
-            lines, source = _live(candidate, o)
+            lines, source, read = _live(candidate, o)
         else:
             assert input_file is not None
             lines, source = _read(input_file, o), str(input_file)
@@ -116,6 +119,30 @@ def preview(app_file: Path, input_file: Path | None, **options: Any) -> None:
     except SpanEdgeError as exc:
         raise fail(exc) from None
     _print(runs, [v.where for v in versions], source, o.limit, o.as_json)
+    # no baseline with a hub: the hub does not run the app, so it keeps no previews of it
+    if read is not None and o.hub_url and o.token and baseline is not None:
+        _send(app_file, candidate.app.name, read, runs, baseline, o)
+
+
+def _send(
+    app_file: Path, app: str, read: LiveRead, runs: list[Preview], baseline: _Version | None, o: _Options
+) -> None:
+    """Give the hub the live preview's summary to keep; say whether it did (a failure is a warning, not an error)."""
+    from spanedge.cli.preview.to_hub import post, summary
+
+    assert o.hub_url is not None
+    assert o.token is not None
+    try:
+        source = app_file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        click.echo(f"warning: the preview's summary was not sent to the hub: cannot read {app_file}: {exc}", err=True)
+        return
+    live = None
+    if baseline is not None:
+        where = baseline.where
+        live = (runs[0], where.name if isinstance(where, Path) else where)
+    body = summary(read, app_file, source, runs[-1], live)
+    click.echo(post(o.hub_url, o.token, o.hub_ca, app, body), err=True)
 
 
 @dataclass(frozen=True)
@@ -236,10 +263,13 @@ def _read(input_file: Path, o: _Options) -> list[Line]:
     return read_lines(input_file, Limits(o.max_mb * 1_000_000, o.max_lines), o.stream)
 
 
-def _live(candidate: _Version, o: _Options) -> tuple[list[Line], str]:
-    """Read the site's live input the candidate takes; say what was left out, ``--save`` it; its lines and label."""
+def _live(candidate: _Version, o: _Options) -> tuple[list[Line], str, LiveRead]:
+    """Read the site's live input the candidate takes; say what was left out, ``--save`` it; its lines, label, read."""
+    import time
+
     from spanedge.cli.preview import live
     from spanedge.cli.preview.records import Limits
+    from spanedge.cli.preview.to_hub import LiveRead
     from spanedge.sites import load_sites
 
     assert o.site is not None
@@ -255,13 +285,21 @@ def _live(candidate: _Version, o: _Options) -> tuple[list[Line], str]:
     limits = Limits(o.max_mb * 1_000_000, o.max_lines)
     broker = sites.site(o.site).mqtt()
     said = f"reading site {o.site} at {broker.url} for {o.duration}: {topics}"
-    captured = live.capture(broker, o.site, taps, seconds, limits, lambda: click.echo(said, err=True))
+    began: list[float] = []
+
+    def ready() -> None:
+        began.append(time.time())
+        click.echo(said, err=True)
+
+    captured = live.capture(broker, o.site, taps, seconds, limits, ready)
     for note in live.summary(captured, o.site, seconds):
         click.echo(f"note: {note}", err=True)
     if o.save is not None:
         live.save(o.save, captured)
     source = f"site {o.site} (live, {captured.seconds:.1f}s)"
-    return captured.lines, source
+    started = began[0] if began else time.time() - captured.seconds
+    read = LiveRead(o.site, seconds, started, started + captured.seconds, captured.stopped)
+    return captured.lines, source, read
 
 
 def _run(version: _Version, lines: list[Line], source: str, o: _Options, doing: list[str]) -> Preview:

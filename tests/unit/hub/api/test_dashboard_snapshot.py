@@ -542,3 +542,16 @@ def test_a_failing_snapshot_is_a_problem_event_and_the_stream_goes_on() -> None:
 
 def test_sse_event_is_one_line_of_json() -> None:
     assert sse_event({"a": "x\ny"}) == b'event: snapshot\ndata: {"a":"x\\ny"}\n\n'
+
+
+def test_each_app_carries_its_newest_previews(coordinator: Coordinator) -> None:
+    from hub.api.dashboard.snapshot import PREVIEWS_SHOWN
+    from hub.api.previews.store import PreviewStore
+
+    store = PreviewStore(None)
+    for n in range(PREVIEWS_SHOWN + 2):
+        store.add("cold-chain", {"site": "truck-7", "records": n})
+    store.add("elsewhere", {"site": "truck-9", "records": 99})
+    (app,) = build_snapshot(coordinator, previews=store)["apps"]
+    assert [p["records"] for p in app["previews"]] == list(range(PREVIEWS_SHOWN + 1, 1, -1))  # newest first
+    assert build_snapshot(coordinator)["apps"][0]["previews"] == []
