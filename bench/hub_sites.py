@@ -142,6 +142,34 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def heartbeat(names: list[str], i: int, rate: float, hub_latency_factor: float = 1.0) -> dict[str, Any]:
+    """Site ``names[i]``'s heartbeat: its stream's ``rate``, and latencies that vary a little from one to the next.
+
+    Each site measures its link to the hub (scaled by ``hub_latency_factor``) and to its next two neighbours.
+    """
+    name = names[i]
+    rng = (i * 7919 + int(time.time())) % 17
+    peers = {"cloud": (40.0 + i % 30 + rng * 0.5) * hub_latency_factor}
+    for j in (1, 2):
+        peers[names[(i + j) % len(names)]] = 20.0 + (i + j) % 25
+    latency = {p: {"rtt_ms": 2 * v, "p95_ms": 2.4 * v, "samples": 5} for p, v in peers.items()}
+    return {
+        "site": name,
+        "ts": time.time(),
+        "apps": ["fleet"],
+        "operators": {f"readings@{name}": {"rate_in": rate, "rate_out": rate}},
+        "watermark_lag_s": 0.1,
+        "outbox": {"fleet": 0},
+        "dlq": 0,
+        "late": 0,
+        "overload_dropped": 0,
+        "cpu_percent": 3.0,
+        "rss_bytes": 40_000_000,
+        "latency": latency,
+        "clock_offset_ms": 0.0,
+    }
+
+
 class Sites:
     """The simulated sites: data batches and heartbeats, each over its own paho connection.
 
@@ -188,32 +216,12 @@ class Sites:
         return self.acked_heartbeats >= self.heartbeats
 
     def heartbeat(self, i: int, name: str) -> None:
-        """Publish site ``name``'s heartbeat, with latencies that vary a little from one to the next."""
+        """Publish site ``name``'s heartbeat (:func:`heartbeat`)."""
         import orjson
 
         from spanedge import topics
 
-        rng = (i * 7919 + int(time.time())) % 17
-        peers = {"cloud": (40.0 + i % 30 + rng * 0.5) * self.hub_latency_factor}
-        for j in (1, 2):
-            peers[self.names[(i + j) % len(self.names)]] = 20.0 + (i + j) % 25
-        latency = {p: {"rtt_ms": 2 * v, "p95_ms": 2.4 * v, "samples": 5} for p, v in peers.items()}
-        rate = self.args.batch / self.args.data_every
-        beat = {
-            "site": name,
-            "ts": time.time(),
-            "apps": ["fleet"],
-            "operators": {f"readings@{name}": {"rate_in": rate, "rate_out": rate}},
-            "watermark_lag_s": 0.1,
-            "outbox": {"fleet": 0},
-            "dlq": 0,
-            "late": 0,
-            "overload_dropped": 0,
-            "cpu_percent": 3.0,
-            "rss_bytes": 40_000_000,
-            "latency": latency,
-            "clock_offset_ms": 0.0,
-        }
+        beat = heartbeat(self.names, i, self.args.batch / self.args.data_every, self.hub_latency_factor)
         self.beats.publish(topics.control(name, "heartbeat"), orjson.dumps(beat), qos=1)
         self.heartbeats += 1
 

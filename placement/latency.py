@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from placement.graph import fastest_paths, site_graph
 from spanedge.errors import InvalidSites
@@ -124,22 +124,25 @@ class LatencyMatrix:
             rows = read_rows(rows)
         direct = dict(self._direct)
         for i, row in enumerate(rows, start=1):
-            src, dst, info = _parse_row(row, f"{where} row {i}")
+            src, dst, m = _parse_row(row, f"{where} row {i}")
             for end in (src, dst):
                 if self._known and end not in self._known:
                     msg = f"{where} row {i}: unknown site {end!r}; known sites: {', '.join(self.sites)}"
                     raise InvalidSites(msg)
-            known = direct.get((src, dst)) or (self._default if self._default else None)
+            # a blank bandwidth or cost keeps the pair's known value, else the usual default
+            known = direct.get((src, dst)) or self._default
+            bandwidth, cost = m.bandwidth_mbps, m.cost
             if known is not None:
-                info = LinkInfo(
-                    latency_ms=info.latency_ms,
-                    bandwidth_mbps=info.bandwidth_mbps if not math.isnan(info.bandwidth_mbps) else known.bandwidth_mbps,
-                    cost=info.cost if not math.isnan(info.cost) else known.cost,
-                    latency_p95_ms=info.latency_p95_ms,
-                    measured_at=info.measured_at,
-                    origin="measured",
-                )
-            direct[src, dst] = _finite(info)
+                bandwidth = known.bandwidth_mbps if math.isnan(bandwidth) else bandwidth
+                cost = known.cost if math.isnan(cost) else cost
+            direct[src, dst] = LinkInfo(
+                latency_ms=m.latency_ms,
+                bandwidth_mbps=100.0 if math.isnan(bandwidth) else bandwidth,
+                cost=1.0 if math.isnan(cost) else cost,
+                latency_p95_ms=m.latency_p95_ms,
+                measured_at=m.measured_at,
+                origin="measured",
+            )
         return LatencyMatrix(self.sites, direct, self._default)
 
     @classmethod
@@ -245,6 +248,8 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 def _number(row: Mapping[str, Any], key: str, where: str, required: bool = False) -> float:
     value = row.get(key)
+    if type(value) is float and value >= 0:  # the usual case, and the checks below would pass (NaN fails >= 0)
+        return value
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:
             msg = f"{where}: missing {key}; every row needs {', '.join(COLUMNS[:3])}"
@@ -261,7 +266,17 @@ def _number(row: Mapping[str, Any], key: str, where: str, required: bool = False
     return number
 
 
-def _parse_row(row: Mapping[str, Any], where: str) -> tuple[str, str, LinkInfo]:
+class _Row(NamedTuple):
+    """A measured row's numbers; a blank bandwidth or cost is NaN."""
+
+    latency_ms: float
+    bandwidth_mbps: float
+    cost: float
+    latency_p95_ms: float | None
+    measured_at: str | None
+
+
+def _parse_row(row: Mapping[str, Any], where: str) -> tuple[str, str, _Row]:
     src, dst = row.get("src"), row.get("dst")
     if not src or not dst:
         msg = f"{where}: needs src and dst site names, got {dict(row)!r}"
@@ -273,23 +288,16 @@ def _parse_row(row: Mapping[str, Any], where: str) -> tuple[str, str, LinkInfo]:
         msg = f"{where}: bandwidth_mbps must be > 0, got 0"
         raise InvalidSites(msg)
     measured_at = row.get("measured_at")
-    info = LinkInfo(
-        latency_ms=p50,
-        bandwidth_mbps=bandwidth,
-        cost=_number(row, "cost", where),
-        latency_p95_ms=None if math.isnan(p95) else p95,
-        measured_at=str(measured_at) if measured_at not in (None, "") else None,
-        origin="measured",
-    )
-    return str(src), str(dst), info
-
-
-def _finite(info: LinkInfo) -> LinkInfo:
-    """Give blank bandwidth and cost of a row without a declared pair the usual defaults."""
-    return replace(
-        info,
-        bandwidth_mbps=100.0 if math.isnan(info.bandwidth_mbps) else info.bandwidth_mbps,
-        cost=1.0 if math.isnan(info.cost) else info.cost,
+    return (
+        str(src),
+        str(dst),
+        _Row(
+            latency_ms=p50,
+            bandwidth_mbps=bandwidth,
+            cost=_number(row, "cost", where),
+            latency_p95_ms=None if math.isnan(p95) else p95,
+            measured_at=str(measured_at) if measured_at not in (None, "") else None,
+        ),
     )
 
 

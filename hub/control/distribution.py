@@ -166,6 +166,51 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
     return (*view, parts, keys)
 
 
+def view_key(plan: Plan, sha: str) -> tuple[Any, ...]:
+    """Everything :func:`site_view` reads of ``plan``, with its source's hash: equal keys give equal views."""
+    return (
+        plan.app,
+        plan.hub,
+        plan.app_file,
+        sha,
+        tuple((a.replica, a.operator, a.group, a.site, a.since) for a in plan.assignments),
+        tuple((f.src, f.dst) for f in plan.flows),
+        plan.handovers,
+        plan.parts,
+    )
+
+
+class _AppViews:
+    """One app's entry, per site, in the digest of the site's views, worked out when first asked for.
+
+    Kept from one publish to the next while the app's :func:`view_key` stays the
+    same, so a re-plan that moves nothing (a same-app redeploy, most drift
+    re-plans) cuts no view again: at 1,000 sites that was a view and its
+    ``repr`` per site.
+    """
+
+    def __init__(self, plan: Plan, sha: str, key: tuple[Any, ...]) -> None:
+        self.plan, self.sha, self.key = plan, sha, key
+        self._index: _Index | None = None
+        self._entries: dict[str, str] = {}
+
+    def entry(self, site: str) -> str:
+        """``repr((app, source hash, site_view(plan, site)))``."""
+        found = self._entries.get(site)
+        if found is None:
+            if self._index is None:
+                self._index = _Index.of(self.plan)
+            view = site_view(self.plan, site, self._index)
+            found = self._entries[site] = repr((self.plan.app, self.sha, view))
+        return found
+
+
+def views_digest(views: Iterable[_AppViews], site: str) -> str:
+    """The digest of ``site``'s views of the apps ``views`` (by app name): what its agent acts on."""
+    entries = [v.entry(site) for v in sorted(views, key=lambda v: (v.plan.app, v.sha))]
+    return hashlib.sha256(f"[{', '.join(entries)}]".encode()).hexdigest()  # the repr of the list of views
+
+
 class PlanDistributor:
     """Builds, signs and publishes per-site plan messages."""
 
@@ -195,6 +240,8 @@ class PlanDistributor:
         self._delivered: dict[str, str] = {}
         # per site, the last message sent: when it was issued, the digest of its views and its entries
         self._sent: dict[str, tuple[float, str, list[PlanApp]]] = {}
+        # per app, its views of the sites, while its plan gives the same ones
+        self._views: dict[str, _AppViews] = {}
         #: the ``sites.yaml`` entry of a site as the hub knows it now (None: unknown), for a plan's ``peers``
         self.site_entry: Callable[[str], dict[str, Any] | None] | None = None
         #: given the deployed apps before their plans go out (the apps' model versions go first: hub.models)
@@ -263,26 +310,33 @@ class PlanDistributor:
             except Exception:
                 log.exception("sending the apps' model versions before their plans failed")
         with self._lock:
-            # each app's entry, sites, source hash and flow index once, not once per site
-            prepared = [(sites_of(a.plan), a, _Index.of(a.plan), source_hash(a.source)) for a in apps.values()]
+            # each app's entry, sites and views once, not once per site
+            self._views = {name: self._views_of(name, a) for name, a in apps.items()}
+            prepared = [(sites_of(a.plan), a, self._views[name]) for name, a in apps.items()]
             entries: dict[str, PlanApp] = {}
             todo = []
             for site in sorted(set(sites)):
-                mine = [(a, index, sha) for where, a, index, sha in prepared if site in where]
-                views = [(a.plan.app, sha, site_view(a.plan, site, index)) for a, index, sha in mine]
-                digest = hashlib.sha256(repr(sorted(views)).encode()).hexdigest()
+                mine = [(a, views) for where, a, views in prepared if site in where]
+                digest = views_digest((views for _, views in mine), site)
                 if self._delivered.get(site) == digest:
                     result[site] = "unchanged"
                     continue
-                for a, _, _ in mine:
+                for a, _ in mine:
                     if a.plan.app not in entries:
                         entries[a.plan.app] = a.entry()
-                todo.append((site, digest, [entries[a.plan.app] for a, _, _ in mine]))
+                todo.append((site, digest, [entries[a.plan.app] for a, _ in mine]))
             self._send(todo, result)
             unchanged = len(result) - len(todo)
             if unchanged:
                 log.info("plan messages of %d sites unchanged: not sent again", unchanged)
         return result
+
+    def _views_of(self, name: str, app: SiteApp) -> _AppViews:
+        """The views of app ``name``: those of the last publish if its plan gives the same ones (:func:`view_key`)."""
+        sha = source_hash(app.source)
+        key = view_key(app.plan, sha)
+        known = self._views.get(name)
+        return known if known is not None and known.key == key else _AppViews(app.plan, sha, key)
 
     def refresh(self) -> dict[str, str]:
         """Re-issue, with a new version, each site's last message once half its TTL is over.

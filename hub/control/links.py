@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from placement.latency import LatencyMatrix
@@ -51,6 +52,11 @@ def pair(a: str, b: str) -> str:
     return "|".join(sorted((a, b)))
 
 
+def measured_at(ts: float) -> str:
+    """When a report came (unix seconds), as the rows of measured links give it (ISO 8601, UTC)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A link's estimate from its window's one-way reports, their spread and the time of the last one.
@@ -71,6 +77,14 @@ class Estimate:
     reports: int
     samples: int
     updated_at: float
+
+    @cached_property
+    def shown(self) -> tuple[float, float, float, str]:
+        """``(p50_ms, p95_ms, spread_ms)`` rounded to the microsecond and the time of the last report (ISO 8601, UTC).
+
+        Worked out once: every re-plan lists each fresh link in both directions (:meth:`SiteRegistry.latency_rows`).
+        """
+        return round(self.p50_ms, 3), round(self.p95_ms, 3), round(self.spread_ms, 3), measured_at(self.updated_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +240,12 @@ class Links:
         window = self._measured.get(pair(a, b))
         return window.estimate if window is not None else None
 
+    def estimates(self) -> Iterator[tuple[str, Estimate]]:
+        """Every link's estimate, fresh or not, by its key (:func:`pair`)."""
+        for key, window in self._measured.items():
+            if window.estimate is not None:
+                yield key, window.estimate
+
     def declared(self, a: str, b: str) -> tuple[float, float, float, str]:
         """``(latency_ms, bandwidth_mbps, cost, origin)`` that sites.yaml gives from ``a`` to ``b``."""
         info = self._declared.info(a, b)
@@ -257,6 +277,6 @@ class Links:
                 samples=m.samples,
                 spread_ms=round(m.spread_ms, 3),
                 reports=m.reports,
-                measured_at=datetime.fromtimestamp(m.updated_at, UTC).isoformat(),
+                measured_at=measured_at(m.updated_at),
             )
         return row

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from hub.control.links import WINDOW_S, Links, pair
+from hub.control.links import WINDOW_S, Links
 from placement.latency import LatencyMatrix
 from spanedge.keyrange import KEY_BUCKETS
 from spanedge.logsafe import escaped
@@ -44,6 +44,18 @@ class _SiteState:
 def _listed(problems: list[str]) -> str:
     """``problems`` on one line, escaped: they name the fields a heartbeat sent."""
     return escaped("; ".join(problems))
+
+
+def _with_rates(site: Site, rates: Mapping[str, float | None]) -> Site:
+    """``site`` with the measured ``rates`` of its streams (None: not measured); a copy only if one changes.
+
+    A copy runs the checks of ``sites.yaml`` again, so a fleet whose rates are as declared is not copied site by site.
+    """
+    bindings = dict(site.streams)
+    for stream, rate in rates.items():
+        if rate is not None and max(rate, 1e-3) != bindings[stream].rate:
+            bindings[stream] = bindings[stream].replace(rate=max(rate, 1e-3))
+    return site if bindings == site.streams else site.replace(streams=bindings)
 
 
 class SiteRegistry:
@@ -206,15 +218,15 @@ class SiteRegistry:
             for b, m in measured:
                 if m is None or now - m.updated_at > self.stale_after_s:
                     continue
-                r = self._links.row(a, b, m, now)
+                p50, p95, spread, at = m.shown
                 rows.append(
                     {
                         "src": a,
                         "dst": b,
-                        "latency_p50_ms": r["latency_ms"],
-                        "latency_p95_ms": r["p95_ms"],
-                        "latency_spread_ms": r["spread_ms"],
-                        "measured_at": r["measured_at"],
+                        "latency_p50_ms": p50,
+                        "latency_p95_ms": p95,
+                        "latency_spread_ms": spread,
+                        "measured_at": at,
                     }
                 )
         return rows
@@ -223,13 +235,14 @@ class SiteRegistry:
         """The fresh one-way latency of each pair agents measure (key ``hub.control.links.pair``), a few of n(n-1)/2."""
         now = self._clock()
         known = self.sites.sites
+        with self._lock:
+            estimates = list(self._links.estimates())
         latencies: dict[str, float] = {}
-        for a in known:
-            with self._lock:
-                measured = [(b, self._links.measured(a, b)) for b in self._links.peers(a)]
-            for b, m in measured:
-                if m is not None and b in known and now - m.updated_at <= self.stale_after_s:
-                    latencies[pair(a, b)] = round(m.p50_ms, 3)
+        for key, m in estimates:
+            # a known site's name has no "|" (spanedge.names), so a key of two known sites splits at its first
+            a, _, b = key.partition("|")
+            if a in known and b in known and now - m.updated_at <= self.stale_after_s:
+                latencies[key] = m.shown[0]
         return latencies
 
     def declared_latency(self, key: str) -> float | None:
@@ -286,11 +299,8 @@ class SiteRegistry:
         wanted = None if streams is None else set(streams)
         updated = {}
         for name, site in self.sites.sites.items():
-            bindings = {}
-            for stream, binding in site.streams.items():
-                rate = self.stream_rate(stream, name) if wanted is None or stream in wanted else None
-                bindings[stream] = binding.replace(rate=max(rate, 1e-3)) if rate is not None else binding
-            updated[name] = site.replace(streams=bindings)
+            rates = {s: self.stream_rate(s, name) for s in site.streams if wanted is None or s in wanted}
+            updated[name] = _with_rates(site, rates)
         return self.sites.replace(sites=updated)
 
     def _own_links(self, name: str, now: float) -> dict[str, dict[str, Any]]:

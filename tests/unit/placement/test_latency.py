@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from placement import LatencyMatrix, plan_app, solve
-from placement.latency import read_rows
+from placement.latency import LinkInfo, read_rows
 from spanedge import App, sinks
 from spanedge.errors import InvalidSites
 from spanedge.sites import Sites
@@ -174,3 +175,50 @@ def test_a_matrix_without_the_sites_is_refused() -> None:
     measured_only = LatencyMatrix((), {}).with_measurements([{"src": "a", "dst": "x", "latency_p50_ms": 3}])
     with pytest.raises(InvalidSites, match="knows nothing about site\\(s\\) cloud"):
         solve(app, with_r, latency=measured_only)
+
+
+def reference_overlay(base: LatencyMatrix, rows: list[dict[str, object]]) -> dict[tuple[str, str], LinkInfo]:
+    """The direct entries ``with_measurements`` gave when it built a row's entry in three steps."""
+    direct = dict(base._direct)
+    for row in rows:
+        p95, bandwidth, cost = (row.get(k) for k in ("latency_p95_ms", "bandwidth_mbps", "cost"))
+        number = {k: math.nan if v in (None, "") else float(str(v)) for k, v in {"b": bandwidth, "c": cost}.items()}
+        info = LinkInfo(
+            float(str(row["latency_p50_ms"])),
+            number["b"],
+            number["c"],
+            None if p95 in (None, "") else float(str(p95)),
+            str(row["measured_at"]) if row.get("measured_at") not in (None, "") else None,
+            "measured",
+        )
+        src, dst = str(row["src"]), str(row["dst"])
+        known = direct.get((src, dst)) or base._default
+        if known is not None:
+            info = dataclasses.replace(
+                info,
+                bandwidth_mbps=known.bandwidth_mbps if math.isnan(info.bandwidth_mbps) else info.bandwidth_mbps,
+                cost=known.cost if math.isnan(info.cost) else info.cost,
+            )
+        direct[src, dst] = dataclasses.replace(
+            info,
+            bandwidth_mbps=100.0 if math.isnan(info.bandwidth_mbps) else info.bandwidth_mbps,
+            cost=1.0 if math.isnan(info.cost) else info.cost,
+        )
+    return direct
+
+
+OVERLAID = [
+    {"src": "a", "dst": "cloud", "latency_p50_ms": 12.5, "latency_p95_ms": 30.0, "measured_at": "2026-12-07T10:00:00"},
+    {"src": "cloud", "dst": "b", "latency_p50_ms": 7, "bandwidth_mbps": "", "cost": 3},  # over a declared link
+    {"src": "c", "dst": "a", "latency_p50_ms": "4.5", "bandwidth_mbps": "2", "cost": None},  # over the default
+    {"src": "a", "dst": "b", "latency_p50_ms": 0.0, "latency_p95_ms": math.inf, "measured_at": ""},
+    {"src": "a", "dst": "cloud", "latency_p50_ms": 13.0, "bandwidth_mbps": 0.5},  # a second row of a pair
+]
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_measured_rows_overlay_the_entries_they_always_did(declared: bool) -> None:
+    base = LatencyMatrix.from_sites(sites()) if declared else LatencyMatrix((), {})
+    overlaid = base.with_measurements(OVERLAID)
+    assert overlaid._direct == reference_overlay(base, OVERLAID)
+    assert overlaid.info("cloud", "b").bandwidth_mbps == (20 if declared else 100.0)

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from typing import Any
+
 import pytest
 
 from spanedge import topics
 from spanedge.durations import parse_duration
 from spanedge.errors import InvalidPlan
-from spanedge.plan import Assignment, Flow, Plan, SolverInfo, Totals, replica_id, split_replica
+from spanedge.keyrange import KEY_SPACE
+from spanedge.plan import (
+    Assignment,
+    Flow,
+    Handover,
+    Join,
+    KeyPart,
+    Plan,
+    SolverInfo,
+    Totals,
+    replica_id,
+    split_replica,
+)
 from spanedge.wire.batch import Record, decode_batch, encode_batch
 
 
@@ -87,3 +103,57 @@ def test_plan_json_round_trip_and_helpers() -> None:
     assert split_replica("fleet") == ("fleet", None)
     with pytest.raises(InvalidPlan, match="regenerate it"):
         Plan.from_json("{}")
+
+
+def asdict_reference(plan: Plan) -> dict[str, Any]:
+    """What ``Plan.to_dict`` gave when it was built on ``dataclasses.asdict``."""
+    data = dataclasses.asdict(plan)
+    for name, empty in (("parts", not plan.parts), ("joins", not plan.joins), ("hub_epoch", not plan.hub_epoch)):
+        if empty:
+            del data[name]
+    for p in data.get("parts", ()):
+        if p["share"] is None:
+            del p["share"]
+    for h in data["handovers"]:
+        if h["keys_from"] == 0 and h["keys_before"] == KEY_SPACE:
+            del h["keys_from"], h["keys_before"]
+        if h["recoverer"] is None:
+            del h["recover_from"], h["recoverer"]
+    return data
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_plan_to_dict_is_what_asdict_gave(full: bool) -> None:
+    totals = Totals(500.0, math.inf, 20.0, 1.0, hub_cpu=0.5, violations=("over budget",))
+    plan = Plan(
+        app="a",
+        version=3,
+        hub="cloud",
+        assignments=(
+            Assignment("raw@s1", "raw", "s1", "s1", "source"),
+            Assignment("win@s1", "win", "s1", "s2", "latency", since=3),
+            Assignment("fleet", "fleet", None, "cloud", "scope @global_", since=2),
+        ),
+        flows=(Flow("raw@s1", "win@s1", 10.0, 1000.0), Flow("win@s1", "fleet", 1.0, 50.0)),
+        totals=totals,
+        solver=SolverInfo("ilp", "optimal", 0.01, None),
+        baselines={"central": Totals(900.0, 40.0, 40.0, 2.0)} if full else {},
+        slo_ms=100.0 if full else None,
+        warnings=("a warning",) if full else (),
+        handovers=(
+            Handover("win@s1", "s1", "s2", 12.5, epoch=1),
+            Handover(
+                "win@s1", "s1", "s3", 12.5, keys_from=0, keys_before=KEY_SPACE // 2, recover_from=2.0, recoverer="s1"
+            ),
+        )
+        if full
+        else (),
+        parts=(KeyPart("win@s1", "s3", 0, KEY_SPACE // 2, since=3), KeyPart("win@s1", "s4", 1, 2, share=0.25))
+        if full
+        else (),
+        joins=(Join("s5", 30.0),) if full else (),
+        hub_epoch=4 if full else 0,
+    )
+    data = plan.to_dict()
+    assert data == asdict_reference(plan)
+    assert Plan.from_dict(data) == plan

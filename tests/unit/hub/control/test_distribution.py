@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -10,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hub.control.distribution import PLAN_TTL_S, PlanDistributor
+from hub.control.distribution import PLAN_TTL_S, PlanDistributor, SiteApp, site_view, sites_of
 from hub.control.state import StateStore
+from spanedge.loader import source_hash
+from spanedge.plan import Assignment, Flow, Handover, Plan, SolverInfo, Totals
 from tests.keys import KEY, read_plan
 
 SECOND = 1_000_000_000
@@ -91,3 +95,61 @@ def test_plans_are_re_issued_with_a_new_version_once_half_their_ttl_is_over() ->
     assert (again["issued_at"], again["expires_at"]) == (1_050.0, 1_150.0)
     assert distributor.refresh() == {}  # just re-issued
     assert distributor.publish({}, ["a"]) == {"a": "unchanged"}  # the re-issued message still carries a's part
+
+
+def demo_plan(version: int, rate: float, far: str, handovers: tuple[Handover, ...] = ()) -> Plan:
+    """Two sites feeding the hub; ``double@b`` runs at ``far``."""
+    return Plan(
+        app="demo",
+        version=version,
+        hub="cloud",
+        assignments=(
+            Assignment("readings@a", "readings", "a", "a", f"v{version}"),
+            Assignment("readings@b", "readings", "b", "b", f"v{version}"),
+            Assignment("double@a", "double", "a", "a", f"v{version}"),
+            Assignment("double@b", "double", "b", far, f"v{version}"),
+            Assignment("out", "out", None, "cloud", f"v{version}"),
+        ),
+        flows=(
+            Flow("readings@a", "double@a", rate, rate),
+            Flow("readings@b", "double@b", rate, rate),
+            Flow("double@a", "out", rate, rate),
+            Flow("double@b", "out", rate, rate),
+        ),
+        totals=Totals(rate, rate, rate, rate),
+        solver=SolverInfo("fake", "optimal", rate),
+        handovers=handovers,
+    )
+
+
+def reference_digest(apps: dict[str, SiteApp], site: str) -> str:
+    """A site's digest worked out from scratch, as every publish did before views were kept."""
+    views = [
+        (a.plan.app, source_hash(a.source), site_view(a.plan, site)) for a in apps.values() if site in sites_of(a.plan)
+    ]
+    return hashlib.sha256(repr(sorted(views)).encode()).hexdigest()
+
+
+def test_kept_views_give_the_digests_of_views_cut_afresh_and_the_same_messages() -> None:
+    publisher = Publisher()
+    distributor = PlanDistributor(publisher, KEY)
+    other = SiteApp(dataclasses.replace(demo_plan(1, 3.0, "a"), app="zeta"), "z = 1")  # another app at a and b
+    steps = [
+        demo_plan(1, 10.0, "b"),
+        demo_plan(2, 12.5, "b"),  # other rates, reasons and version: the same views
+        demo_plan(3, 12.5, "cloud", (Handover("double@b", "b", "cloud", 30.0, 0),)),  # double@b moves
+        demo_plan(4, 12.5, "cloud"),  # the handover is over
+        demo_plan(5, 9.0, "cloud"),
+    ]
+    published, cut_from = [], []
+    for plan in steps:
+        apps = {"demo": SiteApp(plan, "source = 1"), "zeta": other}
+        status = distributor.publish(apps, ["a", "b", "cloud"])
+        published.append(sorted(site for site, s in status.items() if s == "published"))
+        cut_from.append(distributor._views["demo"].plan.version)  # the plan its kept views were cut from
+        assert distributor._delivered == {s: reference_digest(apps, s) for s in ("a", "b", "cloud")}
+    assert published == [["a", "b", "cloud"], [], ["b", "cloud"], ["b", "cloud"], []]
+    assert cut_from == [1, 1, 3, 4, 4]
+    # a new source is a new view of every site, even with the placement unchanged
+    status = distributor.publish({"demo": SiteApp(steps[-1], "source = 2"), "zeta": other}, ["a", "b", "cloud"])
+    assert set(status.values()) == {"published"}
