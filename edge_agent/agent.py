@@ -133,6 +133,7 @@ class Agent:
             checkpoint_interval=config.checkpoint_interval,
             idle_timeout=config.idle_timeout,
             on_stored=self.drainer.kick,
+            rollbacks=self.apps.rollbacks,
         )
         spool = Spool(config.state_dir / "spool.db", config.spool_keep_s)
         self.spool_feed = SpoolFeed(site, sites, spool, self.inbox, connect)

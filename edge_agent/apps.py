@@ -10,6 +10,7 @@ from edge_agent import checkpoint
 from edge_agent.config import AgentConfig
 from edge_agent.outbox import Outbox
 from edge_agent.plans import app_of
+from edge_agent.rollback import Rollbacks
 from spanedge.errors import SpanEdgeError
 from spanedge.plan import Handover, Plan
 from spanedge.runtime import Pipeline, from_plan
@@ -37,6 +38,8 @@ class Apps:
         self.retired: set[tuple[str, str, float]] = set()
         # what their parts sent the hub last, per stream: [site, stream, epoch, seq] (see handed_over)
         self.sent: dict[tuple[str, str, float], list[list[Any]]] = {}
+        #: the previous versions' state of changed windows, kept for a rollback
+        self.rollbacks = Rollbacks(outbox, self.pipelines, config.rollback_spool_bytes)
 
     def retire_drained(self) -> list[str]:
         """Drop the replicas this site handed over and has finished; return the apps rebuilt.
@@ -124,9 +127,12 @@ class Apps:
         if pipeline is None:
             return
         self._drop_recovered(plan)
-        if checkpoint.restore(self.outbox, name, pipeline):
-            log.info("app %s: restored window state from the checkpoint", name)
         old = self.pipelines.get(name)
+        kept = self.rollbacks.on_plan(plan, self.plans.get(name), old, pipeline)
+        if checkpoint.restore(self.outbox, name, pipeline, skip=kept.windows if kept is not None else ()):
+            log.info("app %s: restored window state from the checkpoint", name)
+        if kept is not None:
+            self.rollbacks.resume(kept, plan, pipeline, **self._options())
         if old is not None:
             counts = {n.replica: (n.n_in, n.n_out) for n in old.nodes}
             for node in pipeline.nodes:
@@ -158,19 +164,19 @@ class Apps:
                     dropped,
                 )
 
-    def _build(self, plan: Plan) -> Pipeline | None:
+    def _options(self) -> dict[str, Any]:
+        """The pipelines' event-time options."""
         config = self.config
+        return {
+            "out_of_orderness": config.out_of_orderness,
+            "max_future_skew": config.max_future_skew,
+            "idle_timeout": config.idle_timeout,
+        }
+
+    def _build(self, plan: Plan) -> Pipeline | None:
         retired = {h.replica for h in plan.handovers if (plan.app, h.replica, h.switch_at) in self.retired}
         try:
-            return from_plan(
-                app_of(plan),
-                plan,
-                config.site,
-                retired=retired,
-                out_of_orderness=config.out_of_orderness,
-                max_future_skew=config.max_future_skew,
-                idle_timeout=config.idle_timeout,
-            )
+            return from_plan(app_of(plan), plan, self.config.site, retired=retired, **self._options())
         except SpanEdgeError as exc:
             log.error("cannot run app %s: %s", plan.app, exc)
             return None

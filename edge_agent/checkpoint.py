@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -28,13 +28,17 @@ def encode(pipeline: Pipeline) -> bytes:
     return orjson.dumps(pipeline.snapshot())
 
 
-def restore(outbox: Outbox, app: str, pipeline: Pipeline) -> bool:
-    """Restore ``pipeline`` from the last checkpoint of ``app``; return True if there was one."""
+def restore(outbox: Outbox, app: str, pipeline: Pipeline, skip: Iterable[str] = ()) -> bool:
+    """Restore ``pipeline`` from the last checkpoint of ``app``, but not the windows in ``skip``; True if there was one."""
     blob = outbox.load_state(app)
     if blob is None:
         return False
     try:
-        pipeline.restore(orjson.loads(blob))
+        data = orjson.loads(blob)
+        left_out = set(skip)
+        if left_out and isinstance(data, dict) and isinstance(data.get("windows"), dict):
+            data["windows"] = {r: w for r, w in data["windows"].items() if r not in left_out}
+        pipeline.restore(data)
     except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as exc:
         log.error("checkpoint of app %s is unreadable (%s); starting with empty window state", app, exc)
         return False
@@ -92,17 +96,17 @@ class Checkpointer:
         """True when the periodic checkpoint interval has passed."""
         return bool(self._dirty) and time.monotonic() - self.last_commit >= self.interval
 
-    def commit(self, extra: Mapping[str, bytes] | None = None) -> Committed:
+    def commit(self, extra: Mapping[str, bytes] | None = None, drop: Iterable[str] = ()) -> Committed:
         """Store pending records and snapshots of changed pipelines atomically; return what to act on.
 
-        ``extra`` holds more named blobs to store in the same transaction.
+        ``extra`` holds more named blobs to store in the same transaction, ``drop`` names blobs it deletes.
         """
         states = {app: encode(self.pipelines[app]) for app in self._dirty if app in self.pipelines}
         if extra:
             states.update(extra)
         # every output so far is in this commit, so later ones lie at or past each pipeline's frontier now
         frontiers = {app: f for app, p in self.pipelines.items() if (f := p.frontier()) is not None}
-        stored = self.outbox.commit(self._records, states, frontiers)
+        stored = self.outbox.commit(self._records, states, frontiers, drop)
         self.frontiers = frontiers
         floor = self.sink_frontiers
         self.sink_frontiers = {app: f for app, p in self.pipelines.items() if (f := p.sink_frontier()) is not None}

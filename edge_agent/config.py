@@ -104,6 +104,12 @@ class AgentConfig:
         "seconds this site keeps the messages of its streams other spokes consume, to recompute a gone spoke's part",
         min=0.0,
     )
+    rollback_spool_bytes: int = _option(
+        64 * 2**20,
+        "bytes per app of the messages kept, after a new version changed windows here, to resume them if the "
+        "site goes back to the previous version (0: keep none)",
+        min=0,
+    )
     metrics_port: int | None = _option(None, "serve Prometheus metrics on this port (unset: off)")
     batch_size: int = 100
     inbox_size: int = 5000

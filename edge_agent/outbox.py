@@ -115,8 +115,9 @@ class Outbox:
         records: Mapping[str, Iterable[HubRecord]],
         states: Mapping[str, bytes] | None = None,
         frontiers: Mapping[str, float] | None = None,
+        drop: Iterable[str] = (),
     ) -> int:
-        """Append records (by app) and store snapshots (by app) in one transaction.
+        """Append records (by app) and store snapshots (by app) in one transaction; delete the states ``drop`` names.
 
         ``frontiers`` gives, by app, the event time below which the app sends
         the hub nothing after these records (:meth:`spanedge.runtime.Pipeline.frontier`);
@@ -167,6 +168,9 @@ class Outbox:
                     self._drop_oldest()
                 if states:
                     db.executemany("INSERT OR REPLACE INTO state (app, blob) VALUES (?, ?)", list(states.items()))
+                gone = [(name,) for name in drop if not states or name not in states]
+                if gone:
+                    db.executemany("DELETE FROM state WHERE app = ?", gone)
                 self._save_counters()
                 db.execute("COMMIT")
             except BaseException:

@@ -21,6 +21,7 @@ from edge_agent.checkpoint import Checkpointer
 from edge_agent.intake import Intake, Redeliveries
 from edge_agent.mqtt.transport import Message
 from edge_agent.outbox import Outbox
+from edge_agent.rollback import Rollbacks
 from edge_agent.sinks import LocalSinks
 from spanedge.runtime import Pipeline
 
@@ -39,6 +40,7 @@ class Processor:
         checkpoint_interval: seconds between checkpoints when no acknowledgement forces one.
         idle_timeout: the pipelines' idle timeout (``None`` or 0: no ticks).
         on_stored: called after a commit stored records for the hub (e.g. to wake the drain).
+        rollbacks: spools the messages of the sources feeding changed windows; its parts go in every commit.
     """
 
     def __init__(
@@ -51,8 +53,10 @@ class Processor:
         checkpoint_interval: float = 1.0,
         idle_timeout: float | None = None,
         on_stored: Callable[[], None] = lambda: None,
+        rollbacks: Rollbacks | None = None,
     ) -> None:
         self.pipelines = pipelines
+        self.rollbacks = rollbacks
         self.intake = intake
         self.sinks = sinks
         self.on_stored = on_stored
@@ -76,6 +80,8 @@ class Processor:
         pipelines = self.pipelines
         live = self.intake.live()
         route, seen, acks, touched = self.intake.route, self.redeliveries.seen, self._acks, self.touched
+        rollbacks = self.rollbacks
+        spooling = rollbacks.spooling if rollbacks is not None else None
         for m in messages:
             if m.source not in live:
                 continue  # from a connection closed by a new plan; the broker redelivers it
@@ -91,6 +97,9 @@ class Processor:
                     pipelines[app].refuse(replica, size, limit, m.topic)
                 else:
                     pipelines[app].process(replica, m.payload, m.arrival)
+                    if spooling and replica in spooling.get(app, ()):
+                        assert rollbacks is not None
+                        rollbacks.spool(app, replica, m.payload, m.arrival)
                 touched.add(app)
 
     def tick(self) -> None:
@@ -111,19 +120,27 @@ class Processor:
             self.tick()
         checkpointer = self.checkpointer
         interval_passed = time.monotonic() - checkpointer.last_commit >= checkpointer.interval
-        if self._acks or checkpointer.due or (self.touched and interval_passed):
+        kept = self.rollbacks is not None and self.rollbacks.pending
+        if self._acks or checkpointer.due or (self.touched and interval_passed) or kept:
             self.flush()
 
     def flush(self) -> None:
         """Commit pending outputs and snapshots, then acknowledge the intake and serve the sinks."""
+        if self.rollbacks is not None and self.rollbacks.resumed:  # with their kept state deleted (commit_parts)
+            self.touched |= self.rollbacks.resumed
+            self.rollbacks.resumed.clear()
         for app in self.touched:
             if app in self.pipelines:
                 self.checkpointer.collect(app)
         self.touched.clear()
         acks, self._acks = self._acks, []
         self.redeliveries.committed(acks)
-        extra = {INTAKE_STATE: self.redeliveries.to_blob()} if acks else None
-        done = self.checkpointer.commit(extra)
+        extra = {INTAKE_STATE: self.redeliveries.to_blob()} if acks else {}
+        drop: list[str] = []
+        if self.rollbacks is not None:
+            kept, drop = self.rollbacks.commit_parts()
+            extra.update(kept)
+        done = self.checkpointer.commit(extra, drop)
         for m in acks:
             m.source.ack(m.mid, m.qos)
         self.sinks.serve(done)

@@ -128,6 +128,11 @@ class Pipeline:
             self._push_of(node)
         self._entries = {r: (node, self._emit_of(node), node.op.time_field) for r, node in self.sources.items()}
         self._window_states = [n.window for n in self.windows if n.window is not None]
+        #: the window replicas whose results :meth:`take_fired` reports (see :meth:`watch`)
+        self.watched: frozenset[str] = frozenset()
+        self._fired: list[tuple[str, str, float, float]] = []
+        # per window replica, the results (key, start, end) not to emit: another version already did
+        self._suppressed: dict[str, set[tuple[str, float, float]]] = {}
 
     # -- intake -----------------------------------------------------------
 
@@ -440,12 +445,21 @@ class Pipeline:
         return True
 
     def _fire(self, watermark: float) -> None:
+        fired, watched, suppressed = self._fired, self.watched, self._suppressed
         for node in self.windows:
             window = node.window
             assert window is not None
+            skip = suppressed.get(node.replica)
             for key, start, end, results in window.advance(watermark):
                 if not results:  # the aggregation failed; reported below
                     continue
+                if skip is not None or watched:
+                    ident = (str(key), start, end)
+                    if skip is not None and ident in skip:
+                        skip.discard(ident)  # emitted once already, by the version before
+                        continue
+                    if node.replica in watched:
+                        fired.append((node.replica, *ident))
                 value = {window.spec.key: key, "window_start": start, "window_end": end, **results}
                 node.n_out += 1
                 raw = orjson.dumps(value, default=str)
@@ -454,6 +468,24 @@ class Pipeline:
                 self._emit(node, value, end - WINDOW_TIME_OFFSET, str(key), raw, start, epoch)
             while window.errors:
                 self._dead(window.errors.pop(0), node.op.name, "", error=True)  # a custom aggregation raised
+
+    def fire_due(self) -> None:
+        """Fire the windows the watermark has already passed (state put in place after it moved)."""
+        if self.watermark > -math.inf:
+            self._fire(self.watermark)
+
+    def watch(self, replicas: frozenset[str]) -> None:
+        """Report the results of the window ``replicas`` from now on (see :meth:`take_fired`)."""
+        self.watched = replicas
+
+    def take_fired(self) -> list[tuple[str, str, float, float]]:
+        """Return and clear ``(replica, key, start, end)`` of each watched window result emitted since the last call."""
+        fired, self._fired = self._fired, []
+        return fired
+
+    def suppress(self, replica: str, results: set[tuple[str, float, float]]) -> None:
+        """Never emit the results ``(key as text, start, end)`` of window ``replica``: they were emitted already."""
+        self._suppressed.setdefault(replica, set()).update(results)
 
     def flush(self) -> None:
         """Fire every open window, as if event time had ended."""

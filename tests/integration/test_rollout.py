@@ -3,7 +3,9 @@
 One fleet for the module (two trucks and a van): a v2 that dead-letters every
 record is rolled back at its canary, and so is one whose operator raises on
 every record, stopped by the operator-error gate alone; a healthy v2 reaches
-every site stage by stage, across a hub SIGKILLed while a stage holds.
+every site stage by stage, across a hub SIGKILLed while a stage holds; and a v2
+that changes a window and dead-letters every record is rolled back with the
+window's state kept, so that every window comes out once with exact values.
 """
 
 from __future__ import annotations
@@ -53,6 +55,26 @@ V1 = APP.format(body='return {**r, "temp_c": (r["temp_f"] - 32) / 1.8}')
 V2_HEALTHY = APP.format(body='return {**r, "temp_c": round((r["temp_f"] - 32) / 1.8, 1)}')
 V2_BROKEN = APP.format(body='raise ValueError("v2 cannot read " + str(r["unit"]))')
 V2_RAISES = APP.format(body='return {**r, "temp_c": (r["temp_k"] - 273.15)}')  # KeyError on every record
+STATS_TOPIC = "fleet/stats"
+WINDOW_APP = """
+from spanedge import App, agg, local, sinks
+
+@local
+def to_c(r):
+    {body}
+
+app = App("fleet-temp")
+readings = app.source("readings", time_field="ts")
+readings.map(to_c, name="to_c").window(
+    name="unit_stats", key="unit", size="2s", scope="local", aggs={{{aggs}}}
+).sink(sinks.mqtt("fleet/stats"), name="stats_out", scope="local")
+"""
+AGGS = '"n": agg.count(), "peak": agg.max("temp_c")'
+V1_PUBLISHED = WINDOW_APP.format(body='return {**r, "temp_c": (r["temp_f"] - 32) / 1.8}', aggs=AGGS)
+V2_CHANGED_BROKEN = WINDOW_APP.format(  # another window (one more aggregation) behind a map that always raises
+    body='raise ValueError("v2 cannot read " + str(r["unit"]))', aggs=AGGS + ', "low": agg.min("temp_c")'
+)
+UNITS = [f"{site}-{unit}" for site in SPOKES for unit in ("u0", "u1")]
 
 
 def sites_yaml(url: str) -> str:
@@ -71,10 +93,11 @@ def sites_yaml(url: str) -> str:
 
 
 class Sensors:
-    """Publishes a reading per unit and spoke every 0.1 s, stamped with the wall clock, until stopped."""
+    """Publishes a reading per unit and spoke every 0.1 s, stamped with the wall clock, until stopped; keeps them."""
 
     def __init__(self, url: str) -> None:
         self.client = mqtt_client(url)
+        self.sent: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -86,6 +109,7 @@ class Sensors:
                 for unit in ("u0", "u1"):
                     reading = {"unit": f"{site}-{unit}", "ts": time.time(), "temp_f": 35.0 + i % 10}
                     self.client.publish(f"fleet/{site}/{unit}/temp", orjson.dumps(reading), qos=1)
+                    self.sent.append(reading)
             i += 1
 
     def close(self) -> None:
@@ -106,6 +130,7 @@ class Fleet:
     sites_file: Path
     hub: subprocess.Popen[bytes]
     agents: dict[str, subprocess.Popen[bytes]]
+    sensors: Sensors | None = None
 
     @property
     def api(self) -> str:
@@ -176,7 +201,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         fleet = Fleet(tmp, broker.url, free_port(), env, sites_file, None, {})  # type: ignore[arg-type]
         fleet.start_hub()
         fleet.agents = {site: _agent(tmp, site, sites_file, env) for site in SPOKES}
-        sensors = Sensors(broker.url)
+        sensors = fleet.sensors = Sensors(broker.url)
         try:
             fleet.client().deploy(fleet.app_file("app.py", V1), sites_file)
             wait_for(lambda: all(runs_app(fleet, s) for s in SPOKES), 90, "every agent to run v1")
@@ -296,3 +321,71 @@ def test_a_healthy_version_reaches_every_site_across_a_hub_killed_mid_rollout(fl
         check=True,
     )
     assert b"passed at stage 3/3 *" in status.stdout
+
+
+class Results:
+    """Collects the window results the agents publish on :data:`STATS_TOPIC` (QoS 1)."""
+
+    def __init__(self, url: str) -> None:
+        self.got: list[dict[str, Any]] = []
+        self._subscribed = threading.Event()
+        self.client = mqtt_client(url)
+        self.client.on_message = lambda _c, _u, msg: self.got.append(orjson.loads(msg.payload))
+        self.client.on_subscribe = lambda *_: self._subscribed.set()
+        self.client.subscribe(STATS_TOPIC, 1)
+        assert self._subscribed.wait(30), "the results collector did not subscribe"
+
+    def after(self, t: float) -> bool:
+        """Whether every unit has a window result starting after ``t``."""
+        return all(any(r["unit"] == unit and r["window_start"] > t for r in list(self.got)) for unit in UNITS)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def window_reference(sent: list[dict[str, Any]], size: float = 2.0) -> dict[tuple[str, float], dict[str, Any]]:
+    """v1's window results for every reading sent: per unit and window start, the count and the peak."""
+    out: dict[tuple[str, float], dict[str, Any]] = {}
+    for r in sent:
+        temp_c = (r["temp_f"] - 32) / 1.8
+        w = out.setdefault((r["unit"], (r["ts"] // size) * size), {"n": 0, "peak": temp_c})  # as the window does
+        w["n"] += 1
+        w["peak"] = max(w["peak"], temp_c)
+    return out
+
+
+def test_a_changed_window_rolled_back_at_its_canary_resumes_from_its_state_and_loses_no_window(fleet: Fleet) -> None:
+    assert fleet.sensors is not None
+    results = Results(fleet.url)
+    try:
+        fleet.client().deploy(fleet.app_file("app_published.py", V1_PUBLISHED), fleet.sites_file)
+        started = time.time()
+        wait_for(lambda: results.after(started), 90, "every agent to publish results of v1")
+        observed_from = time.time()  # every window starting from here on is v1's alone
+        staged = {"rollout": "kind=truck:1, *", "gates": "dead_letter_rate<0.01", "hold": "4s"}
+        fleet.client().deploy(fleet.app_file("app_v2_window.py", V2_CHANGED_BROKEN), fleet.sites_file, rollout=staged)
+        (canary,) = fleet.rollout()["stages"][0]["sites"]
+        done = fleet.wait_status("rolled_back")
+        (failed,) = [s for s in done["steps"] if s["status"] == "failed"]
+        assert f"dead_letter_rate 100% at {canary}" in failed["reason"]
+        rolled_back_at = time.time()
+        resumed = f"windows unit_stats@{canary} resume from their state at the upgrade and the "
+        wait_for(lambda: resumed in fleet.agent_log(canary), 60, lambda: fleet.agent_log(canary)[-3000:])
+        wait_for(lambda: results.after(rolled_back_at + 4), 60, "a window after the rollback from every unit")
+        got = list(results.got)
+    finally:
+        results.close()
+    seen: dict[tuple[str, float], dict[str, Any]] = {}
+    for r in got:
+        ident = (r["unit"], r["window_start"])
+        assert ident not in seen, f"window {ident} came out twice"
+        assert "low" not in r  # v2's window had no record to emit a result of
+        seen[ident] = {"n": r["n"], "peak": r["peak"]}
+    want = window_reference(list(fleet.sensors.sent))
+    for unit in UNITS:
+        last = max(start for u, start in seen if u == unit)
+        # every window of the unit from the first one opened under v1 alone to the last one out
+        span = sorted((u, t) for u, t in want if u == unit and observed_from <= t <= last)
+        assert span[-1][1] > rolled_back_at  # the span covers the upgrade and the rollback
+        assert {k: seen.get(k) for k in span} == {k: want[k] for k in span}, unit
