@@ -141,7 +141,9 @@ class SensorSpec(FileModel, frozen=True):
         malformed: fraction of malformed messages.
         qos: MQTT QoS (default: the stream binding's).
         device: ``opcua``: the sensors are the nodes of a simulated OPC UA server (one per key) that the
-            site's ``opcua://`` stream subscribes to; ``value`` then makes one number (besides specials).
+            site's ``opcua://`` stream subscribes to; ``modbus``: the points (with a ``time:``) of a
+            simulated Modbus device that the site's ``modbus://`` stream polls. ``value`` then makes one
+            number (besides specials).
     """
 
     count: Annotated[int, msgspec.Meta(ge=1)]
@@ -153,7 +155,7 @@ class SensorSpec(FileModel, frozen=True):
     clock_skew: SignedSeconds = SignedSeconds(0.0)
     malformed: Fraction = 0.0
     qos: QoS | None = None
-    device: Annotated[str, msgspec.Meta(pattern="^opcua$")] | None = None
+    device: Annotated[str, msgspec.Meta(pattern="^(opcua|modbus)$")] | None = None
 
     def __post_init__(self) -> None:
         """Check the rate, the specials of the value and a device's one value; store the durations as floats."""
@@ -166,8 +168,9 @@ class SensorSpec(FileModel, frozen=True):
                 msg = f"value: field {name!r}: unknown {spec!r}; use one of {', '.join(SPECIALS)} or {{const: ...}}"
                 raise ValueError(msg)
         if self.device is not None and (self.malformed or len(self.measured()) != 1):
+            holder = "an opcua sensor's node" if self.device == "opcua" else "a modbus sensor's point"
             msg = (
-                f"device: an {self.device} sensor's node holds one number: give value: one field besides "
+                f"device: {holder} holds one number: give value: one field besides "
                 "$key/$event_time/$seq/$site (e.g. value: {moisture: {normal: [30, 8], round: 1}}) and no malformed:"
             )
             raise ValueError(msg)

@@ -169,6 +169,9 @@ def modbus(
         if not parsed[name].writable:
             msg = f"{what}: point {name!r} is a {parsed[name].where()}; only coils and holding registers are written"
             raise InvalidDataflow(msg)
+        if parsed[name].time is not None:
+            msg = f"{what}: point {name!r} has a time:, which only a stream's points read; leave it out of the sink"
+            raise InvalidDataflow(msg)
     return ConnectorSinkSpec(
         "connector",
         url,

@@ -2,7 +2,12 @@
 
 The source polls a device's points every ``interval`` seconds (the stream's, so each device has
 its own), adjacent points of a table in one request, and scales each value (:class:`spanedge.connectors.modbus.Point`); a poll's time is the
-event time of its values, Modbus having no timestamps. A point the device refuses (an exception
+event time of its values, Modbus having no timestamps. A point with a ``time:`` (its device's
+sample time registers) is read with them, in one request when both sit in one table within
+:data:`MAX_REGISTERS`: its records take the device's time, a sample is emitted once (a poll that
+finds the time of the last one emits nothing), and a time that is unreadable or implausible
+(before :data:`~spanedge.connectors.modbus.EARLIEST_TIME`, or more than :data:`MAX_AHEAD_S`
+ahead of the gateway's clock) is dead-lettered once with its registers. A point the device refuses (an exception
 response) or a value that is not a finite number is dead-lettered with its register; a lost
 connection ends the session and the next one connects again. The sink writes coils and holding
 registers: an absolute write, harmless when repeated.
@@ -20,7 +25,7 @@ from pymodbus.client import AsyncModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusIOException
 
 from edge_agent.connectors.api import Reading, register_sink, register_source
-from spanedge.connectors.modbus import Point, Table, Type
+from spanedge.connectors.modbus import EARLIEST_TIME, Point, SampleTime, Table, Type
 from spanedge.sinks import ConnectorSinkSpec
 from spanedge.sites import StreamBinding
 
@@ -29,6 +34,8 @@ TIMEOUT_S = 3.0
 #: The most registers, and bits, one read request takes (the Modbus limits).
 MAX_REGISTERS = 125
 MAX_BITS = 2000
+#: How far (seconds) a device's sample time may be ahead of the gateway's clock.
+MAX_AHEAD_S = 86400.0
 _WIDE = {Table.HOLDING: Type.UINT16, Table.INPUT: Type.UINT16, Table.COIL: Type.BOOL, Table.DISCRETE: Type.BOOL}
 
 
@@ -96,7 +103,10 @@ class ModbusSource:
         self.name = f"modbus://{parts.netloc}"
         self.unit = url_unit(binding.url, binding.unit)
         self.points = binding.points
-        self.groups = groups(binding.points)
+        self.groups = groups({n: p for n, p in binding.points.items() if p.time is None})
+        self.timed = {n: p for n, p in binding.points.items() if p.time is not None}
+        self.last_time: dict[str, list[int]] = {}
+        """Per timed point, the raw time registers of the last sample read (emitted or dead-lettered)."""
 
     async def session(self) -> AsyncIterator[list[Reading]]:
         """Connect and yield one batch per poll until the device stops answering."""
@@ -110,6 +120,10 @@ class ModbusSource:
                 batch: list[Reading] = []
                 for group in self.groups:
                     batch += await self._group(client, group, stamp)
+                for name, point in self.timed.items():
+                    reading = await self._sample(client, name, point, stamp)
+                    if reading is not None:
+                        batch.append(reading)
                 yield batch
                 next_poll += interval
                 wait = next_poll - time.monotonic()
@@ -154,6 +168,59 @@ class ModbusSource:
             return Reading(name, None, stamp, where, f"{where}: the device refused the read ({response})")
         raw = response.bits if point.table in (Table.COIL, Table.DISCRETE) else response.registers
         return self._decoded(name, point, list(raw), stamp)
+
+    async def _raw(self, client: AsyncModbusTcpClient, table: Table, address: int, count: int) -> Any:
+        """The registers (or bits) ``address..address+count-1`` of ``table``, or the error response."""
+        response = await _read(client, Point(table=table, address=address, type=_WIDE[table]), self.unit, count)
+        if response.isError():
+            return response
+        return list(response.bits if table in (Table.COIL, Table.DISCRETE) else response.registers)[:count]
+
+    async def _sample(self, client: AsyncModbusTcpClient, name: str, point: Point, now: float) -> Reading | None:
+        """A timed point's reading at its device's time; ``None`` if its sample was read before."""
+        at = point.time
+        assert at is not None
+        where = f"{self.name} unit {self.unit} {point.where()}"
+        low, high = min(point.address, at.address), max(point.address + point.count, at.address + at.count)
+        if at.table is point.table and high - low <= MAX_REGISTERS:  # value and time of one sample, one request
+            raw = await self._raw(client, point.table, low, high - low)
+            if not isinstance(raw, list):
+                return Reading(
+                    name,
+                    None,
+                    now,
+                    where,
+                    f"{where}: the device refused the read of it and its time, {at.where()} ({raw})",
+                )
+            value = raw[point.address - low : point.address - low + point.count]
+            words = raw[at.address - low : at.address - low + at.count]
+        else:
+            value = await self._raw(client, point.table, point.address, point.count)
+            words = await self._raw(client, at.table, at.address, at.count)
+            for got, what in ((value, point.where()), (words, at.where())):
+                if not isinstance(got, list):
+                    return Reading(name, None, now, where, f"{where}: the device refused the read of {what} ({got})")
+        if self.last_time.get(name) == words:
+            return None
+        self.last_time[name] = words
+        return self._timed(name, point, at, value, words, now)
+
+    def _timed(
+        self, name: str, point: Point, at: SampleTime, value: list[Any], words: list[int], now: float
+    ) -> Reading:
+        """The reading of a new sample, or its dead letter if its time is implausible."""
+        where = f"{self.name} unit {self.unit} {at.where()}"
+        try:
+            stamp = at.decode(words)
+        except ValueError as exc:
+            return Reading(name, None, now, where, f"{where} (the time of {point.where()}): {exc}")
+        if not EARLIEST_TIME <= stamp <= now + MAX_AHEAD_S:
+            problem = (
+                f"{where} (the time of {point.where()}) holds {stamp:.3f} ({at.unit.value} since the epoch: "
+                f"{words}), not a plausible time: it must lie between 2000-01-01 and a day after this gateway's clock"
+            )
+            return Reading(name, None, now, where, problem)
+        return self._decoded(name, point, value, stamp)
 
     def acknowledge(self, tokens: list[Any]) -> None:
         """Nothing to do: a device keeps no queue to acknowledge."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pymodbus.pdu import ModbusPDU
 from pymodbus.server import ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
@@ -26,6 +27,12 @@ class ModbusDevice:
         self.size = size
         self.url = f"modbus://127.0.0.1:{self.port}"
         self.server: ModbusTcpServer | None = None
+        self.answered = 0
+        """Responses the device sent (reads and writes), since it was made."""
+
+    def _trace(self, sending: bool, pdu: ModbusPDU) -> ModbusPDU:
+        self.answered += sending
+        return pdu
 
     async def start(self) -> None:
         """Listen (in the background of the running event loop)."""
@@ -40,7 +47,7 @@ class ModbusDevice:
                 [SimData(0, values=list(words), datatype=DataType.REGISTERS)],
             ),
         )
-        self.server = ModbusTcpServer(device, address=("127.0.0.1", self.port))
+        self.server = ModbusTcpServer(device, address=("127.0.0.1", self.port), trace_pdu=self._trace)
         await self.server.serve_forever(background=True)
 
     def _server(self) -> ModbusTcpServer:
@@ -52,6 +59,10 @@ class ModbusDevice:
     async def set_holding(self, address: int, words: list[int]) -> None:
         """Set holding registers from ``address`` on."""
         await self._server().async_setValues(self.unit, _HOLDING, address, words)
+
+    async def set_input(self, address: int, words: list[int]) -> None:
+        """Set input registers from ``address`` on."""
+        await self._server().async_setValues(self.unit, _INPUT, address, words)
 
     async def coils(self, address: int, count: int = 1) -> list[bool]:
         """The coils from ``address`` on, as a client wrote them."""

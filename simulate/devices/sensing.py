@@ -10,6 +10,10 @@ the SourceTimestamp. The agent's subscription turns each value change into one r
 per change: a value equal to the node's last one is no change, so it is neither written nor
 counted. Each node holds 0 from the server's start, with that time as its timestamp, and the
 subscription takes that first value too: it is counted as a record of the stream.
+
+A ``device: modbus`` sensor spec is served the same way by a
+:class:`~simulate.devices.polled.PolledDevice` (see :mod:`simulate.devices.polled`), except that
+every sample counts, a value equal to the last one included.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from urllib.parse import urlsplit
 import orjson
 
 from simulate.config import SensorSpec, Simulation
+from simulate.devices.polled import PolledDevice, check_points, unit_of
 from simulate.errors import InvalidOption, SimulationError
 from simulate.sensors import Device, Message, Sent
+from spanedge.connectors.modbus import Point
 from spanedge.sites import Sites
 
 #: Host names that are this machine: OPC UA servers there are simulated.
@@ -38,12 +44,16 @@ NAMESPACE = 2
 
 @dataclass
 class NodeStream:
-    """One ``device: opcua`` stream of one site: its server, its sensors and what they wrote."""
+    """One ``device: opcua`` (or ``modbus``) stream of one site: its server, its sensors and what they wrote."""
 
     site: str
     stream: str
     spec: SensorSpec
     nodes: dict[str, str]
+    points: dict[str, Point] = field(default_factory=dict)
+    """The Modbus points of a ``device: modbus`` stream (``nodes`` then names their registers)."""
+    url: str = ""
+    unit: int = 1
     server: Any = None
     devices: list[Device] = field(default_factory=list)
     sent: list[Sent] = field(default_factory=list)
@@ -75,11 +85,23 @@ class NodeStream:
             if message.value is None or message.event_time is None:
                 continue  # a device sensor sends no malformed messages: never the case
             value = float(message.value[measured])
-            if self.last.get(message.key) == value:
+            at = message.event_time
+            if self.points:  # every sample is read, at the time its registers hold
+                value, at = self.server.stored(message.key, value), self.server.stored_time(message.key, at)
+            elif self.last.get(message.key) == value:
                 continue  # no change: the subscription sends nothing
             self.last[message.key] = value
-            await self.server.write(message.key, value, message.event_time)
-            self.sent.append(self.record(message.key, value, message.event_time, message.seq, device.index))
+            await self.server.write(message.key, value, at)
+            self.sent.append(self.record(message.key, value, at, message.seq, device.index))
+
+
+def _server(s: NodeStream) -> Any:
+    """The simulated server of a device stream, not started."""
+    if s.points:
+        return PolledDevice(s.points, s.url, s.unit)
+    from simulate.devices.opcua import OpcUaDevice  # needs spanedge[opcua]
+
+    return OpcUaDevice(dict.fromkeys(s.nodes, 0.0), name=f"{s.site}-{s.stream}", ids=s.nodes, path="/")
 
 
 @dataclass
@@ -104,6 +126,12 @@ class NodeSensors:
                     continue
                 binding = sites.sites[site].streams[stream]
                 where = f"simulation.sensors.{site}.{stream}"
+                if spec.device == "modbus":
+                    points = check_points(where, site, stream, spec, binding)
+                    named = {k: p.where() for k, p in points.items()}
+                    url = binding.url or ""
+                    found.streams.append(NodeStream(site, stream, spec, named, points, url, unit_of(binding)))
+                    continue
                 if binding.connector != "opcua" or urlsplit(binding.url or "").hostname not in LOCAL_HOSTS:
                     msg = (
                         f"{where}: a device: opcua sensor needs its stream bound with url: opcua://localhost:4840/ "
@@ -126,20 +154,20 @@ class NodeSensors:
         """Start a server per stream with every node at 0; count each node's first value as a record."""
         if not self.streams:
             return
-        from simulate.devices.opcua import OpcUaDevice  # needs spanedge[opcua]
-
         for s in self.streams:
-            s.server = OpcUaDevice(dict.fromkeys(s.nodes, 0.0), name=f"{s.site}-{s.stream}", ids=s.nodes, path="/")
+            s.server = _server(s)
             await s.server.start()
             born = round(time.time(), 3)
             for seq, key in enumerate(s.nodes):
-                await s.server.write(key, 0.0, born)
-                s.last[key] = 0.0
-                s.sent.append(s.record(key, 0.0, born, -1 - seq))
+                zero = s.points[key].decode([0] * s.points[key].count) if s.points else 0.0
+                await s.server.write(key, zero, born)
+                s.last[key] = zero
+                s.sent.append(s.record(key, zero, born, -1 - seq))
             self.urls[(s.site, s.stream)] = s.server.url
         note(
             "; ".join(
-                f"OPC UA sensors of {s.stream} at {s.site}: {len(s.nodes)} nodes at {s.server.url}"
+                f"{'Modbus' if s.points else 'OPC UA'} sensors of {s.stream} at {s.site}: "
+                f"{len(s.nodes)} {'points' if s.points else 'nodes'} at {s.server.url}"
                 for s in self.streams
             )
         )
@@ -155,7 +183,9 @@ class NodeSensors:
             check()
             if time.monotonic() > deadline:
                 idle = [f"{s.stream} at {s.site}" for s in self.streams if s.server.subscriptions() == 0]
-                msg = f"no agent subscribed to the OPC UA sensors of {', '.join(idle)} within {timeout:.0f}s"
+                msg = (
+                    f"no agent subscribed to (or polled) the device sensors of {', '.join(idle)} within {timeout:.0f}s"
+                )
                 raise SimulationError(msg)
             await asyncio.sleep(0.25)
 

@@ -3,7 +3,8 @@
 A point's raw value is ``registers`` (16-bit words, big-endian words first unless
 ``word_order: little``) or a bit (coils, discrete inputs); the stream's value is
 ``raw * scale + offset``. A sink writes the inverse, rounded to the register's integer type, and
-refuses a value that does not fit.
+refuses a value that does not fit. A point read by a stream may name its :class:`SampleTime`: the
+registers where the device keeps the time of the point's sample.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 import struct
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -49,6 +50,74 @@ _RANGE = {
 }
 
 
+#: The earliest plausible sample time (2000-01-01T00:00:00Z), in seconds since the epoch.
+EARLIEST_TIME = 946_684_800.0
+
+
+class TimeUnit(enum.StrEnum):
+    """What a sample time register counts since the epoch."""
+
+    S = "s"
+    MS = "ms"
+
+
+class SampleTime(FileModel, frozen=True):
+    """Where a device keeps the time of a point's sample: an unsigned count since the epoch.
+
+    Attributes:
+        table: ``holding`` or ``input`` registers.
+        address: the 0-based address of the first register.
+        count: 2 registers (32 bits) or 4 (64 bits).
+        unit: ``s`` (seconds) or ``ms`` (milliseconds) since 1970-01-01 UTC.
+        word_order: ``big`` (most significant word first, the default) or ``little``.
+    """
+
+    address: Address
+    table: Table = Table.HOLDING
+    count: Literal[2, 4] = 2
+    unit: TimeUnit = TimeUnit.S
+    word_order: Annotated[str, msgspec.Meta(pattern="^(big|little)$")] = "big"
+
+    def __post_init__(self) -> None:
+        """Check the table, the registers' end and that a millisecond count has 64 bits."""
+        if self.table not in (Table.HOLDING, Table.INPUT):
+            msg = f"table: a sample time sits in holding or input registers, not in {self.table.value}s"
+            raise ValueError(msg)
+        if self.address + self.count > 65536:
+            msg = f"address: registers {self.address}..{self.address + self.count - 1} end past 65535"
+            raise ValueError(msg)
+        if self.unit is TimeUnit.MS and self.count == 2:
+            msg = (
+                "count: 32 bits count milliseconds since the epoch only up to February 1970; use count: 4 with unit: ms"
+            )
+            raise ValueError(msg)
+
+    def where(self) -> str:
+        """The registers for messages, e.g. ``holding registers 100-101``."""
+        return f"{self.table.value} registers {self.address}-{self.address + self.count - 1}"
+
+    def decode(self, raw: list[int]) -> float:
+        """The sample time of ``raw`` (``count`` registers), in seconds since the epoch."""
+        words = [int(w) & 0xFFFF for w in raw[: self.count]]
+        if len(words) != self.count:
+            msg = f"{self.where()}: got {len(words)} register(s), not {self.count}"
+            raise ValueError(msg)
+        if self.word_order == "little":
+            words.reverse()
+        number = 0
+        for word in words:
+            number = number << 16 | word
+        return number / 1000 if self.unit is TimeUnit.MS else float(number)
+
+    def encode(self, seconds: float) -> list[int]:
+        """The registers holding ``seconds`` since the epoch (rounded to the unit)."""
+        number = round(seconds * 1000) if self.unit is TimeUnit.MS else round(seconds)
+        words = [(number >> (16 * i)) & 0xFFFF for i in reversed(range(self.count))]
+        if self.word_order == "little":
+            words.reverse()
+        return words
+
+
 class Point(FileModel, frozen=True):
     """One value on a Modbus device.
 
@@ -59,6 +128,8 @@ class Point(FileModel, frozen=True):
         scale: the factor from the raw value to the stream's value.
         offset: added after scaling.
         word_order: ``big`` (most significant word first, the default) or ``little``, for 32-bit types.
+        time: where the device keeps the time of the point's sample (a stream's points only): its
+            records take that event time, and a sample is read once.
     """
 
     table: Table = Table.HOLDING
@@ -67,6 +138,7 @@ class Point(FileModel, frozen=True):
     scale: float = 1.0
     offset: float = 0.0
     word_order: Annotated[str, msgspec.Meta(pattern="^(big|little)$")] = "big"
+    time: SampleTime | None = None
 
     def __post_init__(self) -> None:
         """Check that the type fits the table and that scaling is finite and invertible."""
@@ -79,6 +151,11 @@ class Point(FileModel, frozen=True):
             raise ValueError(msg)
         if not math.isfinite(self.scale) or self.scale == 0 or not math.isfinite(self.offset):
             msg = "scale: must be a finite number other than 0 (and offset finite)"
+            raise ValueError(msg)
+        t = self.time
+        overlap = (t.address < self.address + self.count and self.address < t.address + t.count) if t else False
+        if t is not None and t.table is self.table and overlap:
+            msg = f"time: {t.where()} overlap the point's own {self.where()}; give the time registers of their own"
             raise ValueError(msg)
 
     @property

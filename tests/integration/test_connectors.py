@@ -164,6 +164,80 @@ async def test_modbus_polls_scaled_registers_and_coils_and_dead_letters_what_doe
         await device.stop()
 
 
+def words(number: int, count: int) -> list[int]:
+    return [(number >> (16 * i)) & 0xFFFF for i in reversed(range(count))]
+
+
+@pytest.mark.timeout(90)
+async def test_modbus_points_with_a_time_register_emit_each_sample_once_at_the_devices_time() -> None:
+    device = ModbusDevice()
+    await device.start()
+    t0 = math.floor(time.time()) - 1000
+    await device.set_holding(0, [215, *words(t0, 2)])  # level, its time in seconds next to it
+    await device.set_holding(10, list(struct.unpack(">2H", struct.pack(">f", 1.5))))  # flow: its time is elsewhere
+    await device.set_input(20, words(t0 * 1000 + 250, 4))  # in milliseconds, 64 bits
+    binding = msgspec.convert(
+        {
+            "url": device.url,
+            "rate": 10,
+            "interval": 0.05,
+            "points": {
+                "level": {"address": 0, "scale": 0.1, "time": {"address": 1}},
+                "flow": {
+                    "address": 10,
+                    "type": "float32",
+                    "time": {"table": "input", "address": 20, "count": 4, "unit": "ms"},
+                },
+                "unset": {"address": 5, "time": {"address": 6}},  # its time holds 0: implausible
+                "gone": {"address": 30, "time": {"address": 31}},  # ends past the device's 32 registers
+            },
+        },
+        StreamBinding,
+    )
+    got = Collected()
+    source = runner(binding, got.inbox)
+    try:
+        await poll(lambda: len(got.take()) >= 4, 30, "the first samples")
+        answered = device.answered
+        await poll(lambda: device.answered > answered + 40, 30, "ten more polls")
+        refused = [m for m in got.take() if m.topic.endswith("holding register 30")]
+        assert len(refused) >= 10  # no time known: dead-lettered at every poll
+        assert "the device refused the read of it and its time, holding registers 31-32 (" in refused[0].problem
+        got.messages = [m for m in got.messages if m not in refused]
+        by_name = {orjson.loads(m.payload)["name"]: m for m in got.messages}
+        assert len(got.messages) == 3  # each sample once, however many polls read it
+        assert orjson.loads(by_name["level"].payload) == {"name": "level", "value": 21.5, "ts": t0}
+        assert orjson.loads(by_name["flow"].payload) == {"name": "flow", "value": 1.5, "ts": t0 + 0.25}
+        assert by_name["level"].arrival == t0
+        assert not by_name["level"].problem
+        assert not by_name["flow"].problem
+        where = f"modbus://127.0.0.1:{device.port} unit 1 holding registers 6-7"
+        assert by_name["unset"].topic == where
+        assert by_name["unset"].problem.startswith(f"{where} (the time of holding register 5) holds 0.000")
+
+        await device.set_holding(0, [215, *words(t0 + 1, 2)])  # the same value, a new sample
+        await device.set_holding(0, [215, *words(t0 + 2, 2)])  # overwritten before a poll: lost
+        await device.set_holding(6, words(t0 + 3 * 86400 + 1000, 2))  # three days ahead
+
+        def kept() -> list[Message]:  # all but the refused point's dead letters
+            return [m for m in got.take() if not m.topic.endswith("holding register 30")]
+
+        await poll(lambda: len(kept()) >= 5, 30, "the new samples")
+        answered = device.answered
+        await poll(lambda: device.answered > answered + 40, 30, "ten more polls")
+        after = kept()
+        levels = [orjson.loads(m.payload) for m in after if m.topic.endswith("holding register 0")]
+        assert [(r["value"], r["ts"]) for r in levels] == [(21.5, t0), (21.5, t0 + 2)]
+        ahead = [m.problem for m in after[3:] if m.topic == where]
+        assert len(ahead) == 1
+        assert "not a plausible time: it must lie between 2000-01-01 and a day after this gateway's clock" in ahead[0]
+        assert len(after) == 5
+    finally:
+        source.stop()
+        await source.wait_stopped()
+        await device.stop()
+
+
 @pytest.mark.timeout(90)
 async def test_opcua_writes_wait_for_a_server_that_is_down_and_the_last_value_wins(
     opcua_device: OpcUaDevice, tmp_path: Path

@@ -10,7 +10,7 @@ import pytest
 
 from spanedge import sinks
 from spanedge.connectors import scheme_of
-from spanedge.connectors.modbus import Point, Table, Type
+from spanedge.connectors.modbus import Point, SampleTime, Table, TimeUnit, Type
 from spanedge.connectors.opcua import Security, endpoint, node_problem, url_nodes
 from spanedge.errors import InvalidDataflow, InvalidSites
 from spanedge.sites import parse_sites
@@ -113,6 +113,22 @@ def test_connector_streams_in_sites_yaml() -> None:
             "s.yaml:7: sites.a.streams.s.points.l.scale: must be a finite number other than 0",
         ),
         (
+            "      s: {url: 'modbus://plc', rate: 1, points: {l: {time: {address: 1, unit: ms}}}}",
+            "s.yaml:7: sites.a.streams.s.points.l.time.count: 32 bits count milliseconds since the epoch only up to",
+        ),
+        (
+            "      s: {url: 'modbus://plc', rate: 1, points: {l: {time: {address: 1, table: coil}}}}",
+            "s.yaml:7: sites.a.streams.s.points.l.time.table: a sample time sits in holding or input registers",
+        ),
+        (
+            "      s: {url: 'modbus://plc', rate: 1, points: {l: {type: float32, time: {address: 1}}}}",
+            "s.yaml:7: sites.a.streams.s.points.l.time: holding registers 1-2 overlap the point's own holding register 0",
+        ),
+        (
+            "      s: {url: 'modbus://plc', rate: 1, points: {l: {time: {address: 1, count: 3}}}}",
+            "s.yaml:7: sites.a.streams.s.points.l.time.count: Invalid enum value 3",
+        ),
+        (
             "      s: {url: 'modbus://plc', topic: 'a/b', rate: 1, points: {l: {}}}",
             "s.yaml:7: sites.a.streams.s.topic: a stream has either a topic filter or a connector url:, not both",
         ),
@@ -171,6 +187,18 @@ def test_points_scale_raw_values_both_ways() -> None:
     assert coil.where() == "coil 3"
 
 
+def test_sample_times_are_unsigned_counts_since_the_epoch() -> None:
+    seconds = SampleTime(address=100)
+    assert seconds.encode(1_765_120_000.4) == words("I", 1_765_120_000)
+    assert seconds.decode(words("I", 1_765_120_000)) == 1_765_120_000.0
+    millis = SampleTime(table=Table.INPUT, address=8, count=4, unit=TimeUnit.MS, word_order="little")
+    assert millis.encode(1_765_120_000.123) == list(reversed(words("Q", 1_765_120_000_123)))
+    assert millis.decode(millis.encode(1_765_120_000.123)) == 1_765_120_000.123
+    assert millis.where() == "input registers 8-11"
+    with pytest.raises(ValueError, match=r"input registers 8-11: got 3 register\(s\), not 4"):
+        millis.decode([0, 1, 2])
+
+
 def test_values_that_do_not_fit_a_point_say_which_register() -> None:
     with pytest.raises(ValueError, match=r"holding register 6 holds nan, not a finite number"):
         Point(address=6, type=Type.FLOAT32).decode(words("f", math.nan))
@@ -197,6 +225,8 @@ def test_connector_sinks_check_their_settings() -> None:
         sinks.modbus("modbus://plc", points={"t": {"table": "input", "address": 1}})
     with pytest.raises(InvalidDataflow, match=r"point 't': .*65535"):
         sinks.modbus("modbus://plc", points={"t": {"address": 70000}})
+    with pytest.raises(InvalidDataflow, match=r"point 't' has a time:, which only a stream's points read"):
+        sinks.modbus("modbus://plc", points={"t": {"address": 0, "time": {"address": 1}}})
     with pytest.raises(InvalidDataflow, match=r"the URL must start with modbus://"):
         sinks.modbus("opcua://plc", points={"t": {}})
     with pytest.raises(InvalidDataflow, match=r"give nodes="):
