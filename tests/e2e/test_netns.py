@@ -211,7 +211,7 @@ def test_a_gateway_enrolled_mid_run_in_its_namespace_counts_exactly_from_its_joi
 #: What Spark logs when a query is stopped during a micro-batch: the hub stops the query that wrote the windows
 #: before a join's switch once it wrote them, whether or not a batch is running.
 STOPPED_MID_BATCH = re.compile(
-    r" ERROR (TorrentBroadcast: Store broadcast broadcast_\d+ fail, remove all pieces"
+    r" ERROR (TorrentBroadcast: Store broadcast broadcast_\d+ fail, remove all pieces of the broadcast"
     r"|ShuffleBlockFetcherIterator: Error occurred while fetching local blocks, null)$"
 )
 SHARE_WRITTEN = "(before handover) wrote its share of the handover"
