@@ -11,6 +11,7 @@ import pytest
 from hub.engine.engine import Engine
 from hub.engine.warmup import WARMED_KEY, keep_warm, warm_up, warmed
 from spanedge.sites import parse_sites
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -44,7 +45,13 @@ def test_keeping_warm_runs_one_python_job_that_succeeds(spark: Any) -> None:
     keep_warm(spark)
     new = set(tracker.getJobIdsForGroup()) - before
     assert new
-    assert {tracker.getJobInfo(job).status for job in new} == {"SUCCEEDED"}
+
+    # the tracker hears of a job's end from Spark's listener bus, a little after count() returned
+    def ended() -> set[str] | None:
+        statuses = {tracker.getJobInfo(job).status for job in new}
+        return None if "RUNNING" in statuses else statuses
+
+    assert wait_for(ended, 60, "the warm-keeping job to end") == {"SUCCEEDED"}
 
 
 def test_a_warm_up_the_hub_cancels_on_taking_the_lease_stops_and_leaves_nothing(spark: Any, tmp_path: Path) -> None:
