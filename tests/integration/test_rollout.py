@@ -48,31 +48,24 @@ def to_c(r):
 app = App("fleet-temp")
 readings = app.source("readings", time_field="ts")
 readings.map(to_c, name="to_c").window(
-    name="unit_stats", key="unit", size="2s", scope="local", aggs={{"n": agg.count(), "peak": agg.max("temp_c")}}
-).sink(sinks.memory("stats"), name="stats_out", scope="local")
-"""
-V1 = APP.format(body='return {**r, "temp_c": (r["temp_f"] - 32) / 1.8}')
-V2_HEALTHY = APP.format(body='return {**r, "temp_c": round((r["temp_f"] - 32) / 1.8, 1)}')
-V2_BROKEN = APP.format(body='raise ValueError("v2 cannot read " + str(r["unit"]))')
-V2_RAISES = APP.format(body='return {**r, "temp_c": (r["temp_k"] - 273.15)}')  # KeyError on every record
-STATS_TOPIC = "fleet/stats"
-WINDOW_APP = """
-from spanedge import App, agg, local, sinks
-
-@local
-def to_c(r):
-    {body}
-
-app = App("fleet-temp")
-readings = app.source("readings", time_field="ts")
-readings.map(to_c, name="to_c").window(
     name="unit_stats", key="unit", size="2s", scope="local", aggs={{{aggs}}}
-).sink(sinks.mqtt("fleet/stats"), name="stats_out", scope="local")
+).sink({sink}, name="stats_out", scope="local")
 """
 AGGS = '"n": agg.count(), "peak": agg.max("temp_c")'
-V1_PUBLISHED = WINDOW_APP.format(body='return {**r, "temp_c": (r["temp_f"] - 32) / 1.8}', aggs=AGGS)
-V2_CHANGED_BROKEN = WINDOW_APP.format(  # another window (one more aggregation) behind a map that always raises
-    body='raise ValueError("v2 cannot read " + str(r["unit"]))', aggs=AGGS + ', "low": agg.min("temp_c")'
+STATS_TOPIC = "fleet/stats"
+MEMORY = 'sinks.memory("stats")'
+PUBLISHED = f'sinks.mqtt("{STATS_TOPIC}")'
+V1 = APP.format(body='return {**r, "temp_c": (r["temp_f"] - 32) / 1.8}', aggs=AGGS, sink=MEMORY)
+V2_HEALTHY = APP.format(body='return {**r, "temp_c": round((r["temp_f"] - 32) / 1.8, 1)}', aggs=AGGS, sink=MEMORY)
+V2_BROKEN = APP.format(body='raise ValueError("v2 cannot read " + str(r["unit"]))', aggs=AGGS, sink=MEMORY)
+V2_RAISES = APP.format(  # KeyError on every record
+    body='return {**r, "temp_c": (r["temp_k"] - 273.15)}', aggs=AGGS, sink=MEMORY
+)
+V1_PUBLISHED = APP.format(body='return {**r, "temp_c": (r["temp_f"] - 32) / 1.8}', aggs=AGGS, sink=PUBLISHED)
+V2_CHANGED_BROKEN = APP.format(  # another window (one more aggregation) behind a map that always raises
+    body='raise ValueError("v2 cannot read " + str(r["unit"]))',
+    aggs=AGGS + ', "low": agg.min("temp_c")',
+    sink=PUBLISHED,
 )
 UNITS = [f"{site}-{unit}" for site in SPOKES for unit in ("u0", "u1")]
 
