@@ -1,8 +1,9 @@
 r"""Rollbacks: the previous version's state of an app's changed windows, kept while a new version runs.
 
-When a plan changes the code of an app at this site (a rollout's stage, or
-any deploy), the windows the new version cannot carry the state of
-(:func:`spanedge.runtime.rollback.affected_windows`) would start empty. So
+When a plan changes the code of an app at this site to a version on trial
+(``Plan.trial``: a staged rollout's stage), the windows the new version
+cannot carry the state of (:func:`spanedge.runtime.rollback.affected_windows`)
+would start empty. So
 :class:`Rollbacks` keeps, in one outbox transaction with the app's checkpoint,
 the previous version's snapshots of those windows, then, with every later
 commit, the messages their sources took (the *spool*) and the results the
@@ -10,8 +11,9 @@ new version's windows of the same names emitted. On a plan that returns the
 site to the previous version's source, the windows resume from the kept
 snapshots and the spooled messages (:func:`spanedge.runtime.rollback.resume_windows`),
 and the kept state is deleted in the commit that stores what the replay
-produced. A plan of another version, or a newer plan of the new version,
-means the new version stays: the kept state is deleted. So is the spool,
+produced. A plan of another version, a newer plan of the new version, or
+its plan no longer on trial (the rollout passed) means the new version
+stays: the kept state is deleted. So is the spool,
 with a warning, once it would pass ``limit_bytes``; a return to the previous
 version then starts its changed windows empty, and says so.
 
@@ -199,8 +201,18 @@ class Rollbacks:
                     ", ".join(sorted(kept.windows)) or "(dropped)",
                 )
                 return None
-            if sha == kept.target and plan.version == kept.target_plan:
+            if sha == kept.target and plan.version == kept.target_plan and plan.trial:
                 self._go_on(kept, new)
+                return None
+            if sha == kept.target and not plan.trial:
+                log.info(
+                    "app %s: version %s is no longer on trial here (its rollout passed): dropped the state kept to "
+                    "return to version %s",
+                    name,
+                    _short(sha),
+                    _short(kept.source),
+                )
+                self._forget(kept)
                 return None
             log.info(
                 "app %s: plan version %d (version %s) keeps the site off version %s: dropped the state kept to "
@@ -211,7 +223,7 @@ class Rollbacks:
                 _short(kept.source),
             )
             self._forget(kept)
-        if before is not None and old is not None and source_hash(before.app_source) != sha:
+        if plan.trial and before is not None and old is not None and source_hash(before.app_source) != sha:
             self._keep(plan, before, old, new)
         return None
 

@@ -202,6 +202,8 @@ class Plan:
     joins: tuple[Join, ...] = ()
     #: the leader epoch of the hub that sent the plan (:mod:`hub.ha.lease`; 0: a hub without ``--ha``)
     hub_epoch: int = 0
+    #: the site runs this version on trial, in a staged rollout's stage: it keeps what it needs to go back
+    trial: bool = False
 
     def site_of(self, replica: str) -> str:
         """Return the site where ``replica`` runs."""
@@ -338,7 +340,7 @@ class Plan:
         return [f for f in self.flows if site[f.src] != site[f.dst]]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary; without key parts, joins or hub epoch no ``parts``, ``joins``, ``hub_epoch``.
+        """A JSON-ready dictionary; without key parts, joins, hub epoch or trial no ``parts``, ``joins``, ``hub_epoch``, ``trial``.
 
         A handover of every key has no key range.
         """
@@ -357,6 +359,8 @@ class Plan:
             del data["joins"]
         if not self.hub_epoch:
             del data["hub_epoch"]
+        if not self.trial:
+            del data["trial"]
         for p in data.get("parts", ()):
             if p["share"] is None:
                 del p["share"]
@@ -392,6 +396,7 @@ class Plan:
                 parts=tuple(KeyPart(**p) for p in data.get("parts", ())),
                 joins=tuple(Join(**j) for j in data.get("joins", ())),
                 hub_epoch=int(data.get("hub_epoch", 0)),
+                trial=data.get("trial", False) is True,
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             msg = f"malformed plan: {exc!r}; regenerate it with spanedge deploy --dry-run --output plan.json"

@@ -131,8 +131,8 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
     handover bookkeeping (``edge_agent.apps``) read: the hub, the replicas the
     site runs or hands over, the flows into them and out of them and of the
     sources feeding them, where each end of those flows runs and since when,
-    and the handovers of those replicas (with the parts it recomputes for a
-    gone old owner). Estimated rates, totals, the
+    the handovers of those replicas (with the parts it recomputes for a
+    gone old owner), and whether the version runs on trial. Estimated rates, totals, the
     solver's figures, the reasons and the plan version are left out: the
     agent does nothing with them.
     """
@@ -158,12 +158,12 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
         (h.replica, h.source, h.target, h.switch_at, h.epoch, h.recover_from, h.recoverer)
         for h in (plan.handovers[i] for i in chosen)
     )
-    view = (plan.app, plan.hub, plan.app_file, placed, tuple(sorted(flows)), handovers)
-    if not plan.parts and not any(h.keyed for h in plan.handovers):
-        return view
-    parts = tuple((p.replica, p.site, p.keys_from, p.keys_before, p.since) for p in plan.parts if p.replica in ends)
-    keys = tuple((h.replica, h.keys_from, h.keys_before) for h in plan.handovers if h.replica in ends)
-    return (*view, parts, keys)
+    view: tuple[Any, ...] = (plan.app, plan.hub, plan.app_file, placed, tuple(sorted(flows)), handovers)
+    if plan.parts or any(h.keyed for h in plan.handovers):
+        parts = tuple((p.replica, p.site, p.keys_from, p.keys_before, p.since) for p in plan.parts if p.replica in ends)
+        keys = tuple((h.replica, h.keys_from, h.keys_before) for h in plan.handovers if h.replica in ends)
+        view = (*view, parts, keys)
+    return (*view, "trial") if plan.trial else view
 
 
 def view_key(plan: Plan, sha: str) -> tuple[Any, ...]:
@@ -177,6 +177,7 @@ def view_key(plan: Plan, sha: str) -> tuple[Any, ...]:
         tuple((f.src, f.dst) for f in plan.flows),
         plan.handovers,
         plan.parts,
+        plan.trial,
     )
 
 

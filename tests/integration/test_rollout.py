@@ -305,6 +305,10 @@ def test_a_healthy_version_reaches_every_site_across_a_hub_killed_mid_rollout(fl
     assert done["versions"][v2] == sorted(SPOKES)
     assert on(done, v2) == sorted(SPOKES)
     assert fleet.client().app("fleet-temp")["source_sha256"] == v2
+    # v2 changed the map before the window: each site kept v1's window state while on trial, and drops it now
+    dropped = "is no longer on trial here (its rollout passed): dropped the state kept to return to version"
+    for site in SPOKES:
+        wait_for(lambda s=site: dropped in fleet.agent_log(s), 60, lambda s=site: fleet.agent_log(s)[-3000:])
     status = subprocess.run(
         [*CLI, "rollout", "status", "fleet-temp", "--hub-url", fleet.api, "--hub-ca", str(hub_ca(fleet.tmp / "hub"))],
         cwd=ROOT,

@@ -274,7 +274,7 @@ class RolloutRunner:
         self._history(
             rollout.app, [HistoryEntry(0, s.at, ROLLOUT_REASON + s.reason, {}, changed=False) for s in new_steps]
         )
-        self.deployments.offer(rollout.app, SiteApp(record.plan, record.source), rollout.on(rollout.to_version))
+        self.deployments.offer(rollout.app, on_trial(record), rollout.on(rollout.to_version))
         was = before.wanted() if before is not None else {}
         changed = [site for site, version in rollout.wanted().items() if was.get(site, rollout.from_version) != version]
         if changed:
@@ -350,7 +350,7 @@ class RolloutRunner:
                     self._live[rollout.app] = live  # the next tick makes it the deployed version, if not done
                     continue
                 self._live[rollout.app] = live
-                self.deployments.offer(rollout.app, SiteApp(record.plan, record.source), after.on(after.to_version))
+                self.deployments.offer(rollout.app, on_trial(record), after.on(after.to_version))
                 resumed.append(rollout.app)
         for name in resumed:
             log.info("app %r: the rollout resumes: %s", name, self._live[name].record.rollout.steps[-1].reason)
@@ -372,6 +372,16 @@ class RolloutRunner:
             if stop.is_set():
                 return
             self.tick()
+
+
+def on_trial(record: RolloutRecord) -> SiteApp:
+    """The new version's entry in the plan messages of the sites a stage changed: marked as on trial.
+
+    Their agents keep what they need to return to the previous version
+    (``edge_agent.rollback``) while it is; the promoted version's entry is
+    not, so they drop it then.
+    """
+    return SiteApp(dataclasses.replace(record.plan, trial=True), record.source)
 
 
 def _replanned(deployment: Deployment | None, live: _Live) -> str | None:

@@ -36,9 +36,10 @@ WINDOW = "unit_stats@truck-7"
 T0 = 1_700_000_000.0
 
 
-def plan_of(source: str, version: int) -> Plan:
+def plan_of(source: str, version: int, trial: bool = False) -> Plan:
     app = load_app_source(source, "app.py")
-    return dataclasses.replace(local_plan(app, parse_sites(SITES)), version=version, app_source=source)
+    plan = local_plan(app, parse_sites(SITES))
+    return dataclasses.replace(plan, version=version, app_source=source, trial=trial)
 
 
 @dataclasses.dataclass
@@ -49,10 +50,10 @@ class Site:
     outbox: Outbox
     mid: int = 0
 
-    def apply(self, source: str, version: int) -> None:
+    def apply(self, source: str, version: int, trial: bool = False) -> None:
         """What the agent does with a plan: commit, rebuild, then step (which commits what a rollback resumed)."""
         self.processor.flush()
-        self.apps.apply([plan_of(source, version)])
+        self.apps.apply([plan_of(source, version, trial)])
         self.processor.intake.rewire(self.apps.pipelines)
         self.processor.step()
 
@@ -70,11 +71,11 @@ class Site:
         return [orjson.loads(p) for t, p in self.broker.published if t == "cold-chain/unit-stats"]
 
 
-def make_site(state: Path, limit: int = 2**20, source: str = V1, version: int = 1) -> Site:
+def make_site(state: Path, limit: int = 2**20, source: str = V1, version: int = 1, trial: bool = False) -> Site:
     sites = parse_sites(SITES)
     outbox = Outbox(state / "agent.db")
     apps = Apps(AgentConfig("truck-7", sites, state, out_of_orderness=0.0, rollback_spool_bytes=limit), outbox)
-    apps.apply([plan_of(source, version)])
+    apps.apply([plan_of(source, version, trial)])
     intake = Intake("truck-7", sites, Inbox(), FakeTransport)
     intake.rewire(apps.pipelines)
     broker = intake.transports["truck-7"]
@@ -109,7 +110,7 @@ def test_an_upgrade_keeps_the_changed_windows_state_with_the_checkpoint(tmp_path
     site = make_site(tmp_path)
     site.send(range(0, 15))
     before = site.apps.pipelines["cold-chain"].snapshot_operator(WINDOW).to_data()
-    site.apply(V2, 2)
+    site.apply(V2, 2, trial=True)
     head = kept(site)
     assert head is not None
     assert (head.windows, head.sources, head.target_plan) == ({WINDOW: before}, ["readings@truck-7"], 2)
@@ -125,7 +126,7 @@ def test_an_upgrade_keeps_the_changed_windows_state_with_the_checkpoint(tmp_path
 def test_a_rollback_resumes_the_windows_and_every_window_comes_out_once(tmp_path: Path) -> None:
     site = make_site(tmp_path / "site")
     site.send(range(0, 15))  # the upgrade at 7.5 s, mid-window
-    site.apply(V2, 2)
+    site.apply(V2, 2, trial=True)
     site.send(range(15, 45))  # v2 dead-letters every reading; its windows emit nothing
     site.apply(V1, 1)  # the rollback at 22.5 s
     assert kept(site) is None
@@ -140,11 +141,13 @@ def test_a_rollback_resumes_the_windows_and_every_window_comes_out_once(tmp_path
 def test_a_rollback_after_a_restart_resumes_from_the_outbox(tmp_path: Path) -> None:
     site = make_site(tmp_path / "site")
     site.send(range(0, 15))
-    site.apply(V2, 2)
+    site.apply(V2, 2, trial=True)
     site.send(range(15, 45))
     first = site.results()
     site.outbox.close()
-    again = make_site(tmp_path / "site", source=V2, version=2)  # restarted on the saved v2 plan: it goes on keeping
+    again = make_site(
+        tmp_path / "site", source=V2, version=2, trial=True
+    )  # restarted on the saved v2 plan: it goes on keeping
     assert kept(again) is not None
     assert again.apps.rollbacks.spooling == {"cold-chain": frozenset({"readings@truck-7"})}
     again.send(range(45, 50))
@@ -158,7 +161,7 @@ def test_the_results_v2_emitted_are_not_emitted_again(tmp_path: Path) -> None:
     healthy = V1.replace('"max_c": agg.max("temp_c")}', WITH_MIN)  # a changed window that runs
     site = make_site(tmp_path / "site")
     site.send(range(0, 15))
-    site.apply(healthy, 2)
+    site.apply(healthy, 2, trial=True)
     site.send(range(15, 45))  # v2 emits [0, 10) (from the upgrade on only) and [10, 20), with its min_c
     v2_windows = {(r["unit"], r["window_start"]) for r in site.results() if "min_c" in r}
     assert v2_windows == {(u, T0 + s) for u in ("u1", "u2") for s in (0, 10)}
@@ -174,7 +177,7 @@ def test_a_spool_over_its_limit_is_dropped_and_the_rollback_says_its_windows_sta
 ) -> None:
     site = make_site(tmp_path, limit=2000)
     site.send(range(0, 15))
-    site.apply(V2, 2)
+    site.apply(V2, 2, trial=True)
     with caplog.at_level(logging.WARNING, "edge_agent.rollback"):
         site.send(range(15, 45))
     assert "pass the rollback spool's limit (--rollback-spool-bytes 2000)" in caplog.text
@@ -197,25 +200,36 @@ def test_a_spool_over_its_limit_is_dropped_and_the_rollback_says_its_windows_sta
 def test_a_later_plan_of_the_new_version_or_another_version_drops_the_kept_state(tmp_path: Path) -> None:
     site = make_site(tmp_path)
     site.send(range(0, 15))
-    site.apply(V2, 2)
+    site.apply(V2, 2, trial=True)
     site.send(range(15, 20))
-    site.apply(V2, 2)  # the same plan again (a hub restart): it goes on keeping
+    site.apply(V2, 2, trial=True)  # the same plan again (a hub restart): it goes on keeping
     assert kept(site) is not None
     assert site.apps.rollbacks.spooling
-    site.apply(V2, 3)  # a later plan of v2: the rollout passed here
+    site.apply(V2, 2)  # the same plan, no longer on trial: the rollout passed
     assert kept(site) is None
     assert site.apps.rollbacks.spooling == {}
     assert site.outbox.load_state(chunk_key("cold-chain", 1)) is None
-    site.apply(V3, 4)  # another version: v2's state is kept for a return to it
+    site.apply(V3, 4, trial=True)  # another version on trial: v2's state is kept for a return to it
     head = kept(site)
     assert head is not None
     assert head.target_plan == 4
+    site.apply(V3, 5, trial=True)  # a later plan of it (a re-plan): it stays
+    assert kept(site) is None
+    site.outbox.close()
+
+
+def test_a_deploy_not_on_trial_keeps_nothing(tmp_path: Path) -> None:
+    site = make_site(tmp_path)
+    site.send(range(0, 15))
+    site.apply(V2, 2)  # deployed to every site at once: there is no rollout to go back from
+    assert kept(site) is None
+    assert site.apps.rollbacks.spooling == {}
     site.outbox.close()
 
 
 def test_an_unaffected_change_keeps_nothing(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    site.apply(V1.replace("cold-chain/alerts", "cold-chain/alarms"), 2)  # a sink after the window
+    site.apply(V1.replace("cold-chain/alerts", "cold-chain/alarms"), 2, trial=True)  # a sink after the window
     assert kept(site) is None
     assert site.apps.rollbacks.spooling == {}
     site.outbox.close()

@@ -108,7 +108,12 @@ def test_plan_json_round_trip_and_helpers() -> None:
 def asdict_reference(plan: Plan) -> dict[str, Any]:
     """What ``Plan.to_dict`` gave when it was built on ``dataclasses.asdict``."""
     data = dataclasses.asdict(plan)
-    for name, empty in (("parts", not plan.parts), ("joins", not plan.joins), ("hub_epoch", not plan.hub_epoch)):
+    for name, empty in (
+        ("parts", not plan.parts),
+        ("joins", not plan.joins),
+        ("hub_epoch", not plan.hub_epoch),
+        ("trial", not plan.trial),
+    ):
         if empty:
             del data[name]
     for p in data.get("parts", ()):
@@ -153,6 +158,7 @@ def test_plan_to_dict_is_what_asdict_gave(full: bool) -> None:
         else (),
         joins=(Join("s5", 30.0),) if full else (),
         hub_epoch=4 if full else 0,
+        trial=full,
     )
     data = plan.to_dict()
     assert data == asdict_reference(plan)

@@ -153,3 +153,16 @@ def test_kept_views_give_the_digests_of_views_cut_afresh_and_the_same_messages()
     # a new source is a new view of every site, even with the placement unchanged
     status = distributor.publish({"demo": SiteApp(steps[-1], "source = 2"), "zeta": other}, ["a", "b", "cloud"])
     assert set(status.values()) == {"published"}
+
+
+def test_a_version_on_trial_and_its_promotion_are_new_views() -> None:
+    publisher = Publisher()
+    distributor = PlanDistributor(publisher, KEY)
+    plan = demo_plan(1, 10.0, "b")
+    assert distributor.publish({"demo": SiteApp(plan, "v2")}, ["a", "b"]) == {"a": "published", "b": "published"}
+    trial = SiteApp(dataclasses.replace(plan, trial=True), "v2")
+    assert distributor.publish({"demo": trial}, ["a"]) == {"a": "published"}
+    assert publisher.payloads("a")[-1]["apps"][0]["plan"]["trial"] is True
+    assert distributor.publish({"demo": trial}, ["a"]) == {"a": "unchanged"}
+    # the rollout passed: the same plan and source, no longer on trial, is news to the site that had it on trial
+    assert distributor.publish({"demo": SiteApp(plan, "v2")}, ["a", "b"]) == {"a": "published", "b": "unchanged"}

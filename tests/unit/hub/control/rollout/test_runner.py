@@ -78,6 +78,7 @@ class Clock:
 class Publisher:
     def __init__(self) -> None:
         self.messages: list[tuple[str, bytes]] = []
+        self.trial: dict[str, bool] = {}  # per site, whether its last message has the app on trial
 
     def publish_all(self, messages: Sequence[tuple[str, bytes]]) -> list[bool]:
         self.messages.extend(messages)
@@ -94,6 +95,7 @@ class Publisher:
             site = topic.split("/")[3]
             apps = read_plan(payload, site=site)["apps"]
             out[site] = apps[0]["source_sha256"]
+            self.trial[site] = apps[0]["plan"].get("trial", False)
         return out
 
 
@@ -173,12 +175,15 @@ def test_a_healthy_version_reaches_every_site_stage_by_stage(fleet: Fleet) -> No
     canary = record.rollout.stages[0].sites
     assert len(canary) == 1
     assert fleet.deliver() == dict.fromkeys(canary, v2)  # only the canary is sent a plan
+    assert fleet.publisher.trial == {**dict.fromkeys(SPOKES, False), **dict.fromkeys(canary, True)}
     fleet.advance(5)
     assert status(fleet) is Status.HOLDING
     fleet.advance(30)
     assert fleet.deliver() == {s: v2 for s in SPOKES if s not in canary}
     fleet.advance(40)
     assert status(fleet) is Status.PASSED
+    assert fleet.deliver() == dict.fromkeys(SPOKES, v2)  # no longer on trial: the agents drop their v1 state
+    assert fleet.publisher.trial == dict.fromkeys(SPOKES, False)
     assert fleet.coordinator.record("demo").source == V2
     assert set(fleet.running.values()) == {v2}
     assert not fleet.coordinator.rollouts.rolling("demo")
