@@ -132,9 +132,9 @@ def site_view(plan: Plan, site: str, index: _Index | None = None) -> tuple[Any, 
     site runs or hands over, the flows into them and out of them and of the
     sources feeding them, where each end of those flows runs and since when,
     the handovers of those replicas (with the parts it recomputes for a
-    gone old owner), and whether the version runs on trial. Estimated rates, totals, the
-    solver's figures, the reasons and the plan version are left out: the
-    agent does nothing with them.
+    gone old owner), and whether the version runs on trial. Estimated
+    rates, totals, the solver's figures, the reasons and the plan version
+    are left out: the agent does nothing with them.
     """
     index = index or _Index.of(plan)
     moves = [plan.handovers[i] for i in index.moves_at.get(site, ())]

@@ -145,9 +145,8 @@ def test_a_rollback_after_a_restart_resumes_from_the_outbox(tmp_path: Path) -> N
     site.send(range(15, 45))
     first = site.results()
     site.outbox.close()
-    again = make_site(
-        tmp_path / "site", source=V2, version=2, trial=True
-    )  # restarted on the saved v2 plan: it goes on keeping
+    # restarted on the saved v2 plan: it goes on keeping
+    again = make_site(tmp_path / "site", source=V2, version=2, trial=True)
     assert kept(again) is not None
     assert again.apps.rollbacks.spooling == {"cold-chain": frozenset({"readings@truck-7"})}
     again.send(range(45, 50))
